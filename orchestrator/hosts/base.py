@@ -1,0 +1,76 @@
+"""The host interface: the I/O primitives a job lifecycle needs, and nothing else.
+
+Contract: a Host runs shell commands (one string, already quoted by the caller), moves files both ways and
+reads a file from a byte offset. Everything above that (bundle sync, launch, tail, collect, cancel) lives in
+`orchestrator.lifecycle` and is written once for every host. Non-goal: any knowledge of runs or runners.
+"""
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+
+
+@dataclass
+class Result:
+    """What a command did: the command, its exit status and its output."""
+
+    command: str
+    exited: int
+    stdout: str = ""
+    stderr: str = ""
+    host: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.exited == 0
+
+    def tail(self, lines: int = 10) -> str:
+        text = (self.stderr or self.stdout).rstrip("\n")
+        return "\n".join(text.splitlines()[-lines:])
+
+
+class CommandFailed(RuntimeError):
+    """A command exited non-zero: carries the result so callers and messages can show its evidence."""
+
+    def __init__(self, result: Result):
+        self.result = result
+        super().__init__(
+            f"command failed on {result.host or 'host'} (exit {result.exited}): {result.command}\n{result.tail()}"
+        )
+
+
+class HostError(RuntimeError):
+    """The host cannot be used (unreachable, refused key, bad configuration). The message says how to fix it."""
+
+
+class Host(abc.ABC):
+    """One machine that runs jobs. `workdir` is an absolute POSIX path on that machine."""
+
+    name: str
+    workdir: str
+    python: str
+
+    @abc.abstractmethod
+    def run(self, command: str, *, check: bool = True, timeout: float | None = None) -> Result:
+        """Run `command` with bash on the host; raise CommandFailed if `check` and it exits non-zero."""
+
+    @abc.abstractmethod
+    def put(self, local_path: str, remote_path: str) -> None:
+        """Copy one local file to `remote_path` (its directory exists)."""
+
+    @abc.abstractmethod
+    def get(self, remote_path: str, local_path: str) -> None:
+        """Copy one file from the host to `local_path`."""
+
+    @abc.abstractmethod
+    def read_from(self, path: str, offset: int) -> bytes:
+        """Bytes of `path` from `offset` to its current end; b"" if it does not exist yet."""
+
+    def close(self) -> None:
+        """Release connections; the host may be used again afterwards (it reconnects)."""
+
+    def __enter__(self) -> "Host":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

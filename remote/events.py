@@ -1,0 +1,34 @@
+"""The runner speaks in JSON lines: one event per line in `events.jsonl`, flushed as written.
+
+Events (field `event`): `start` (versions, device, kernel paths), `progress` (method, done, total,
+tokens_per_s), `prompt` (one prompt's result), `warning` (message), `result` (final aggregate metrics).
+Every event carries `time` (Unix seconds). The orchestrator never scrapes the log for numbers.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+
+class EventWriter:
+    def __init__(self, path: str):
+        self._f = open(path, "a", encoding="utf-8")
+
+    def emit(self, event: str, **fields: Any) -> None:
+        self._f.write(json.dumps({"event": event, "time": time.time(), **fields}, default=str) + "\n")
+        self._f.flush()
+
+    def close(self) -> None:
+        self._f.close()
+
+
+def write_json_atomic(path: str, obj: Any) -> None:
+    """Write `obj` as JSON so that readers see either nothing or the whole file (temp file, then rename)."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=2, default=str)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

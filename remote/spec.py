@@ -1,0 +1,88 @@
+"""The run spec: the one versioned document that crosses from the orchestrator to the runner.
+
+Contract: `RunSpec.to_json()` / `RunSpec.from_json()` round-trip exactly; an unknown `version` or a missing
+field is refused with a message naming it. Non-goal: validation of values (the orchestrator does that before
+anything starts; the runner re-checks what only it can see, such as a drafter that does not fit its target).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+SPEC_VERSION = 1
+METHODS = ("ar", "dflash", "ddtree")
+
+
+@dataclass
+class ModelSpec:
+    """The target model: a hub id or local path, or a random model built from `random` config fields."""
+
+    path: str | None = None            # hub id or local directory; None with `random`
+    random: dict[str, Any] | None = None   # transformers config fields incl. `model_type`, seeded by RunSpec.seed
+    tokenizer: str | None = None       # hub id / path; None = the target's own, or the shipped one for random models
+    dtype: str = "float32"
+    attn_implementation: str = "sdpa"
+    device_map: Any = None             # None (one device), "auto", or a transformers device map
+    trust_remote_code: bool = False
+    revision: str | None = None
+
+
+@dataclass
+class DrafterSpec:
+    """A DFlash drafter in the published format, or a random one whose shape is derived from the target."""
+
+    path: str | None = None
+    random: dict[str, Any] | None = None   # drafter overrides (num_hidden_layers, block_size, ...)
+    block_size: int | None = None          # None = the checkpoint's
+
+
+@dataclass
+class DecodingSpec:
+    method: str = "ar"
+    tree_budget: int = 64
+    max_new_tokens: int = 64
+    temperature: float = 0.0
+    baseline: str = "ar"                   # "ar": run AR first on the same prompts; "none": skip it
+    warmup: int = 1                        # warm-up generations per method before timing
+
+
+@dataclass
+class DatasetSpec:
+    name: str = "builtin"                  # builtin | humaneval | jsonl | hub
+    path: str | None = None                # jsonl file, or hub dataset id
+    split: str | None = None
+    field: str = "prompt"
+    num_prompts: int | None = None
+    chat_template: bool = False
+    subset: str | None = None
+
+
+@dataclass
+class RunSpec:
+    run_id: str
+    model: ModelSpec
+    drafter: DrafterSpec
+    decoding: DecodingSpec
+    dataset: DatasetSpec
+    seed: int = 0
+    device: str = "auto"                   # auto | cpu | cuda
+    version: int = SPEC_VERSION
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "RunSpec":
+        data = json.loads(text)
+        version = data.get("version")
+        if version != SPEC_VERSION:
+            raise ValueError(f"spec version {version!r} is not supported (this runner reads {SPEC_VERSION})")
+        parts = {"model": ModelSpec, "drafter": DrafterSpec, "decoding": DecodingSpec, "dataset": DatasetSpec}
+        try:
+            kwargs = {k: (parts[k](**v) if k in parts else v) for k, v in data.items()}
+            return cls(**kwargs)
+        except TypeError as exc:
+            raise ValueError(f"spec is malformed: {exc}") from None

@@ -1,0 +1,43 @@
+"""The target model as the decoding methods see it: prefill, verify a token tree, commit the accepted path.
+
+Contract: after `prefill(prompt)` the target holds the prompt. `verify(tokens, parents)` runs one forward over
+N new tokens arranged as a tree (parents[i] < i, -1 = attached to the committed prefix; a chain is
+parents = [-1, 0, 1, ...]) and returns each node's logits and drafter features as if that node had been run
+after exactly its ancestor path. `commit(path)` keeps only the nodes of `path` (a root-to-node chain of
+indices into the last verify, root first) so the target then holds prefix + those tokens, exactly as a plain
+forward over that sequence would. Every implementation (pure attention, hybrid recurrent) keeps this contract;
+the methods in `remote.methods` only use it.
+"""
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class Verified:
+    logits: torch.Tensor      # [N, vocab] float32, node i's next-token logits
+    features: torch.Tensor    # [N, F] drafter context features of node i (target_layer_ids hidden states, concatenated)
+
+
+class Target(abc.ABC):
+    """A stateful view of one target model decoding one sequence."""
+
+    @abc.abstractmethod
+    def prefill(self, input_ids: torch.Tensor) -> Verified:
+        """Reset the state and run the prompt `input_ids` [1, P]; returns logits/features for all P positions."""
+
+    @abc.abstractmethod
+    def verify(self, tokens: torch.Tensor, parents: list[int]) -> Verified:
+        """Run the tree `tokens` [N] with `parents` [N] on top of the committed prefix."""
+
+    @abc.abstractmethod
+    def commit(self, path: list[int]) -> None:
+        """Keep the nodes `path` of the last verify (root-to-node chain) and drop every other node."""
+
+    @property
+    @abc.abstractmethod
+    def length(self) -> int:
+        """Number of committed tokens whose state the target holds."""
