@@ -1,0 +1,93 @@
+"""The runner bundle: the `remote/` package, content-addressed and synced to a host.
+
+Contract: `sync_bundle(host)` returns the directory on the host that holds `remote/` exactly as it is here.
+Bundles live in `<workdir>/bundles/<sha>/`, are immutable once complete, and are reused: an unchanged bundle
+costs one round trip and no upload. A new bundle starts as a copy of the host's latest one and receives only
+the files whose content changed; the host checks every file's sha256 before the bundle is marked complete.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import shlex
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from .hosts.base import Host
+from .paths import REMOTE_PACKAGE
+
+MANIFEST = "MANIFEST.sha256"   # `sha256sum -c` format, paths relative to the bundle root
+COMPLETE = ".complete"
+
+
+@dataclass(frozen=True)
+class Bundle:
+    digest: str
+    files: dict[str, str]   # relative path ("remote/x.py") -> sha256
+
+    def manifest_text(self) -> str:
+        return "".join(f"{sha}  {path}\n" for path, sha in sorted(self.files.items()))
+
+
+def local_bundle(package: Path = REMOTE_PACKAGE) -> Bundle:
+    files = {}
+    for path in sorted(package.rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts and path.suffix not in (".pyc", ".pyo"):
+            rel = f"{package.name}/{path.relative_to(package).as_posix()}"
+            files[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
+    digest = hashlib.sha256("".join(f"{p}\0{s}\n" for p, s in files.items()).encode()).hexdigest()[:16]
+    return Bundle(digest, files)
+
+
+def _parse_manifest(text: str) -> dict[str, str]:
+    entries = (line.split("  ", 1) for line in text.splitlines() if "  " in line)
+    return {path: sha for sha, path in entries}
+
+
+def sync_bundle(host: Host, package: Path = REMOTE_PACKAGE) -> str:
+    """Make the bundle present on `host`; return its directory there."""
+    bundle = local_bundle(package)
+    root = f"{host.workdir}/bundles"
+    target = f"{root}/{bundle.digest}"
+    q = shlex.quote
+    # Round trip 1 (the only one when unchanged): is it there? If not, what does the latest bundle hold?
+    probe = host.run(
+        f"if [ -f {q(target)}/{COMPLETE} ]; then echo PRESENT; "
+        f"else latest=$(cat {q(root)}/LATEST 2>/dev/null); echo \"LATEST $latest\"; "
+        f"[ -n \"$latest\" ] && cat {q(root)}/\"$latest\"/{MANIFEST} 2>/dev/null; true; fi"
+    ).stdout
+    if probe.startswith("PRESENT"):
+        return target
+    first, _, rest = probe.partition("\n")
+    latest = first.removeprefix("LATEST").strip()
+    have = _parse_manifest(rest) if latest else {}
+    changed = [p for p, sha in bundle.files.items() if have.get(p) != sha]
+    _upload(host, package, bundle, changed, target, f"{root}/{latest}" if latest else "")
+    return target
+
+
+def _upload(host: Host, package: Path, bundle: Bundle, changed: list[str], target: str, previous: str) -> None:
+    q = shlex.quote
+    staging = f"{target}.tmp"
+    with tempfile.TemporaryDirectory() as tmp:
+        tar_path = Path(tmp) / "bundle.tar"
+        with tarfile.open(tar_path, "w") as tar:
+            for rel in changed:
+                tar.add(package.parent / rel, arcname=rel)
+            data = bundle.manifest_text().encode()
+            info = tarfile.TarInfo(MANIFEST)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        host.run(f"rm -rf {q(staging)} && mkdir -p {q(staging)}")
+        host.put(str(tar_path), f"{staging}/.upload.tar")
+    seed = f"cp -a {q(previous)}/. {q(staging)}/ && rm -f {q(staging)}/{COMPLETE} && " if previous else ""
+    host.run(
+        f"cd {q(staging)} && {seed}tar -xf .upload.tar && rm -f .upload.tar && "
+        # files the new bundle no longer has must not linger from the copied one
+        f"find remote -type f | sort > .have && cut -c67- {MANIFEST} | sort > .want && "
+        f"comm -23 .have .want | xargs -r rm -f && rm -f .have .want && "
+        f"sha256sum --quiet -c {MANIFEST} && touch {COMPLETE} && cd .. && "
+        f"rm -rf {q(target)} && mv {q(staging)} {q(target)} && echo {q(bundle.digest)} > LATEST"
+    )

@@ -1,0 +1,194 @@
+"""The job lifecycle, written once against the Host interface: prepare, launch detached, tail, collect, cancel.
+
+Contract: a `Job` owns one run directory on a host (`<workdir>/runs/<run_id>/`, file names from RunFiles) and
+its local mirror. `launch()` starts the runner in its own session (setsid) so a dropped connection does not
+stop it; `poll()` returns new complete lines of runner.log and events.jsonl, appending the exact bytes to the
+local mirror (so the local log equals the remote one byte for byte); `finished()` is true once the launch
+wrapper wrote `exit_code`; `cancel()` stops the whole process group (TERM, then KILL after a grace period).
+Every value that reaches a shell is quoted here; nothing in this module knows which host it talks to.
+"""
+from __future__ import annotations
+
+import enum
+import re
+import shlex
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from remote.files import RunFiles
+
+from .hosts.base import Host
+
+CANCELLED_EXIT = 143   # what a TERM-stopped runner reports, like a shell would
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def check_env_names(names) -> None:
+    """Env names are written unquoted (`export NAME=...`), so they must be plain identifiers."""
+    for name in names:
+        if not ENV_NAME.fullmatch(str(name)):
+            raise ValueError(f"environment variable name {name!r} is not a valid identifier")
+
+
+class Stage(enum.Enum):
+    """Where a job is; reported in errors so the user knows what had happened already."""
+
+    PREPARE = "prepare"    # run dir and spec being written on the host
+    SYNC = "sync"          # runner bundle being synced
+    LAUNCH = "launch"      # detached process being started
+    RUNNING = "running"    # runner alive, log being tailed
+    COLLECT = "collect"    # results being copied back
+    DONE = "done"
+
+
+def render_launch_script(files: RunFiles, *, python: str, bundle: str, gpus: list[int] | None,
+                         env: dict[str, str], argv: list[str] | None = None) -> str:
+    """The wrapper the host runs detached. Golden-file tested; every value is shell-quoted."""
+    q = shlex.quote
+    check_env_names(env)
+    command = " ".join(q(a) for a in (argv or [python, "-m", "remote", files.root]))
+    exports = [f"export PYTHONPATH={q(bundle)}", "export PYTHONUNBUFFERED=1"]
+    if gpus is not None:
+        exports.append(f"export CUDA_VISIBLE_DEVICES={q(','.join(str(g) for g in gpus))}")
+    exports += [f"export {name}={q(str(value))}" for name, value in sorted(env.items())]
+    return "\n".join([
+        "#!/usr/bin/env bash",
+        "# Written by the orchestrator: runs the runner detached and records its pid and exit code.",
+        f"cd {q(files.root)} || exit 97",
+        "echo $$ > pid",
+        *exports,
+        # Secrets arrive in a 0600 file that is read and removed before the runner starts.
+        "if [ -f secrets.env ]; then set -a; . ./secrets.env; set +a; rm -f secrets.env; fi",
+        f"trap 'echo {CANCELLED_EXIT} > exit_code.tmp; mv exit_code.tmp exit_code; exit {CANCELLED_EXIT}' TERM",
+        f"{command} > runner.log 2>&1 < /dev/null &",
+        "wait $!",
+        "code=$?",
+        "echo $code > exit_code.tmp && mv exit_code.tmp exit_code",
+        "",
+    ])
+
+
+@dataclass
+class _Stream:
+    """One tailed file: byte offset consumed so far and the incomplete last line."""
+
+    remote: str
+    local: Path
+    offset: int = 0
+    partial: bytes = b""
+
+    def feed(self, data: bytes) -> list[str]:
+        self.offset += len(data)
+        with open(self.local, "ab") as f:
+            f.write(data)
+        chunks = (self.partial + data).split(b"\n")
+        self.partial = chunks.pop()
+        return [c.decode("utf-8", "replace") for c in chunks]
+
+
+@dataclass
+class Job:
+    host: Host
+    run_id: str
+    local_dir: Path
+    stage: Stage = Stage.PREPARE
+    exit_code: int | None = None
+    _streams: dict[str, _Stream] = field(default_factory=dict)
+
+    @property
+    def files(self) -> RunFiles:
+        return RunFiles(f"{self.host.workdir}/runs/{self.run_id}")
+
+    def prepare(self, spec_json: str, secrets: dict[str, str] | None = None) -> None:
+        """Create the run dir on the host and place the spec (and secrets, 0600) there."""
+        self.stage = Stage.PREPARE
+        self.local_dir.mkdir(parents=True, exist_ok=True)
+        local_spec = self.local_dir / "spec.json"
+        local_spec.write_text(spec_json)
+        self.host.run(f"mkdir -p {shlex.quote(self.files.root)}")
+        self.host.put(str(local_spec), self.files.spec)
+        if secrets:
+            self._put_secrets(secrets)
+
+    def _put_secrets(self, secrets: dict[str, str]) -> None:
+        # Written through a here-doc on the host with umask 077, never to a local file.
+        check_env_names(secrets)
+        body = "".join(f"{k}={shlex.quote(v)}\n" for k, v in sorted(secrets.items()))
+        path = shlex.quote(f"{self.files.root}/secrets.env")
+        end = f"__SPECBENCH_{uuid.uuid4().hex}__"   # a delimiter no value can contain by chance
+        self.host.run(f"umask 077 && cat > {path} <<'{end}'\n{body}{end}")
+
+    def launch(self, *, bundle: str, gpus: list[int] | None, env: dict[str, str],
+               argv: list[str] | None = None) -> None:
+        self.stage = Stage.LAUNCH
+        script = render_launch_script(self.files, python=self.host.python, bundle=bundle, gpus=gpus,
+                                      env=env, argv=argv)
+        local_script = self.local_dir / "launch.sh"
+        local_script.write_text(script)
+        self.host.put(str(local_script), self.files.launch_script)
+        q = shlex.quote
+        # One simple command backgrounded: `cd x && cmd &` would background a subshell that keeps the
+        # channel open. launch.sh changes into the run dir itself.
+        self.host.run(f"setsid nohup bash {q(self.files.launch_script)} > /dev/null 2>&1 < /dev/null &")
+        self.stage = Stage.RUNNING
+        self._streams = {
+            "log": _Stream(self.files.log, self.local_dir / "runner.log"),
+            "events": _Stream(self.files.events, self.local_dir / "events.jsonl"),
+        }
+        for s in self._streams.values():
+            s.local.write_bytes(b"")
+
+    def poll(self) -> tuple[list[str], list[str]]:
+        """New complete lines of (runner.log, events.jsonl) since the last poll. Checks for the exit code first,
+        so the lines read after seeing it are the last ones."""
+        if self.exit_code is None:
+            raw = self.host.read_from(self.files.exit_code, 0).strip()
+            if raw:
+                self.exit_code = int(raw)
+        log = self._streams["log"]
+        events = self._streams["events"]
+        return (log.feed(self.host.read_from(log.remote, log.offset)),
+                events.feed(self.host.read_from(events.remote, events.offset)))
+
+    def finished(self) -> bool:
+        return self.exit_code is not None
+
+    def wait(self, on_lines, interval: float = 0.25) -> int:
+        """Poll until the runner exits, handing each batch of lines to `on_lines(log_lines, event_lines)`."""
+        while True:
+            done = self.finished()
+            log_lines, event_lines = self.poll()
+            on_lines(log_lines, event_lines)
+            if done:
+                return self.exit_code
+            if not (log_lines or event_lines):
+                time.sleep(interval)
+
+    def collect(self) -> list[str]:
+        """Copy the results the runner wrote into the local dir; returns the names that existed."""
+        self.stage = Stage.COLLECT
+        q = shlex.quote
+        names = ("results.json", "outputs.jsonl", "exit_code")
+        present = self.host.run(
+            " ; ".join(f"[ -f {q(self.files.root)}/{n} ] && echo {n}" for n in names) + " ; true"
+        ).stdout.split()
+        for name in present:
+            self.host.get(f"{self.files.root}/{name}", str(self.local_dir / name))
+        self.stage = Stage.DONE
+        return present
+
+    def cancel(self, grace: float = 5.0) -> None:
+        """Stop the runner's process group: TERM, then KILL whatever is left after `grace` seconds."""
+        q = shlex.quote
+        root = q(self.files.root)
+        steps = max(1, int(grace / 0.2))
+        self.host.run(
+            f"pg=$(cat {root}/pid 2>/dev/null) || exit 0; kill -TERM -- -$pg 2>/dev/null; "
+            f"for i in $(seq {steps}); do kill -0 -- -$pg 2>/dev/null || break; sleep 0.2; done; "
+            f"kill -KILL -- -$pg 2>/dev/null; "
+            f"[ -f {root}/exit_code ] || echo {CANCELLED_EXIT} > {root}/exit_code; true",
+            check=False,
+        )
+        self.exit_code = self.exit_code or CANCELLED_EXIT

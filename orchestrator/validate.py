@@ -1,0 +1,100 @@
+"""Checks on the composed config before anything starts: one line naming the key and what is allowed.
+
+Contract: `validate(cfg)` raises ConfigError for the first bad value; `check_group_choices(argv)` refuses an
+unknown option of a config group (method=foo) before Hydra composes anything. Both happen before a host is
+contacted or an MLflow run exists, so bad input loses nothing.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import DictConfig, ListConfig
+
+from remote.spec import METHODS
+
+from .paths import CONF_DIR
+
+
+class ConfigError(ValueError):
+    """A bad config value. `str()` is the one line shown to the user."""
+
+    def __init__(self, key: str, message: str):
+        self.key = key
+        super().__init__(f"{key}: {message}")
+
+
+def group_options(group: str, conf_dir: Path = CONF_DIR) -> list[str]:
+    return sorted(p.stem for p in (conf_dir / group).glob("*.yaml"))
+
+
+def check_group_choices(overrides: list[str], conf_dir: Path = CONF_DIR) -> None:
+    """Refuse `group=option` overrides whose option file does not exist (sweeps `a,b` are checked per value)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    groups = {p.name for p in conf_dir.iterdir() if p.is_dir() and not p.name.startswith("_")}
+    for override in OverridesParser.create().parse_overrides(overrides):
+        group = override.key_or_group
+        if group not in groups or override.is_delete():
+            continue
+        values = list(override.sweep_string_iterator()) if override.is_sweep_override() else [override.value()]
+        for value in values:
+            if str(value) not in group_options(group, conf_dir):
+                allowed = ", ".join(group_options(group, conf_dir))
+                raise ConfigError(group, f"unknown option {value!r}; choose one of {allowed}")
+
+
+def _int(cfg: DictConfig, key: str, minimum: int) -> None:
+    value = cfg.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(key, f"must be an integer >= {minimum}, got {value!r}")
+
+
+def validate(cfg: DictConfig) -> None:
+    method = cfg.method.name
+    if method not in METHODS:
+        raise ConfigError("method", f"must be one of {', '.join(METHODS)}, got {method!r}")
+    _int(cfg, "tree_budget", 1)
+    _int(cfg, "max_new_tokens", 1)
+    _int(cfg, "seed", 0)
+    if cfg.get("num_prompts") is not None:
+        _int(cfg, "num_prompts", 1)
+    temperature = cfg.get("temperature")
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature < 0:
+        raise ConfigError("temperature", f"must be a number >= 0, got {temperature!r}")
+    gpus = cfg.get("gpus")
+    if not isinstance(gpus, (list, ListConfig)) or not all(
+        isinstance(g, int) and not isinstance(g, bool) and g >= 0 for g in gpus
+    ):
+        raise ConfigError("gpus", f"must be a list of non-negative integers such as [0,1], got {gpus!r}")
+    if cfg.baseline not in ("ar", "none"):
+        raise ConfigError("baseline", f"must be one of ar, none, got {cfg.baseline!r}")
+    if cfg.device not in ("auto", "cpu", "cuda"):
+        raise ConfigError("device", f"must be one of auto, cpu, cuda, got {cfg.device!r}")
+    _check_model(cfg)
+
+
+def _check_model(cfg: DictConfig) -> None:
+    model, drafter = cfg.model, cfg.drafter
+    if model.path is None and not model.get("random"):
+        raise ConfigError("model.path", "set a hub id or local path, or model.random for a random model")
+    if method_needs_drafter(cfg.method.name) and drafter.path is None and drafter.get("random") is None:
+        raise ConfigError("drafter", f"method {cfg.method.name} needs a drafter; choose drafter=<name> "
+                          f"(one of {', '.join(group_options('drafter'))})")
+    if cfg.host.kind == "local":
+        for key, value in (("model.path", model.path), ("drafter.path", drafter.path),
+                           ("model.tokenizer", model.get("tokenizer"))):
+            if _looks_local(value) and not Path(value).expanduser().exists():
+                raise ConfigError(key, f"local path {value!r} does not exist")
+        if cfg.dataset.name == "jsonl" and not Path(str(cfg.dataset.path)).expanduser().is_file():
+            raise ConfigError("dataset.path", f"JSONL file {cfg.dataset.path!r} does not exist")
+
+
+def method_needs_drafter(method: str) -> bool:
+    return method in ("dflash", "ddtree")
+
+
+def _looks_local(value) -> bool:
+    """Hub ids look like `org/name`; a path starts with /, ., ~ or has more than one slash."""
+    if not isinstance(value, str):
+        return False
+    return value.startswith(("/", ".", "~")) or value.count("/") > 1

@@ -1,0 +1,30 @@
+"""Shared fixtures. `host` runs each contract test on every host implementation: Local always, SSH when the
+loopback sshd fixture (tests/sshd.py, real OpenSSH) can start."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = ["tests.sshd"] if (Path(__file__).parent / "sshd.py").exists() else []
+
+
+@pytest.fixture(autouse=True)
+def _isolated_runs_dir(tmp_path, monkeypatch):
+    """Every test writes runs (Hydra dirs, mlflow.db) into its own tmp dir, never into the checkout."""
+    monkeypatch.setenv("SPECBENCH_RUNS_DIR", str(tmp_path / "runs"))
+    yield
+
+
+@pytest.fixture(params=["local", "ssh"])
+def host(request, tmp_path):
+    if request.param == "local":
+        from orchestrator.hosts.local import LocalHost
+
+        yield LocalHost(workdir=str(tmp_path / "hostwork"))
+        return
+    try:
+        yield request.getfixturevalue("ssh_host")
+    except pytest.FixtureLookupError:
+        pytest.skip("no ssh_host fixture (tests/sshd.py starts a loopback OpenSSH server)")

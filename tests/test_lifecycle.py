@@ -1,0 +1,137 @@
+"""The job lifecycle against every host (the same code production uses): bundle sync, launch, tail, cancel."""
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator.bundle import local_bundle, sync_bundle
+from orchestrator.hosts.base import Result
+from orchestrator.lifecycle import CANCELLED_EXIT, Job, render_launch_script
+from remote.files import RunFiles
+
+GOLDEN = Path(__file__).parent / "golden"
+
+
+class CountingHost:
+    """Wraps a real host and counts its round trips (commands and transfers)."""
+
+    def __init__(self, inner):
+        self.inner, self.calls = inner, []
+        self.name, self.workdir, self.python = inner.name, inner.workdir, inner.python
+
+    def run(self, command, **kw) -> Result:
+        self.calls.append(("run", command))
+        return self.inner.run(command, **kw)
+
+    def put(self, local, remote):
+        self.calls.append(("put", remote))
+        self.inner.put(local, remote)
+
+    def get(self, remote, local):
+        self.calls.append(("get", remote))
+        self.inner.get(remote, local)
+
+    def read_from(self, path, offset):
+        return self.inner.read_from(path, offset)
+
+    def close(self):
+        self.inner.close()
+
+
+def make_package(root: Path, files: dict[str, str]) -> Path:
+    pkg = root / "remote"
+    for name, text in files.items():
+        (pkg / name).parent.mkdir(parents=True, exist_ok=True)
+        (pkg / name).write_text(text)
+    return pkg
+
+
+def test_bundle_unchanged_costs_one_round_trip_and_changes_travel_alone(host, tmp_path):
+    pkg = make_package(tmp_path / "src", {"__init__.py": "", "a.py": "A = 1\n", "sub/b.py": "B = 2\n"})
+    counting = CountingHost(host)
+    first = sync_bundle(counting, pkg)
+    assert host.run(f"cat {shlex.quote(first)}/remote/sub/b.py").stdout == "B = 2\n"
+
+    counting.calls.clear()
+    assert sync_bundle(counting, pkg) == first
+    assert len(counting.calls) == 1 and counting.calls[0][0] == "run"
+
+    (pkg / "a.py").write_text("A = 3\n")
+    (pkg / "sub" / "b.py").unlink()
+    counting.calls.clear()
+    second = sync_bundle(counting, pkg)
+    assert second != first
+    puts = [c for c in counting.calls if c[0] == "put"]
+    assert len(puts) == 1  # one tar holding only the changed file and the manifest
+    listing = host.run(f"cd {shlex.quote(second)} && find remote -type f | sort").stdout.split()
+    assert listing == ["remote/__init__.py", "remote/a.py"]
+    assert host.run(f"cat {shlex.quote(second)}/remote/a.py").stdout == "A = 3\n"
+
+
+def test_bundle_digest_follows_content(tmp_path):
+    pkg = make_package(tmp_path, {"x.py": "1"})
+    before = local_bundle(pkg).digest
+    (pkg / "x.py").write_text("2")
+    assert local_bundle(pkg).digest != before
+
+
+SCRIPT = r"""
+import json, sys, time
+with open("events.jsonl", "a") as ev:
+    for i in range(5):
+        print(f"line {i} with unicode \u00e9", flush=True)
+        ev.write(json.dumps({"event": "progress", "done": i + 1, "total": 5}) + "\n"); ev.flush()
+        time.sleep(0.05)
+print("partial-no-newline", end="", flush=True)
+sys.exit(3)
+"""
+
+
+def test_launch_tail_and_exit_code(host, tmp_path):
+    job = Job(host, "run-1", tmp_path / "local")
+    job.prepare('{"version": 1}')
+    job.launch(bundle="/nonexistent", gpus=[0], env={"MARK": "$(echo pwned)"},
+               argv=[host.python, "-c", SCRIPT])
+    log_lines, events = [], []
+    code = job.wait(lambda l, e: (log_lines.extend(l), events.extend(e)), interval=0.05)
+    assert code == 3
+    assert [json.loads(e)["done"] for e in events] == [1, 2, 3, 4, 5]
+    assert log_lines[:5] == [f"line {i} with unicode \u00e9" for i in range(5)]
+    remote_log = host.read_from(job.files.log, 0)
+    assert (tmp_path / "local" / "runner.log").read_bytes() == remote_log
+    assert job.collect() == ["exit_code"]
+
+
+def test_cancel_stops_the_process_group(host, tmp_path):
+    job = Job(host, "run-2", tmp_path / "local")
+    job.prepare("{}")
+    # A child that ignores nothing and a grandchild: both must be gone after cancel.
+    job.launch(bundle="/x", gpus=None, env={},
+               argv=["bash", "-c", "sleep 300 & echo started; wait"])
+    deadline = time.time() + 10
+    while time.time() < deadline and b"started" not in host.read_from(job.files.log, 0):
+        time.sleep(0.05)
+    pgid = host.run(f"cat {shlex.quote(job.files.pid)}").stdout.strip()
+    job.cancel(grace=2)
+    alive = host.run(f"pgrep -g {pgid} || true").stdout.strip()
+    assert alive == ""
+    assert job.exit_code == CANCELLED_EXIT
+    assert host.run(f"cat {shlex.quote(job.files.exit_code)}").stdout.strip() == str(CANCELLED_EXIT)
+
+
+def test_launch_script_matches_golden_file():
+    script = render_launch_script(
+        RunFiles("/work dir/runs/r1"), python="/opt/venv/bin/python3", bundle="/work dir/bundles/abc",
+        gpus=[0, 1], env={"HF_HOME": "/data/hf cache", "EVIL": "$(touch /tmp/x); `id`\nrm -rf /"},
+    )
+    assert script == (GOLDEN / "launch.sh").read_text()
+
+
+def test_env_names_must_be_identifiers():
+    with pytest.raises(ValueError, match="not a valid identifier"):
+        render_launch_script(RunFiles("/r"), python="p", bundle="b", gpus=None, env={"A;rm": "x"})
