@@ -1,0 +1,46 @@
+"""Bad input: one line naming the key, exit 2, nothing started and no MLflow run created."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from orchestrator.validate import group_options
+
+CASES = [
+    ("method=foo", "method"),
+    ("model=nope", "model"),
+    ("host=nowhere", "host"),
+    ("tree_budget=0", "tree_budget"),
+    ("max_new_tokens=0", "max_new_tokens"),
+    ("temperature=-0.5", "temperature"),
+    ("gpus=[a]", "gpus"),
+    ("gpus=[-1]", "gpus"),
+    ("gpus=3", "gpus"),
+    ("model.path=./missing-model-dir", "model.path"),
+    ("baseline=maybe", "baseline"),
+]
+
+
+def run_cli(*args, cwd=None, env=None):
+    return subprocess.run([sys.executable, "-m", "orchestrator", *args], capture_output=True, text=True,
+                          cwd=cwd, env=env or os.environ.copy(), timeout=120)
+
+
+@pytest.mark.parametrize("override,key", CASES)
+def test_invalid_value_exits_2_naming_the_key(override, key, tmp_path):
+    proc = run_cli(override, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    lines = [l for l in proc.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith(f"error: {key}:")
+    runs = tmp_path / "runs"
+    assert not (runs / "mlflow.db").exists()
+
+
+def test_unknown_option_lists_the_valid_ones(tmp_path):
+    proc = run_cli("method=foo", cwd=tmp_path)
+    for option in group_options("method"):
+        assert option in proc.stderr
