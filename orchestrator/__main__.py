@@ -22,7 +22,12 @@ def main() -> None:
 
     # Run dirs are absolute (<project>/runs or SPECBENCH_RUNS_DIR) whatever the working directory.
     OmegaConf.register_new_resolver("runs_dir", lambda: str(runs_dir()), replace=True)
-    hydra_main()
+    try:
+        hydra_main()
+    finally:
+        from .sweep import close_orphan_parent
+
+        close_orphan_parent()
 
 
 if __name__ == "__main__":

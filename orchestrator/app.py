@@ -23,6 +23,7 @@ from .hosts import HostError, make_host
 from .lifecycle import Job
 from .paths import CONF_DIR, PROJECT_ROOT
 from .runspec import build_spec
+from .sweep import PARENT_ENV
 from .tracking import Status, Tracker, flatten
 from .validate import ConfigError, validate
 
@@ -72,7 +73,8 @@ def run_job(cfg: DictConfig, console: Console | None = None) -> Status:
     tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment)
     tags = {"method": cfg.method.name, "host": cfg.host.name, "project_commit": project_commit(),
             "run_dir": str(run_dir), "run_id_local": run_id}
-    tracker.start(run_name=f"{cfg.method.name}-{cfg.model.name}", params=flatten(_params(resolved)), tags=tags)
+    tracker.start(run_name=f"{cfg.method.name}-{cfg.model.name}", params=flatten(_params(resolved)), tags=tags,
+                  parent_run_id=os.environ.get(PARENT_ENV))
     if tracker.warning:
         console.print(f"[yellow]{tracker.warning}[/]")
 
@@ -96,6 +98,8 @@ def run_job(cfg: DictConfig, console: Console | None = None) -> Status:
         status = Status.KILLED
     except HostError as exc:
         console.print(f"[red]error: {exc}[/]")
+    except Exception:  # a bug of ours must still close the MLflow run (and a sweep's parent) as FAILED
+        console.print_exception()
     finally:
         host.close()
 
