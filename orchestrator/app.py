@@ -1,10 +1,12 @@
 """`python -m orchestrator`: compose the config with Hydra, then run one job end to end.
 
-Order matters: validate (exit 2, nothing started) -> connect the host -> open the MLflow run -> sync,
-launch, tail -> collect -> log. Everything lands in the Hydra run dir first; MLflow mirrors it.
+Order matters: validate (exit 2, nothing started) -> lease GPUs (pool) -> connect the host and preflight ->
+open the MLflow run -> sync, launch, tail -> collect -> log. Everything lands in the Hydra run dir first;
+MLflow mirrors it. `attach` re-enters the same flow at "tail" for a run still going.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -18,17 +20,18 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
 from .bundle import sync_bundle
-from .display import LiveDisplay, results_table
 from .hosts import HostError, make_host
+from .leases import GpuPool
 from .lifecycle import Job
+from .monitor import Outcome, follow, report
 from .paths import CONF_DIR, PROJECT_ROOT
 from .runspec import build_spec
 from .sweep import PARENT_ENV
-from .tracking import Status, Tracker, flatten
+from .tracking import Tracker, flatten
 from .validate import ConfigError, validate
 
 EXIT_BAD_INPUT = 2
-ARTIFACTS = ("config.yaml", "spec.json", "runner.log", "events.jsonl", "results.json", "outputs.jsonl")
+JOB_FILE = "job.json"   # what `attach` needs to find the run again (no secrets)
 
 
 def project_commit() -> str:
@@ -47,13 +50,24 @@ def fail_input(message: str) -> None:
     raise SystemExit(EXIT_BAD_INPUT)
 
 
-def _secrets(cfg: DictConfig) -> dict[str, str]:
-    """Values of `host.forward_env` names, read from this environment; never logged anywhere."""
-    names = cfg.host.get("forward_env") or []
+def _secrets(host_cfg) -> dict[str, str]:
+    """Values of `host.forward_env` names, read from this environment; never logged or written locally."""
+    names = host_cfg.get("forward_env") or []
     return {name: os.environ[name] for name in names if name in os.environ}
 
 
-def run_job(cfg: DictConfig, console: Console | None = None) -> Status:
+@contextlib.contextmanager
+def _placement(cfg: DictConfig):
+    """(host config, gpus) for this job: the configured ones, or a lease from the pool."""
+    entries = OmegaConf.to_container(cfg.pool.hosts, resolve=True) if cfg.get("pool") else []
+    if not entries:
+        yield cfg.host, list(cfg.gpus)
+        return
+    with GpuPool(entries, cfg.pool.lock_dir).acquire(len(cfg.gpus)) as lease:
+        yield OmegaConf.create(lease.host), lease.gpus
+
+
+def run_job(cfg: DictConfig, console: Console | None = None) -> Outcome:
     console = console or Console()
     try:
         validate(cfg)
@@ -66,89 +80,77 @@ def run_job(cfg: DictConfig, console: Console | None = None) -> Status:
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(resolved)))
 
-    try:
-        host = make_host(cfg.host)
-    except (HostError, ValueError) as exc:
-        fail_input(str(exc))
-    tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment)
-    tags = {"method": cfg.method.name, "host": cfg.host.name, "project_commit": project_commit(),
-            "run_dir": str(run_dir), "run_id_local": run_id}
-    tracker.start(run_name=f"{cfg.method.name}-{cfg.model.name}", params=flatten(_params(resolved)), tags=tags,
-                  parent_run_id=os.environ.get(PARENT_ENV))
-    if tracker.warning:
-        console.print(f"[yellow]{tracker.warning}[/]")
+    with _placement(cfg) as (host_cfg, gpus):
+        try:
+            host = make_host(host_cfg)
+        except (HostError, ValueError) as exc:
+            fail_input(str(exc))
+        tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment)
+        job = Job(host, run_id, run_dir)
+        outcome = Outcome(job)
+        try:
+            pre_tags = _preflight(host, host_cfg, gpus, bool(cfg.get("force", False)), console)
+            tags = {"method": cfg.method.name, "host": host.name, "project_commit": project_commit(),
+                    "run_dir": str(run_dir), "run_id_local": run_id, "gpus": ",".join(map(str, gpus)),
+                    **pre_tags}
+            tracker.start(run_name=f"{cfg.method.name}-{cfg.model.name}", params=flatten(_params(resolved)),
+                          tags=tags, parent_run_id=os.environ.get(PARENT_ENV))
+            if tracker.warning:
+                console.print(f"[yellow]{tracker.warning}[/]")
+            script = _user_script(cfg)
+            job.prepare(spec.to_json(), secrets=_secrets(host_cfg), files=[script] if script else [])
+            bundle = sync_bundle(host)
+            env = {str(k): str(v) for k, v in (host_cfg.get("env") or {}).items()}
+            argv = [host.python, "-u", script.name, *map(str, cfg.runner.args)] if script else None
+            job.launch(bundle=bundle, gpus=gpus, env=env, argv=argv)
+            _save_job(run_dir, host_cfg, run_id, tracker)
+            console.print(f"[cyan]run {run_id} on {host.name} (gpus {gpus}): {cfg.method.name}, "
+                          f"model {cfg.model.name}; local dir {run_dir}[/]")
+            follow(job, outcome, console, fail_fast=bool(cfg.get("fail_fast", True)), needs_results=not script)
+        except HostError as exc:
+            outcome.error(str(exc))
+            console.print(f"[red]error: {exc}[/]")
+        except Exception:  # a bug of ours must still close the MLflow run (and a sweep's parent) as FAILED
+            outcome.error("orchestrator error")
+            console.print_exception()
+        finally:
+            host.close()
+    report(outcome, tracker, run_dir, console, title=f"{cfg.method.name} on {cfg.model.name}")
+    return outcome
 
-    job = Job(host, run_id, run_dir)
-    status = Status.FAILED
-    try:
-        job.prepare(spec.to_json(), secrets=_secrets(cfg))
-        bundle = sync_bundle(host)
-        env = {str(k): str(v) for k, v in (cfg.host.get("env") or {}).items()}
-        job.launch(bundle=bundle, gpus=list(cfg.gpus), env=env)
-        console.print(f"[cyan]run {run_id} on {host.name}: {cfg.method.name}, model {cfg.model.name}; "
-                      f"local dir {run_dir}[/]")
-        with LiveDisplay(console) as display:
-            code = job.wait(display.feed)
-        job.collect()
-        status = Status.FINISHED if code == 0 and (run_dir / "results.json").exists() else Status.FAILED
-    except KeyboardInterrupt:
-        console.print("[yellow]interrupted: stopping the runner on the host[/]")
-        job.cancel()
-        _collect_quietly(job)
-        status = Status.KILLED
-    except HostError as exc:
-        console.print(f"[red]error: {exc}[/]")
-    except Exception:  # a bug of ours must still close the MLflow run (and a sweep's parent) as FAILED
-        console.print_exception()
-    finally:
-        host.close()
 
-    results = _read_results(run_dir)
-    metrics = results.get("metrics", {})
-    env_tags = {k: str(v) for k, v in results.get("environment", {}).items()}
-    if status is Status.FAILED:
-        env_tags["failure.stage"] = job.stage.value
-        env_tags["exit_code"] = str(job.exit_code)
-    tracker.finish(status, metrics, {**env_tags, "status": status.value},
-                   [run_dir / name for name in ARTIFACTS])
-    if metrics:
-        console.print(results_table(metrics, f"{cfg.method.name} on {cfg.model.name}"))
-    colour = {Status.FINISHED: "green", Status.FAILED: "red", Status.KILLED: "yellow"}[status]
-    console.print(f"[{colour}]{status.value}[/] run dir: {run_dir}"
-                  + (f"  mlflow run: {tracker.run_id}" if tracker.run_id else ""))
-    if status is Status.FAILED:
-        console.print(f"[red]runner log tail:[/]\n{_tail(run_dir / 'runner.log')}")
-    return status
+def _user_script(cfg: DictConfig) -> Path | None:
+    """`runner=script`: the user's own script (validated to exist), launched instead of our runner."""
+    return Path(cfg.runner.path).expanduser().resolve() if cfg.runner.kind == "script" else None
+
+
+def _preflight(host, host_cfg, gpus: list[int], force: bool, console: Console) -> dict[str, str]:
+    """Versions, GPUs in use and free disk of a remote host, in one round trip; busy GPUs refuse the run."""
+    if host_cfg.get("kind", "local") == "local":
+        return {}
+    from .preflight import preflight
+
+    facts = preflight(host)
+    for line in facts.check_gpus(gpus, force=force):
+        console.print(f"[yellow]warning (force=true): {line}[/]")
+    return facts.tags()
 
 
 def _params(resolved: dict) -> dict:
-    """What is logged as params: the resolved config without Hydra's own node or secret values."""
+    """What is logged as params: the resolved config without Hydra's own node (secrets are never in it)."""
     return {k: v for k, v in resolved.items() if k != "hydra"}
 
 
-def _collect_quietly(job: Job) -> None:
-    try:
-        job.collect()
-    except Exception:
-        pass
-
-
-def _read_results(run_dir: Path) -> dict:
-    try:
-        return json.loads((run_dir / "results.json").read_text())
-    except (OSError, json.JSONDecodeError):
-        return {}
-
-
-def _tail(path: Path, lines: int = 20) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
+def _save_job(run_dir: Path, host_cfg, run_id: str, tracker: Tracker) -> None:
+    host = OmegaConf.to_container(host_cfg, resolve=True) if not isinstance(host_cfg, dict) else host_cfg
+    (run_dir / JOB_FILE).write_text(json.dumps({
+        "run_id": run_id, "host": host, "mlflow_run_id": tracker.run_id, "tracking_uri": tracker.uri,
+        "experiment": tracker.experiment,
+    }, indent=2))
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
 def hydra_main(cfg: DictConfig) -> None:
-    status = run_job(cfg)
-    if status is not Status.FINISHED and not HydraConfig.get().mode.name == "MULTIRUN":
-        raise SystemExit(130 if status is Status.KILLED else 1)
+    outcome = run_job(cfg)
+    if not outcome.ok and HydraConfig.get().mode.name != "MULTIRUN":
+        raise SystemExit(outcome.exit_status)

@@ -13,7 +13,6 @@ import enum
 import re
 import shlex
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -101,24 +100,27 @@ class Job:
     def files(self) -> RunFiles:
         return RunFiles(f"{self.host.workdir}/runs/{self.run_id}")
 
-    def prepare(self, spec_json: str, secrets: dict[str, str] | None = None) -> None:
-        """Create the run dir on the host and place the spec (and secrets, 0600) there."""
+    def prepare(self, spec_json: str, secrets: dict[str, str] | None = None, files: list[Path] = ()) -> None:
+        """Create the run dir on the host and place the spec, extra `files` (a user's script) and secrets
+        (0600) there."""
         self.stage = Stage.PREPARE
         self.local_dir.mkdir(parents=True, exist_ok=True)
         local_spec = self.local_dir / "spec.json"
         local_spec.write_text(spec_json)
         self.host.run(f"mkdir -p {shlex.quote(self.files.root)}")
         self.host.put(str(local_spec), self.files.spec)
+        for path in files:
+            self.host.put(str(path), f"{self.files.root}/{path.name}")
         if secrets:
             self._put_secrets(secrets)
 
     def _put_secrets(self, secrets: dict[str, str]) -> None:
-        # Written through a here-doc on the host with umask 077, never to a local file.
+        # Sent on stdin to a umask-077 `cat` on the host: never in a local file, nor in a command line
+        # (`ps` shows those to every user of a shared box).
         check_env_names(secrets)
         body = "".join(f"{k}={shlex.quote(v)}\n" for k, v in sorted(secrets.items()))
         path = shlex.quote(f"{self.files.root}/secrets.env")
-        end = f"__SPECBENCH_{uuid.uuid4().hex}__"   # a delimiter no value can contain by chance
-        self.host.run(f"umask 077 && cat > {path} <<'{end}'\n{body}{end}")
+        self.host.run(f"umask 077 && cat > {path}", stdin=body.encode())
 
     def launch(self, *, bundle: str, gpus: list[int] | None, env: dict[str, str],
                argv: list[str] | None = None) -> None:

@@ -94,15 +94,18 @@ class Tracker:
             self._client.log_batch(self.run_id, params=items[i:i + 100])
 
     def finish(self, status: Status, metrics: Mapping[str, float], tags: Mapping[str, str],
-               artifacts: list[Path]) -> None:
+               artifacts: list[Path], history: list[tuple[str, float, int]] = ()) -> None:
+        """Final metrics (step 0), per-step `history` (name, value, step), tags, artifacts and the status."""
         if self._client is None:
             return
         try:
-            from mlflow.entities import Metric, RunTag
             import time
 
+            from mlflow.entities import Metric, RunTag
+
             now = int(time.time() * 1000)
-            ms = [Metric(k, float(v), now, 0) for k, v in metrics.items()
+            points = [(k, v, 0) for k, v in metrics.items()] + list(history)
+            ms = [Metric(k, float(v), now, step) for k, v, step in points
                   if isinstance(v, (int, float)) and math.isfinite(float(v))]
             ts = [RunTag(k, str(v)[:8000]) for k, v in tags.items()]
             for i in range(0, max(len(ms), len(ts)), 500):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from omegaconf import DictConfig, ListConfig
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from remote.spec import METHODS
 
@@ -70,6 +70,12 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError("baseline", f"must be one of ar, none, got {cfg.baseline!r}")
     if cfg.device not in ("auto", "cpu", "cuda"):
         raise ConfigError("device", f"must be one of auto, cpu, cuda, got {cfg.device!r}")
+    runner = cfg.get("runner")
+    if runner is not None and runner.kind == "script":
+        path = OmegaConf.select(runner, "path", throw_on_missing=False)
+        if not path or not Path(str(path)).expanduser().is_file():
+            raise ConfigError("runner.path", f"runner=script needs an existing script file, got {path!r}")
+        return   # a user's script brings its own model and method
     _check_model(cfg)
 
 

@@ -1,0 +1,161 @@
+"""Following a launched job to its end: live display, live failure detection, cancel, and the final report.
+
+Contract: `follow(job, outcome, ...)` tails the job until it exits, shows progress and the runner's log, and
+matches every log line against the failure catalog as it arrives: a fatal finding is shown at once with its
+fix and, with `fail_fast`, stops the job. Ctrl-C stops the job's process group on the host (KILLED).
+`report(outcome, tracker, ...)` turns what happened into the MLflow status, `failure.*` tags, a traceback
+artifact and the terminal summary. Used by a fresh run and by `attach` alike.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+
+from .display import LiveDisplay, results_table
+from .failures import Detector, Finding, Severity
+from .lifecycle import Job
+from .tracking import Status, Tracker
+
+ARTIFACTS = ("config.yaml", "spec.json", "runner.log", "events.jsonl", "results.json", "outputs.jsonl",
+             "traceback.txt", "failure.json")
+
+
+class _FailFast(Exception):
+    def __init__(self, finding: Finding):
+        self.finding = finding
+
+
+@dataclass
+class Outcome:
+    """How a job ended, filled in as it goes."""
+
+    job: Job
+    status: Status = Status.FAILED
+    detector: Detector = field(default_factory=Detector)
+    errors: list[str] = field(default_factory=list)
+    stopped_by: str | None = None    # "user" (Ctrl-C) or the failure id that fail-fast stopped on
+    history: list[tuple[str, float, int]] = field(default_factory=list)   # (metric, value, step) from the log
+
+    def scan_metric_lines(self, lines: list[str]) -> None:
+        """A user script reports metrics as JSON lines: {"metric": name, "value": v, "step": n}."""
+        for line in lines:
+            if line.startswith("{") and '"metric"' in line:
+                try:
+                    obj = json.loads(line)
+                    self.history.append((str(obj["metric"]), float(obj["value"]), int(obj.get("step", 0))))
+                except (ValueError, KeyError, TypeError):
+                    continue
+
+    def error(self, message: str) -> None:
+        self.errors.append(message)
+        self.status = Status.FAILED
+
+    @property
+    def ok(self) -> bool:
+        return self.status is Status.FINISHED
+
+    @property
+    def exit_status(self) -> int:
+        return {Status.FINISHED: 0, Status.KILLED: 130}.get(self.status, 1)
+
+
+def _show(console: Console, finding: Finding) -> None:
+    colour = "red" if finding.severity is Severity.FATAL else "yellow"
+    console.print(f"[{colour}]{finding.severity.value}: {finding.id}: {escape(finding.message)}[/]")
+    console.print(f"[{colour}]  fix: {escape(finding.hint)}[/]")
+
+
+def follow(job: Job, outcome: Outcome, console: Console, fail_fast: bool = True,
+           needs_results: bool = True) -> None:
+    """Tail `job` to its end. `needs_results`: a run counts as finished only if it wrote results.json (our
+    runner does; a user's script need not)."""
+    def on_lines(log_lines: list[str], event_lines: list[str]) -> None:
+        display.feed(log_lines, event_lines)
+        outcome.scan_metric_lines(log_lines)
+        for finding in outcome.detector.feed_lines(log_lines):
+            _show(console, finding)
+            if finding.severity is Severity.FATAL and fail_fast:
+                raise _FailFast(finding)
+
+    try:
+        with LiveDisplay(console) as display:
+            code = job.wait(on_lines)
+        job.collect()
+        done = code == 0 and (not needs_results or (job.local_dir / "results.json").exists())
+        outcome.status = Status.FINISHED if done else Status.FAILED
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted: stopping the runner on the host[/]")
+        _stop(job)
+        outcome.status, outcome.stopped_by = Status.KILLED, "user"
+    except _FailFast as stop:
+        console.print(f"[red]fail_fast: stopping the run on {stop.finding.id}[/]")
+        _stop(job)
+        outcome.status, outcome.stopped_by = Status.FAILED, stop.finding.id
+
+
+def _stop(job: Job) -> None:
+    job.cancel()
+    try:
+        job.collect()
+    except Exception:  # what could be collected was; the local mirror has the log regardless
+        pass
+
+
+def report(outcome: Outcome, tracker: Tracker, run_dir: Path, console: Console, title: str) -> None:
+    results = _read_json(run_dir / "results.json")
+    metrics = results.get("metrics", {})
+    tags = {k: str(v) for k, v in results.get("environment", {}).items()}
+    detector = outcome.detector
+    detector.close()
+    failed = outcome.status is Status.FAILED
+    found = detector.report(outcome.job.exit_code if failed else None)
+    if failed:
+        tags.update(found.tags() or {"failure.id": "orchestrator_error", "failure.category": "orchestrator",
+                                     "failure.hint": "; ".join(outcome.errors) or "see the run's log"})
+        tags.update({"failure.stage": outcome.job.stage.value, "exit_code": str(outcome.job.exit_code)})
+        (run_dir / "failure.json").write_text(json.dumps(found.to_dict(), indent=2))
+        if found.traceback:
+            (run_dir / "traceback.txt").write_text(str(found.traceback))
+    if found.warnings:
+        tags["warnings"] = ",".join(sorted({w.finding.id for w in found.warnings}))
+    if outcome.stopped_by:
+        tags["stopped_by"] = outcome.stopped_by
+    tracker.finish(outcome.status, metrics, {**tags, "status": outcome.status.value},
+                   [run_dir / name for name in ARTIFACTS], history=outcome.history)
+    _summary(outcome, found, metrics, tracker, run_dir, console, title)
+
+
+def _summary(outcome, found, metrics, tracker, run_dir, console, title) -> None:
+    if metrics:
+        console.print(results_table(metrics, title))
+    for w in found.warnings:
+        console.print(f"[yellow]warning x{w.count}: {w.finding.id}: {escape(w.finding.hint)}[/]")
+    colour = {Status.FINISHED: "green", Status.FAILED: "red", Status.KILLED: "yellow"}[outcome.status]
+    console.print(f"[{colour}]{outcome.status.value}[/] run dir: {run_dir}"
+                  + (f"  mlflow run: {tracker.run_id}" if tracker.run_id else ""))
+    if outcome.status is Status.FAILED:
+        if found.primary is not None:
+            console.print(f"[red]{found.primary.id}: {escape(found.primary.message)}\n  fix: "
+                          f"{escape(found.primary.hint)}[/]")
+        if found.traceback:
+            console.print(escape(str(found.traceback)))
+        else:
+            console.print(f"[red]runner log tail:[/]\n{escape(_tail(run_dir / 'runner.log'))}")
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"

@@ -1,0 +1,40 @@
+"""Users' own runner scripts go through the same launch, tail, failure detection and MLflow logging."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from mlflow.tracking import MlflowClient
+
+SCRIPT = Path(__file__).parent / "scripts" / "user_hybrid_script.py"
+
+
+def run_script(tmp_path, *args):
+    overrides = ["runner=script", f"runner.path={SCRIPT}", f"runner.args=[{','.join(args)}]", "host=local"]
+    proc = subprocess.run([sys.executable, "-m", "orchestrator", *overrides], capture_output=True, text=True,
+                          cwd=tmp_path, env=os.environ.copy(), timeout=300)
+    client = MlflowClient(f"sqlite:///{tmp_path / 'runs' / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("specbench").experiment_id],
+                              order_by=["attributes.start_time DESC"])
+    return proc, client, runs[0]
+
+
+def test_bare_dynamic_cache_on_hybrid_fails_with_the_fix(tmp_path):
+    proc, client, run = run_script(tmp_path, "--bare-cache")
+    assert proc.returncode == 1
+    assert run.info.status == "FAILED"
+    assert run.data.tags["failure.id"] == "hybrid_cache_without_config"
+    assert "DynamicCache(config=" in run.data.tags["failure.hint"]
+    assert "DynamicCache(config=" in proc.stdout          # shown in the terminal too
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"runner.log", "traceback.txt"} <= artifacts
+
+
+def test_fixed_script_finishes_and_its_json_lines_become_metrics(tmp_path):
+    proc, client, run = run_script(tmp_path, "--steps", "3")
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    assert run.info.status == "FINISHED"
+    history = client.get_metric_history(run.info.run_id, "logit_max")
+    assert sorted(m.step for m in history) == [0, 1, 2]
