@@ -5,6 +5,10 @@ import sys
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["attach"]:
+        from .attach import main as attach_main
+
+        raise SystemExit(attach_main(sys.argv[2:]))
     from .validate import ConfigError, check_group_choices
 
     overrides = [a for a in sys.argv[1:] if not a.startswith("-") and "=" in a]

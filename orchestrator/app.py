@@ -19,6 +19,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
+from .attach import JOB_FILE
 from .bundle import sync_bundle
 from .hosts import HostError, make_host
 from .leases import GpuPool
@@ -31,7 +32,6 @@ from .tracking import Tracker, flatten
 from .validate import ConfigError, validate
 
 EXIT_BAD_INPUT = 2
-JOB_FILE = "job.json"   # what `attach` needs to find the run again (no secrets)
 
 
 def project_commit() -> str:
@@ -103,7 +103,7 @@ def run_job(cfg: DictConfig, console: Console | None = None) -> Outcome:
             env = {str(k): str(v) for k, v in (host_cfg.get("env") or {}).items()}
             argv = [host.python, "-u", script.name, *map(str, cfg.runner.args)] if script else None
             job.launch(bundle=bundle, gpus=gpus, env=env, argv=argv)
-            _save_job(run_dir, host_cfg, run_id, tracker)
+            _save_job(run_dir, host_cfg, run_id, tracker, needs_results=not script)
             console.print(f"[cyan]run {run_id} on {host.name} (gpus {gpus}): {cfg.method.name}, "
                           f"model {cfg.model.name}; local dir {run_dir}[/]")
             follow(job, outcome, console, fail_fast=bool(cfg.get("fail_fast", True)), needs_results=not script)
@@ -141,11 +141,12 @@ def _params(resolved: dict) -> dict:
     return {k: v for k, v in resolved.items() if k != "hydra"}
 
 
-def _save_job(run_dir: Path, host_cfg, run_id: str, tracker: Tracker) -> None:
+def _save_job(run_dir: Path, host_cfg, run_id: str, tracker: Tracker, needs_results: bool) -> None:
+    """What `attach` needs to find the run again. Host config holds env var names, never secret values."""
     host = OmegaConf.to_container(host_cfg, resolve=True) if not isinstance(host_cfg, dict) else host_cfg
     (run_dir / JOB_FILE).write_text(json.dumps({
         "run_id": run_id, "host": host, "mlflow_run_id": tracker.run_id, "tracking_uri": tracker.uri,
-        "experiment": tracker.experiment,
+        "experiment": tracker.experiment, "needs_results": needs_results,
     }, indent=2))
 
 

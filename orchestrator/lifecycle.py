@@ -134,13 +134,26 @@ class Job:
         # One simple command backgrounded: `cd x && cmd &` would background a subshell that keeps the
         # channel open. launch.sh changes into the run dir itself.
         self.host.run(f"setsid nohup bash {q(self.files.launch_script)} > /dev/null 2>&1 < /dev/null &")
+        self._open_streams(resume=False)
+
+    def _open_streams(self, resume: bool) -> None:
+        """Start tailing: from the beginning, or (resume) from what the local mirror already holds."""
         self.stage = Stage.RUNNING
         self._streams = {
             "log": _Stream(self.files.log, self.local_dir / "runner.log"),
             "events": _Stream(self.files.events, self.local_dir / "events.jsonl"),
         }
         for s in self._streams.values():
-            s.local.write_bytes(b"")
+            if resume and s.local.exists():
+                mirrored = s.local.read_bytes()
+                s.offset = len(mirrored)
+                s.partial = mirrored[mirrored.rfind(b"\n") + 1:]   # an unfinished line stays pending
+            else:
+                s.local.write_bytes(b"")
+
+    def attach(self) -> None:
+        """Resume tailing a job launched earlier (by another orchestrator process), where the mirror ends."""
+        self._open_streams(resume=True)
 
     def poll(self) -> tuple[list[str], list[str]]:
         """New complete lines of (runner.log, events.jsonl) since the last poll. Checks for the exit code first,

@@ -86,6 +86,17 @@ class Tracker:
             log.warning(self.warning)
             self._client = None
 
+    def resume(self, run_id: str | None) -> None:
+        """Continue logging to an existing run (attach); without one, the run is only kept locally."""
+        if not run_id:
+            return
+        try:
+            self._client, _ = self._connect()
+            self.run_id = run_id
+        except Exception as exc:
+            self.warning = f"MLflow at {self.uri} unavailable ({type(exc).__name__}: {exc}); results kept locally"
+            self._client = None
+
     def _log_params(self, params: Mapping[str, str]) -> None:
         from mlflow.entities import Param
 
