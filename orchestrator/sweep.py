@@ -58,10 +58,25 @@ def finish_parent(uri: str, parent: str, sweep_dir: Path) -> int:
     for path in summarize(rows, out):
         client.log_artifact(parent, str(path))
     client.set_tag(parent, "sweep.jobs", str(len(rows)))
+    client.set_tag(parent, "sweep.compare_url", compare_url(client, parent))
     client.set_tag(parent, "sweep.failed", str(failed))
     status = Status.FAILED if failed or not rows else Status.FINISHED
     client.set_terminated(parent, status.value)
     return failed
+
+
+def compare_url(client, parent: str) -> str:
+    """The MLflow UI page comparing a sweep's children (relative to the server's root)."""
+    children = select_runs_ids(client, parent)
+    exp = client.get_run(parent).info.experiment_id
+    ids = ",".join(f'"{c}"' for c in children)
+    return f"#/compare-runs?runs=[{ids}]&experiments=[\"{exp}\"]"
+
+
+def select_runs_ids(client, parent: str) -> list[str]:
+    from .compare import select_runs
+
+    return [r.info.run_id for r in select_runs(client, parent=parent)]
 
 
 def close_orphan_parent() -> None:
