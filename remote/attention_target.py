@@ -1,0 +1,97 @@
+"""`Target` for pure-attention models (Qwen3, Llama-style): a transformers KV cache plus tree verification.
+
+Contract (see remote.target): `verify(tokens, parents)` runs the N tree nodes in one forward with position
+ids `prefix_len + depth` and a 4-D additive float mask [1, 1, N, prefix_len + N] in which the committed prefix
+is visible to every node and inside the tree a node sees only itself and its ancestors; a chain
+(parents = [-1, 0, 1, ...]) takes the model's own causal path instead (no custom mask). Because RoPE is
+applied with depth positions and nodes never see siblings, each node's logits and hidden states equal those of
+a plain forward along its ancestor path. `commit(path)` compacts the KV of the accepted nodes to the front of
+the appended window and truncates the rest (`compact_kv`). The cache is built from the model config
+(`DynamicCache(config=...)`). Non-goal: sliding-window or recurrent layers (refused / routed elsewhere).
+"""
+from __future__ import annotations
+
+import torch
+
+from .compat import attention_layers, cache_kwarg, input_device, make_cache, output_device
+from .errors import SpecError
+from .target import Target, Verified
+from .tree import ancestor_mask, depths_of, is_chain
+
+
+def compact_kv(cache, start: int, path: list[int]) -> None:
+    """Keep rows `start + path` of every layer's appended K/V window at `start..start+len(path)`; drop the rest."""
+    keep = len(path)
+    in_place = path == list(range(keep))           # a prefix of the window (always so for chains): only truncate
+    for layer in attention_layers(cache):
+        if not in_place:
+            rows = torch.tensor(path, device=layer.keys.device) + start
+            layer.keys[:, :, start:start + keep] = layer.keys.index_select(2, rows)    # [B, H, keep, D]
+            layer.values[:, :, start:start + keep] = layer.values.index_select(2, rows)
+        layer.keys = layer.keys[:, :, :start + keep]
+        layer.values = layer.values[:, :, :start + keep]
+
+
+class AttentionTarget(Target):
+    def __init__(self, model: torch.nn.Module, target_layer_ids: list[int] | None):
+        self.model = model
+        self.layer_ids = list(target_layer_ids or [])
+        self._cache_kw = cache_kwarg(model)
+        self._in, self._out = input_device(model), output_device(model)
+        self._dtype = model.get_input_embeddings().weight.dtype
+        self._cache = None
+        self._length = 0
+        self._pending = 0                           # nodes appended by the last verify, not yet committed
+        probe = make_cache(model)
+        if any(getattr(layer, "is_sliding", False) for layer in attention_layers(probe)):
+            raise SpecError("target has sliding-window attention layers; the attention target supports full "
+                            "attention only")
+
+    @property
+    def length(self) -> int:
+        return self._length
+
+    def _forward(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None) -> Verified:
+        # ids, positions [1, N]; mask None or [1, 1, N, prefix + N]
+        out = self.model(input_ids=ids, position_ids=positions, attention_mask=mask, use_cache=True,
+                         output_hidden_states=bool(self.layer_ids), **{self._cache_kw: self._cache})
+        logits = out.logits[0].float()                                          # [N, V]
+        if self.layer_ids:
+            feats = torch.cat([out.hidden_states[i + 1][0].to(self._out) for i in self.layer_ids], dim=-1)
+        else:
+            feats = logits.new_zeros(logits.shape[0], 0)
+        return Verified(logits=logits, features=feats)                         # features [N, len(ids) * H]
+
+    def prefill(self, input_ids: torch.Tensor) -> Verified:
+        self._cache = make_cache(self.model)
+        n = input_ids.shape[1]
+        positions = torch.arange(n, device=self._in)[None]
+        verified = self._forward(input_ids.to(self._in), positions, None)
+        self._length, self._pending = n, 0
+        return verified
+
+    def tree_mask(self, parents: list[int]) -> torch.Tensor:
+        """Additive mask [1, 1, N, prefix + N]: 0 where visible (prefix, self, ancestors), dtype-min elsewhere."""
+        n, start = len(parents), self._length
+        mask = torch.zeros(1, 1, n, start + n, dtype=self._dtype, device=self._in)
+        hidden = ~ancestor_mask(parents, self._in)                              # [N, N] True = not an ancestor
+        mask[0, 0, :, start:].masked_fill_(hidden, torch.finfo(self._dtype).min)
+        return mask
+
+    def verify(self, tokens: torch.Tensor, parents: list[int]) -> Verified:
+        if self._pending:
+            raise RuntimeError("verify called twice without commit")
+        n, start = len(parents), self._length
+        if is_chain(parents):
+            positions, mask = torch.arange(start, start + n, device=self._in), None
+        else:
+            depths = torch.tensor(depths_of(parents), device=self._in)
+            positions, mask = start + depths, self.tree_mask(parents)
+        verified = self._forward(tokens.to(self._in).view(1, n), positions[None], mask)
+        self._pending = n
+        return verified
+
+    def commit(self, path: list[int]) -> None:
+        compact_kv(self._cache, self._length, path)
+        self._length += len(path)
+        self._pending = 0

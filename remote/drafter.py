@@ -1,0 +1,170 @@
+"""The DFlash drafter: our own module, weight- and config-compatible with published DFlash checkpoints.
+
+Contract: `DFlashDrafter(config)` takes a Qwen3-style config (as in a published `config.json`) whose
+`dflash_config` (or top level) holds `target_layer_ids`, `mask_token_id` and `block_size`. It has no embedding
+and no LM head: callers pass embeddings of `[last token, MASK x (block_size-1)]` made with the target's
+embedding matrix and read logits with the target's LM head (`draft_logits`). Parameter names equal the
+published ones (`fc`, `hidden_norm`, `norm`, `layers.N.{input_layernorm, post_attention_layernorm,
+self_attn.{q,k,v,o}_proj, self_attn.{q,k}_norm, mlp.{gate,up,down}_proj}`), so a published state dict loads
+as is.
+
+What one forward computes (one denoising step): block queries attend to every context position and to every
+block position (bidirectional; `sliding_attention` layers are causal and windowed, as upstream). Context K/V
+come from `hidden_norm(fc(target features))` projected per layer; they are appended to a `DrafterCache`
+because those tokens are committed, while the block's own K/V are never stored (this is the upstream
+"append, then crop back to the committed length", without the copy). Non-goal: DFlash2 drafters
+(grouped convolutions, candidate selector) are refused at load.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP, Qwen3RMSNorm, Qwen3RotaryEmbedding, rotate_half
+
+
+def dflash_value(config, name: str, default=None):
+    """A DFlash field: `dflash_config[name]` first, then the config's top level, then `default`."""
+    extra = getattr(config, "dflash_config", None) or {}
+    return extra.get(name, getattr(config, name, default))
+
+
+def spread_layer_ids(num_target_layers: int, num_draft_layers: int) -> list[int]:
+    """Upstream default when a checkpoint omits `target_layer_ids`: evenly from layer 1 to layer N-3."""
+    if num_draft_layers == 1:
+        return [num_target_layers // 2]
+    lo, hi = 1, num_target_layers - 3
+    return [round(lo + i * (hi - lo) / (num_draft_layers - 1)) for i in range(num_draft_layers)]
+
+
+class DrafterCache:
+    """Per-layer K/V [1, H_kv, C, D] of the committed context the drafter has seen (positions 0..C-1)."""
+
+    def __init__(self, num_layers: int):
+        self.keys: list[torch.Tensor | None] = [None] * num_layers
+        self.values: list[torch.Tensor | None] = [None] * num_layers
+
+    @property
+    def length(self) -> int:
+        return 0 if self.keys[0] is None else self.keys[0].shape[-2]
+
+    def extend(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append context K/V for `layer`; return the full context K/V."""
+        if self.keys[layer] is not None:
+            k, v = torch.cat([self.keys[layer], k], dim=-2), torch.cat([self.values[layer], v], dim=-2)
+        self.keys[layer], self.values[layer] = k, v
+        return k, v
+
+
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    # x [1, H, L, D]; cos/sin [1, L, D]
+    return x * cos.unsqueeze(1) + rotate_half(x) * sin.unsqueeze(1)
+
+
+class DrafterAttention(nn.Module):
+    def __init__(self, config, layer_idx: int):
+        super().__init__()
+        hidden, bias = config.hidden_size, getattr(config, "attention_bias", False)
+        self.layer_idx = layer_idx
+        self.num_heads, self.num_kv = config.num_attention_heads, config.num_key_value_heads
+        self.head_dim = getattr(config, "head_dim", None) or hidden // self.num_heads
+        self.q_proj = nn.Linear(hidden, self.num_heads * self.head_dim, bias=bias)
+        self.k_proj = nn.Linear(hidden, self.num_kv * self.head_dim, bias=bias)
+        self.v_proj = nn.Linear(hidden, self.num_kv * self.head_dim, bias=bias)
+        self.o_proj = nn.Linear(self.num_heads * self.head_dim, hidden, bias=bias)
+        self.q_norm = Qwen3RMSNorm(self.head_dim, eps=config.rms_norm_eps)
+        self.k_norm = Qwen3RMSNorm(self.head_dim, eps=config.rms_norm_eps)
+        layer_types = getattr(config, "layer_types", None)
+        sliding = bool(layer_types) and layer_types[layer_idx] == "sliding_attention"
+        is_causal = getattr(config, "is_causal", None)
+        self.is_causal = sliding if is_causal is None else bool(is_causal)
+        self.window = getattr(config, "sliding_window", None) if sliding else None
+
+    def _heads(self, x: torch.Tensor, n: int) -> torch.Tensor:
+        return x.view(1, x.shape[1], n, self.head_dim)                # [1, L, n, D]
+
+    def _mask(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor | None:
+        if not self.is_causal and self.window is None:
+            return None                                                # block sees everything
+        diff = q_pos[:, None] - k_pos[None, :]                         # [Q, K]
+        visible = torch.ones_like(diff, dtype=torch.bool)
+        if self.is_causal:
+            visible &= diff >= 0
+        if self.window is not None:
+            visible &= diff < self.window
+            if not self.is_causal:
+                visible &= -diff < self.window
+        return visible
+
+    def forward(self, x, ctx, cos, sin, positions, cache: DrafterCache):
+        # x [1, Q, H] block; ctx [1, C, H] new context; cos/sin [1, C+Q, D]; positions [C+Q]
+        q_len, c_len = x.shape[1], ctx.shape[1]
+        q = self.q_norm(self._heads(self.q_proj(x), self.num_heads)).transpose(1, 2)       # [1, Hq, Q, D]
+        both = torch.cat([ctx, x], dim=1)
+        k = self.k_norm(self._heads(self.k_proj(both), self.num_kv)).transpose(1, 2)       # [1, Hkv, C+Q, D]
+        v = self._heads(self.v_proj(both), self.num_kv).transpose(1, 2)
+        q = _rope(q, cos[:, c_len:], sin[:, c_len:])
+        k = _rope(k, cos, sin)
+        k_ctx, v_ctx = cache.extend(self.layer_idx, k[:, :, :c_len], v[:, :, :c_len])
+        k = torch.cat([k_ctx, k[:, :, c_len:]], dim=2)                                     # [1, Hkv, P+Q, D]
+        v = torch.cat([v_ctx, v[:, :, c_len:]], dim=2)
+        groups = self.num_heads // self.num_kv
+        k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+        first = int(positions[0]) - (k_ctx.shape[2] - c_len)           # position of the first cached key
+        k_pos = torch.arange(first, first + k.shape[2], device=x.device)
+        mask = self._mask(positions[c_len:], k_pos)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.head_dim ** -0.5)
+        return self.o_proj(out.transpose(1, 2).reshape(1, q_len, -1))
+
+
+class DrafterLayer(nn.Module):
+    def __init__(self, config, layer_idx: int):
+        super().__init__()
+        self.self_attn = DrafterAttention(config, layer_idx)
+        self.mlp = Qwen3MLP(config)
+        self.input_layernorm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.post_attention_layernorm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+
+    def forward(self, x, ctx, cos, sin, positions, cache):
+        x = x + self.self_attn(self.input_layernorm(x), ctx, cos, sin, positions, cache)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class DFlashDrafter(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.target_layer_ids = list(dflash_value(
+            config, "target_layer_ids",
+            spread_layer_ids(config.num_target_layers, config.num_hidden_layers)))
+        self.mask_token_id = int(dflash_value(config, "mask_token_id"))
+        self.block_size = int(dflash_value(config, "block_size", 16))
+        self.embed_scale = float(dflash_value(config, "input_embedding_scale", 1.0))
+        self.logit_scale = float(dflash_value(config, "output_multiplier", 1.0))
+        self.softcap = dflash_value(config, "final_logit_softcapping")
+        hidden = config.hidden_size
+        self.layers = nn.ModuleList(DrafterLayer(config, i) for i in range(config.num_hidden_layers))
+        self.norm = Qwen3RMSNorm(hidden, eps=config.rms_norm_eps)
+        self.fc = nn.Linear(len(self.target_layer_ids) * hidden, hidden, bias=False)
+        self.hidden_norm = Qwen3RMSNorm(hidden, eps=config.rms_norm_eps)
+        self.rotary_emb = Qwen3RotaryEmbedding(config)
+
+    def new_cache(self) -> DrafterCache:
+        return DrafterCache(len(self.layers))
+
+    def forward(self, noise: torch.Tensor, features: torch.Tensor, positions: torch.Tensor,
+                cache: DrafterCache) -> torch.Tensor:
+        """noise [1, Q, H] block embeddings; features [1, C, F] new context; positions [C+Q] -> [1, Q, H]."""
+        ctx = self.hidden_norm(self.fc(features))                      # [1, C, H]
+        cos, sin = self.rotary_emb(noise, positions[None])            # [1, C+Q, D] each
+        x = noise
+        for layer in self.layers:
+            x = layer(x, ctx, cos, sin, positions, cache)
+        return self.norm(x)
+
+    def logits(self, hidden: torch.Tensor, lm_head: nn.Module) -> torch.Tensor:
+        """Draft logits from block hidden states with the target's LM head (+ upstream scale / softcap)."""
+        logits = lm_head(hidden) * self.logit_scale
+        if self.softcap is not None and float(self.softcap) > 0:
+            logits = torch.tanh(logits / float(self.softcap)) * float(self.softcap)
+        return logits

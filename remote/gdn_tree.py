@@ -1,0 +1,156 @@
+"""Tree-aware Gated DeltaNet (GDN) math: the token-mixing step of one linear-attention layer over a token tree.
+
+Contract: `gdn_sequence` runs a plain sequence from a state (prefill); `gdn_tree` runs N tree nodes on top of a
+committed state so that every node sees exactly its ancestors: its causal-conv window is built from its ancestors'
+conv inputs (falling back to the committed conv state above the tree), and its recurrent state starts from its
+parent's state (the committed state for a node whose parent is the prefix). Nodes of one depth go through one
+batched recurrent step, so the sequential steps per layer equal the tree depth, not its size. Both return the
+state each node would leave behind (`NodeStates`), which is what commit installs.
+
+All weights are the model's own: projections, conv1d, A_log, dt_bias, the gated norm and out_proj of the layer's
+transformers module (`Qwen3_5GatedDeltaNet`, `Qwen3NextGatedDeltaNet`, `Qwen3_5MoeGatedDeltaNet`). Only the
+per-token state flow is ours; the recurrence itself is the kernel bundle of `remote.kernels`.
+
+State layouts are those of transformers' `LinearAttentionLayer`, so they compare one to one with a plain forward:
+conv state [1, C, K] (the last K pre-conv inputs, C = 2*key_dim + value_dim, K = conv kernel size; the oldest
+column is never read), recurrent state [1, HV, Dk, Dv] float32.
+Non-goals: batch > 1, padding masks.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .kernels import GdnKernels, activate
+
+
+@dataclass
+class TreeLayout:
+    """Index tensors derived once per verify from `parents` (shared by every layer)."""
+
+    depth: torch.Tensor              # [N] long, 0 for nodes attached to the prefix
+    levels: list[torch.Tensor]       # levels[d]: [n_d] node ids at depth d
+    level_parents: list[torch.Tensor]  # level_parents[d]: [n_d] their parents (unused for d == 0)
+    visible: torch.Tensor            # [N, N] bool, visible[i, j] = j is i or an ancestor of i
+    conv_index: torch.Tensor         # [N, K] columns of cat(conv_state [K], tree inputs [N]) forming each node's window
+
+    @classmethod
+    def build(cls, parents: list[int], conv_kernel: int, device: torch.device) -> "TreeLayout":
+        n = len(parents)
+        if n == 0:
+            raise ValueError("a tree needs at least one node")
+        depth = []
+        for i, p in enumerate(parents):
+            if not -1 <= p < i:
+                raise ValueError(f"parents[{i}] = {p}: each parent must precede its child (or be -1)")
+            depth.append(0 if p < 0 else depth[p] + 1)
+        by_depth: list[list[int]] = [[] for _ in range(max(depth) + 1)]
+        for i, d in enumerate(depth):
+            by_depth[d].append(i)
+        conv_index = [_conv_window(parents, i, conv_kernel) for i in range(n)]
+        as_long = lambda xs: torch.tensor(xs, dtype=torch.long, device=device)  # noqa: E731
+        levels = [as_long(ids) for ids in by_depth]
+        level_parents = [as_long([max(parents[i], 0) for i in ids]) for ids in by_depth]
+        # Ancestor-or-self visibility, one vectorised row copy per depth (parents come from the level above).
+        visible = torch.eye(n, dtype=torch.bool, device=device)
+        for ids, pars in zip(levels[1:], level_parents[1:]):
+            visible[ids] |= visible[pars]
+        return cls(as_long(depth), levels, level_parents, visible, as_long(conv_index))
+
+
+def _conv_window(parents: list[int], node: int, k: int) -> list[int]:
+    """Bank columns of node's K-wide conv window, oldest first: ancestors inside the tree at K + index, then the
+    committed conv state's last columns (K-1, K-2, ...) once the walk leaves the tree."""
+    window = [k + node]
+    cur, back = node, 0
+    for _ in range(k - 1):
+        cur = parents[cur] if cur >= 0 else -1
+        if cur >= 0:
+            window.append(k + cur)
+        else:
+            back += 1
+            window.append(k - back)
+    return window[::-1]
+
+
+@dataclass
+class NodeStates:
+    conv: torch.Tensor       # [N, C, K] conv state after each node
+    recurrent: torch.Tensor  # [N, HV, Dk, Dv] float32 recurrent state after each node
+
+
+def project(gdn: torch.nn.Module, h: torch.Tensor):
+    """Input projections of one GDN layer. h [1, T, H] -> mixed_qkv [1, T, C], z [1, T, HV, Dv], b, a [1, T, HV]."""
+    t = h.shape[1]
+    if hasattr(gdn, "in_proj_qkvz"):  # qwen3_next: q, k, v, z interleaved per key-head group
+        q, k, v, z, b, a = gdn.fix_query_key_value_ordering(gdn.in_proj_qkvz(h), gdn.in_proj_ba(h))
+        mixed = torch.cat([x.reshape(1, t, -1) for x in (q, k, v)], dim=-1)
+        return mixed, z.reshape(1, t, -1, gdn.head_v_dim), b, a
+    z = gdn.in_proj_z(h).reshape(1, t, -1, gdn.head_v_dim)
+    return gdn.in_proj_qkv(h), z, gdn.in_proj_b(h), gdn.in_proj_a(h)
+
+
+def _qkv_gates(gdn: torch.nn.Module, conv_out: torch.Tensor, b: torch.Tensor, a: torch.Tensor):
+    """conv_out [B, T, C] -> q, k [B, T, HV, Dk] (repeated to value heads), v [B, T, HV, Dv], g, beta [B, T, HV]."""
+    bsz, t, _ = conv_out.shape
+    q, k, v = torch.split(conv_out, [gdn.key_dim, gdn.key_dim, gdn.value_dim], dim=-1)
+    q = q.reshape(bsz, t, -1, gdn.head_k_dim)
+    k = k.reshape(bsz, t, -1, gdn.head_k_dim)
+    v = v.reshape(bsz, t, -1, gdn.head_v_dim)
+    rep = gdn.num_v_heads // gdn.num_k_heads
+    if rep > 1:  # each key head serves `rep` consecutive value heads
+        q, k = q.repeat_interleave(rep, dim=2), k.repeat_interleave(rep, dim=2)
+    beta = b.sigmoid()
+    # float32 so exp(A_log) cannot overflow in half precision (as the model does)
+    g = -gdn.A_log.float().exp() * torch.nn.functional.softplus(a.float() + gdn.dt_bias)
+    return q, k, v, g, beta
+
+
+def _output(gdn: torch.nn.Module, core: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+    """Gated RMSNorm per value head, then out_proj. core, z [1, T, HV, Dv] -> [1, T, H]."""
+    t = core.shape[1]
+    out = gdn.norm(core.reshape(-1, gdn.head_v_dim), z.reshape(-1, gdn.head_v_dim))
+    return gdn.out_proj(out.reshape(1, t, -1))
+
+
+def gdn_sequence(gdn: torch.nn.Module, h: torch.Tensor, kernels: GdnKernels):
+    """A fresh sequence (prefill). h [1, T, H] -> (out [1, T, H], conv_state [1, C, K], recurrent [1, HV, Dk, Dv])."""
+    mixed, z, b, a = project(gdn, h)
+    x = mixed.transpose(1, 2)                                     # [1, C, T]
+    kernel = gdn.conv_kernel_size
+    conv_out = kernels.conv(x, gdn.conv1d.weight.squeeze(1), gdn.conv1d.bias, gdn.activation)
+    # The conv state is the last K pre-conv inputs, zero-padded on the left for prompts shorter than K.
+    conv_state = torch.nn.functional.pad(x, (max(kernel - x.shape[-1], 0), 0))[..., -kernel:].contiguous()
+    q, k, v, g, beta = _qkv_gates(gdn, conv_out.transpose(1, 2), b, a)
+    core, state = kernels.chunk(q, k, v, g, beta, None)
+    return _output(gdn, core, z), conv_state, state.float()
+
+
+def gdn_tree(gdn: torch.nn.Module, h: torch.Tensor, layout: TreeLayout, conv_state: torch.Tensor,
+             recurrent: torch.Tensor, kernels: GdnKernels):
+    """N tree nodes on top of the committed (conv_state [1, C, K], recurrent [1, HV, Dk, Dv]).
+
+    h [1, N, H] -> (out [1, N, H], NodeStates).
+    """
+    n = h.shape[1]
+    mixed, z, b, a = project(gdn, h)
+    # Conv: gather each node's window of pre-conv inputs (ancestors, then committed columns) and apply the
+    # depthwise conv once to all windows: windows [N, C, K] -> conv_out [N, C].
+    bank = torch.cat([conv_state[0], mixed[0].transpose(0, 1).to(conv_state.dtype)], dim=-1)  # [C, K + N]
+    windows = bank[:, layout.conv_index].permute(1, 0, 2).contiguous()                      # [N, C, K]
+    weight = gdn.conv1d.weight                                                                # [C, 1, K]
+    conv_out = torch.nn.functional.conv1d(windows.to(weight.dtype), weight, gdn.conv1d.bias, groups=weight.shape[0])
+    conv_out = activate(conv_out, gdn.activation).to(mixed.dtype)[..., -1]                  # [N, C]
+    q, k, v, g, beta = _qkv_gates(gdn, conv_out[:, None], b[0, :, None], a[0, :, None])      # batch = nodes, T = 1
+
+    hv, dk, dv = gdn.num_v_heads, gdn.head_k_dim, gdn.head_v_dim
+    states = recurrent.new_empty(n, hv, dk, dv)                                               # [N, HV, Dk, Dv]
+    core = v.new_empty(n, 1, hv, dv)
+    for d, (ids, pars) in enumerate(zip(layout.levels, layout.level_parents)):
+        # Every node starts from its parent's state; depth-0 nodes from the committed one.
+        init = recurrent.expand(len(ids), -1, -1, -1) if d == 0 else states.index_select(0, pars)
+        out, new = kernels.step(q[ids], k[ids], v[ids], g[ids], beta[ids], init.contiguous())
+        states.index_copy_(0, ids, new.to(states.dtype))
+        core.index_copy_(0, ids, out.to(core.dtype))
+    return _output(gdn, core.transpose(0, 1), z), NodeStates(conv=windows, recurrent=states)

@@ -1,0 +1,262 @@
+"""`Target` for hybrid models that interleave full attention with Gated DeltaNet (GDN) linear attention.
+
+Covers Qwen3.5 / Qwen3.6 (`qwen3_5_text` = `Qwen3_5ForCausalLM`, `qwen3_5` = `Qwen3_5ForConditionalGeneration` whose
+text model decodes, and the MoE variants `qwen3_5_moe(_text)`) and `qwen3_next`. Keeps the `remote.target.Target`
+contract exactly: every node of a verified tree gets the logits and features of a plain forward over its ancestor
+path, and `commit(path)` leaves the state a plain forward over prefix + path would leave.
+
+Why not the model's own forward: an attention mask cannot mask a recurrence, so a flattened tree would hand each GDN
+node the state of whatever came before it in list order; `crop()` cannot roll a recurrent state back; and a bare
+`DynamicCache()` crashes on these models. So this module runs its own layer loop over the model's submodules (weights
+shared, nothing copied) and holds the per-layer state itself:
+
+- full-attention layers: a K/V buffer written by position ([1, Hkv, capacity, D] per layer). Verify writes the tree's
+  K/V after the committed prefix and attends with an ancestor-only mask at positions prefix_len + depth; commit moves
+  the accepted rows to the front of that window (compaction), so rejected rows are simply overwritten next time.
+- GDN layers: conv state [1, C, K] and recurrent state [1, HV, Dk, Dv] float32 (transformers' layouts). Verify
+  computes every node's own states (`remote.gdn_tree`), commit installs the accepted node's.
+
+Features are the outputs of decoder layers `target_layer_ids` (0-based), i.e. HF `hidden_states[layer_id + 1]`
+(for the last layer that is the final-norm output, as in HF). Logits are float32.
+Non-goals: batch > 1; prompts with images or video (the multimodal model is driven as a text decoder, so positions
+are plain text positions); CPU/disk offload of weights (layers may sit on several GPUs: each layer's state lives on
+that layer's device).
+"""
+from __future__ import annotations
+
+import sys
+
+import torch
+import torch.nn.functional as F
+
+from .errors import SpecError
+from .gdn_tree import TreeLayout, gdn_sequence, gdn_tree
+from .kernels import select_gdn_kernels
+from .target import Target, Verified
+
+# Verified on CPU (torch path) with transformers 5.17.0 and 5.24.0 by tests/test_hybrid_*.py: see
+# TRANSFORMERS_CHECKED. Older versions name the cache kwarg and the GDN state API differently, newer ones are unread.
+TRANSFORMERS_MIN = "5.17.0"
+TRANSFORMERS_BELOW = "5.25.0"
+TRANSFORMERS_CHECKED = ("5.17.0", "5.24.0")
+SUPPORTED_MODEL_TYPES = ("qwen3_5_text", "qwen3_5", "qwen3_5_moe_text", "qwen3_5_moe", "qwen3_next")
+
+
+def check_transformers_version(version: str | None = None) -> None:
+    """Raise a one-line SpecError naming the installed version and the supported range when outside it."""
+    from packaging.version import Version
+
+    import transformers
+
+    installed = version or transformers.__version__
+    if not Version(TRANSFORMERS_MIN) <= Version(installed) < Version(TRANSFORMERS_BELOW):
+        raise SpecError(
+            f"HybridTarget supports transformers >={TRANSFORMERS_MIN},<{TRANSFORMERS_BELOW} "
+            f"(checked: {', '.join(TRANSFORMERS_CHECKED)}); installed is {installed}"
+        )
+
+
+class _KV:
+    """One full-attention layer's K/V, written by position. keys/values [1, Hkv, capacity, D]."""
+
+    def __init__(self, like: torch.Tensor, capacity: int):
+        shape = (1, like.shape[1], capacity, like.shape[-1])
+        self.keys = like.new_zeros(shape)
+        self.values = like.new_zeros(shape)
+
+    def write(self, start: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        end = start + k.shape[2]
+        if end > self.keys.shape[2]:  # grow by doubling: amortised O(1) per token, rare copies
+            grow = max(end, 2 * self.keys.shape[2]) - self.keys.shape[2]
+            self.keys = F.pad(self.keys, (0, 0, 0, grow))
+            self.values = F.pad(self.values, (0, 0, 0, grow))
+        self.keys[:, :, start:end] = k
+        self.values[:, :, start:end] = v
+
+    def compact(self, start: int, rows: torch.Tensor) -> None:
+        """Move the tree rows `rows` (offsets from `start`) to start, start+1, ... (index_select copies first)."""
+        self.keys[:, :, start:start + len(rows)] = self.keys[:, :, start:].index_select(2, rows)
+        self.values[:, :, start:start + len(rows)] = self.values[:, :, start:].index_select(2, rows)
+
+
+class HybridTarget(Target):
+    """A hybrid (attention + GDN) transformers model decoding one sequence; see the module docstring."""
+
+    def __init__(self, model: torch.nn.Module, target_layer_ids: list[int] | None, *, kernels: str = "auto"):
+        check_transformers_version()
+        model_type = getattr(model.config, "model_type", None)
+        if model_type not in SUPPORTED_MODEL_TYPES:
+            raise SpecError(
+                f"HybridTarget supports model types {', '.join(SUPPORTED_MODEL_TYPES)} (got {model_type!r})"
+            )
+        inner = model.model
+        self.decoder = getattr(inner, "language_model", inner)   # the text model: embed_tokens, layers, norm, rotary
+        self.lm_head = model.lm_head
+        self.config = self.decoder.config
+        self.layer_types = list(self.config.layer_types)[: self.config.num_hidden_layers]
+        n_layers = len(self.layer_types)
+        target_layer_ids = list(target_layer_ids or [])
+        bad = [i for i in target_layer_ids if not 0 <= i < n_layers]
+        if bad:
+            raise SpecError(f"target_layer_ids {bad} out of range: the model has {n_layers} layers (0..{n_layers - 1})")
+        if any(p.device.type == "meta" for p in model.parameters()):
+            raise ValueError("HybridTarget needs every weight on a real device (offloaded/meta weights are not supported)")
+        self.target_layer_ids = target_layer_ids
+        self.model = model.eval()
+        # Qwen3.5's rotary is multimodal (mrope): it takes [3, B, T] positions; text positions are the same in all 3.
+        self._mrope = hasattr(self.decoder.rotary_emb, "mrope_section")
+        self._rotary_fn = sys.modules[type(self.decoder).__module__].apply_rotary_pos_emb
+        gdn_layers = [i for i, t in enumerate(self.layer_types) if t == "linear_attention"]
+        if not gdn_layers:
+            raise ValueError("model has no linear_attention layers: use the plain attention target")
+        first = self.decoder.layers[gdn_layers[0]]
+        self.kernels = select_gdn_kernels(first.linear_attn, first.linear_attn.A_log.device, kernels)
+        self.kernel_path = self.kernels.path
+        self._reset()
+
+    # ---- state -----------------------------------------------------------------------------------------------
+    def _reset(self) -> None:
+        self._len = 0
+        self._kv: dict[int, _KV] = {}
+        self._conv: dict[int, torch.Tensor] = {}        # layer -> [1, C, K]
+        self._rec: dict[int, torch.Tensor] = {}         # layer -> [1, HV, Dk, Dv] float32
+        self._pending = None                            # (parents, {layer: NodeStates}) of the last verify
+
+    @property
+    def length(self) -> int:
+        return self._len
+
+    def layer_state(self, layer: int) -> dict[str, torch.Tensor]:
+        """The committed state of one layer, in transformers' cache layouts (for tests and debugging):
+        {"conv", "recurrent"} for GDN layers, {"keys", "values"} [1, Hkv, length, D] for attention layers."""
+        if self.layer_types[layer] == "linear_attention":
+            return {"conv": self._conv[layer], "recurrent": self._rec[layer]}
+        kv = self._kv[layer]
+        return {"keys": kv.keys[:, :, : self._len], "values": kv.values[:, :, : self._len]}
+
+    # ---- Target API ------------------------------------------------------------------------------------------
+    @torch.inference_mode()
+    def prefill(self, input_ids: torch.Tensor) -> Verified:
+        """Reset and run the prompt input_ids [1, P]: causal attention, chunked GDN from zero state."""
+        self._reset()
+        p = input_ids.shape[-1]
+        positions = torch.arange(p, device=input_ids.device)
+        hidden, feats = self._forward(input_ids.reshape(1, p), positions, tree=None)
+        self._len = p
+        return Verified(self._logits(hidden), feats)
+
+    @torch.inference_mode()
+    def verify(self, tokens: torch.Tensor, parents: list[int]) -> Verified:
+        """Run the tree tokens [N] / parents [N] on the committed prefix; nothing is committed until `commit`."""
+        parents = [int(p) for p in parents]
+        if tokens.numel() != len(parents):
+            raise ValueError(f"tokens has {tokens.numel()} nodes but parents has {len(parents)}")
+        if self._len == 0:
+            raise RuntimeError("verify before prefill: the target holds no prefix")
+        device = self.decoder.embed_tokens.weight.device
+        layout = TreeLayout.build(parents, self._conv_kernel(), device)
+        positions = self._len + layout.depth                                         # [N] prefix_len + depth
+        node_states: dict = {}
+        hidden, feats = self._forward(tokens.reshape(1, -1).to(device), positions, tree=(layout, node_states))
+        self._pending = (parents, node_states)
+        return Verified(self._logits(hidden), feats)
+
+    @torch.inference_mode()
+    def commit(self, path: list[int]) -> None:
+        """Keep the root-to-node chain `path` of the last verify: compact attention K/V, install the last node's
+        GDN conv and recurrent states."""
+        if self._pending is None:
+            raise RuntimeError("commit without a verify to commit from")
+        parents, node_states = self._pending
+        path = [int(i) for i in path]
+        for j, node in enumerate(path):
+            expected = -1 if j == 0 else path[j - 1]
+            if not 0 <= node < len(parents) or parents[node] != expected:
+                raise ValueError(f"path {path} is not a root-to-node chain of the verified tree (parents {parents})")
+        self._pending = None
+        if not path:
+            return
+        last = path[-1]
+        for layer, kv in self._kv.items():
+            kv.compact(self._len, torch.tensor(path, device=kv.keys.device))
+        for layer, states in node_states.items():
+            self._conv[layer] = states.conv[last:last + 1].clone()
+            self._rec[layer] = states.recurrent[last:last + 1].clone()
+        self._len += len(path)
+
+    # ---- the layer loop --------------------------------------------------------------------------------------
+    def _conv_kernel(self) -> int:
+        return self.config.linear_conv_kernel_dim
+
+    def _forward(self, input_ids: torch.Tensor, positions: torch.Tensor, tree):
+        """Embed, run every decoder layer, final norm. Returns (normed hidden [T, H], features [T, F])."""
+        dec = self.decoder
+        x = dec.embed_tokens(input_ids)                                               # [1, T, H]
+        pos = positions.reshape(1, -1).to(x.device)
+        rope = dec.rotary_emb(x, pos.expand(3, 1, -1) if self._mrope else pos)       # cos, sin [1, T, rotary_dim]
+        feats: dict[int, torch.Tensor] = {}
+        for i, layer in enumerate(dec.layers[: len(self.layer_types)]):
+            dev = layer.input_layernorm.weight.device
+            x = x.to(dev)
+            h = layer.input_layernorm(x)
+            if self.layer_types[i] == "linear_attention":
+                h = self._gdn(i, layer.linear_attn, h, tree)
+            else:
+                h = self._attention(i, layer.self_attn, h, tuple(r.to(dev) for r in rope), tree)
+            x = x + h
+            h = layer.mlp(layer.post_attention_layernorm(x))
+            x = x + (h[0] if isinstance(h, tuple) else h)                             # MoE blocks may return a tuple
+            feats[i] = x
+        x = dec.norm(x.to(dec.norm.weight.device))
+        if len(self.layer_types) - 1 in feats:
+            feats[len(self.layer_types) - 1] = x                                      # HF ties the last hidden state
+        device = self.lm_head.weight.device
+        features = torch.cat([feats[i][0].to(device) for i in self.target_layer_ids], dim=-1) \
+            if self.target_layer_ids else x.new_zeros(x.shape[1], 0)
+        return x[0], features
+
+    def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(hidden.to(self.lm_head.weight.device)).float()            # [T, V] float32
+
+    def _gdn(self, i: int, gdn: torch.nn.Module, h: torch.Tensor, tree) -> torch.Tensor:
+        if tree is None:
+            out, self._conv[i], self._rec[i] = gdn_sequence(gdn, h, self.kernels)
+            return out
+        layout, node_states = tree
+        out, node_states[i] = gdn_tree(gdn, h, _on(layout, h.device), self._conv[i], self._rec[i], self.kernels)
+        return out
+
+    def _attention(self, i: int, attn: torch.nn.Module, h: torch.Tensor, rope, tree) -> torch.Tensor:
+        """Gated full attention over the committed K/V plus the new rows. h [1, T, H] -> [1, T, H]."""
+        t, d = h.shape[1], attn.head_dim
+        q, gate = torch.chunk(attn.q_proj(h).view(1, t, -1, 2 * d), 2, dim=-1)
+        gate = gate.reshape(1, t, -1)                                                 # output gate [1, T, Hq*D]
+        q = attn.q_norm(q).transpose(1, 2)                                            # [1, Hq, T, D]
+        k = attn.k_norm(attn.k_proj(h).view(1, t, -1, d)).transpose(1, 2)             # [1, Hkv, T, D]
+        v = attn.v_proj(h).view(1, t, -1, d).transpose(1, 2)
+        q, k = self._rotary_fn(q, k, *rope)                                           # partial rotary handled there
+        if i not in self._kv:
+            self._kv[i] = _KV(k, capacity=max(2 * (self._len + t), 256))
+        kv = self._kv[i]
+        kv.write(self._len, k, v)
+        keys, values = kv.keys[:, :, : self._len + t], kv.values[:, :, : self._len + t]
+        if tree is None:
+            # Prefill (no past after a reset): plain causal attention.
+            o = F.scaled_dot_product_attention(q, keys, values, is_causal=True, scale=attn.scaling, enable_gqa=True)
+        else:
+            layout = _on(tree[0], h.device)
+            # Past fully visible; inside the tree a node sees its ancestors and itself. mask [1, 1, N, len + N]
+            past = torch.ones(t, self._len, dtype=torch.bool, device=h.device)
+            mask = torch.cat([past, layout.visible], dim=-1)[None, None]
+            o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=attn.scaling, enable_gqa=True)
+        o = o.transpose(1, 2).reshape(1, t, -1) * torch.sigmoid(gate)
+        return attn.o_proj(o)
+
+
+def _on(layout: TreeLayout, device: torch.device) -> TreeLayout:
+    """The layout on `device` (a no-op on one device; layers of a device_map model may sit on several)."""
+    if layout.depth.device == device:
+        return layout
+    move = lambda t: t.to(device)  # noqa: E731
+    return TreeLayout(move(layout.depth), [move(t) for t in layout.levels], [move(t) for t in layout.level_parents],
+                      move(layout.visible), move(layout.conv_index))

@@ -1,0 +1,117 @@
+"""Kernel-path selection for Gated DeltaNet (GDN) layers: fast kernels where installed, the model's torch math where not.
+
+Contract: `select_gdn_kernels(gdn_module, device, prefer)` returns one `GdnKernels` bundle whose three functions compute
+the same math whichever path is chosen, so a caller never branches on the path:
+
+- `chunk(q, k, v, g, beta, initial_state)` -> (out, final_state): a whole sequence from one state (prefill).
+  q, k [B, T, HV, Dk] (already repeated to the value heads, NOT l2-normalised: the kernel does it), v [B, T, HV, Dv],
+  g, beta [B, T, HV]; initial_state [B, HV, Dk, Dv] float32 or None (zeros); out [B, T, HV, Dv] in q's dtype,
+  final_state [B, HV, Dk, Dv] float32.
+- `step(q, k, v, g, beta, state)` -> (out, new_state): the same with T == 1 and one state per batch row; the tree
+  verify batches all nodes of one depth through one call (row b starts from its parent's state).
+- `conv(x, weight, bias, activation)` -> y: the causal depthwise conv over a fresh sequence, x [B, C, T] with zero
+  left padding, weight [C, K]; y [B, C, T].
+
+`path` names what runs: "torch", "fla", "causal_conv1d" or "fla+causal_conv1d". The torch path is the model's own
+reference functions (from its transformers modeling module, undecorated so transformers' own hub/package dispatch and
+its fallback warnings stay out of it). Fast kernels are only used on CUDA tensors; `prefer="torch"` forces the torch
+path (tests compare the two). Non-goal: the tree-shaped parts (parent gather, ancestor conv windows), which are plain
+tensor indexing in `remote.gdn_tree` and the same on every path.
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+KERNEL_CHOICES = ("auto", "torch")
+
+
+@dataclass(frozen=True)
+class GdnKernels:
+    chunk: Callable
+    step: Callable
+    conv: Callable
+    path: str
+
+
+def _model_function(gdn_module: torch.nn.Module, name: str) -> Callable:
+    """The modeling module's torch reference function `name`, without transformers' kernel-dispatch wrapper."""
+    module = sys.modules[type(gdn_module).__module__]
+    fn = getattr(module, name, None)
+    if fn is None:
+        raise RuntimeError(f"{module.__name__} has no {name}: this transformers version is not supported")
+    return getattr(fn, "__wrapped__", fn)
+
+
+def _torch_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, activation: str) -> torch.Tensor:
+    # Same op as transformers' causal_conv1d_fn: depthwise conv1d with K-1 zero columns on the left, cut to T.
+    seq_len = x.shape[-1]
+    y = F.conv1d(x.to(weight.dtype), weight.unsqueeze(1), bias, padding=weight.shape[-1] - 1, groups=x.shape[1])
+    return activate(y[..., :seq_len], activation).to(x.dtype)
+
+
+def activate(x: torch.Tensor, activation: str | None) -> torch.Tensor:
+    if activation is None:
+        return x
+    if activation in ("silu", "swish"):
+        return F.silu(x)
+    raise ValueError(f"GDN conv activation must be silu (got {activation!r})")
+
+
+def _import_fla() -> tuple[Callable, Callable] | None:
+    try:
+        ops = importlib.import_module("fla.ops.gated_delta_rule")
+        return ops.chunk_gated_delta_rule, ops.fused_recurrent_gated_delta_rule
+    except Exception:  # not installed, or installed without a working triton: the torch path is correct anyway
+        return None
+
+
+def _import_causal_conv1d() -> Callable | None:
+    try:
+        return importlib.import_module("causal_conv1d").causal_conv1d_fn
+    except Exception:
+        return None
+
+
+def select_gdn_kernels(gdn_module: torch.nn.Module, device: torch.device, prefer: str = "auto") -> GdnKernels:
+    if prefer not in KERNEL_CHOICES:
+        raise ValueError(f"kernels must be one of {', '.join(KERNEL_CHOICES)} (got {prefer!r})")
+    torch_chunk = _model_function(gdn_module, "torch_chunk_gated_delta_rule")
+    torch_step = _model_function(gdn_module, "torch_recurrent_gated_delta_rule")
+
+    def chunk(q, k, v, g, beta, initial_state):
+        return torch_chunk(q, k, v, g=g, beta=beta, initial_state=initial_state, output_final_state=True,
+                           use_qk_l2norm_in_kernel=True)
+
+    def step(q, k, v, g, beta, state):
+        return torch_step(q, k, v, g=g, beta=beta, initial_state=state, output_final_state=True,
+                          use_qk_l2norm_in_kernel=True)
+
+    conv, parts = _torch_conv, []
+    fast = prefer == "auto" and torch.device(device).type == "cuda"
+    fla = _import_fla() if fast else None
+    if fla is not None:
+        fla_chunk, fla_step = fla
+
+        # fla takes the same [B, T, H, D] layout and l2-normalises in-kernel; its states are float32 like the torch path.
+        def chunk(q, k, v, g, beta, initial_state):  # noqa: F811
+            return fla_chunk(q, k, v, g=g, beta=beta, initial_state=initial_state, output_final_state=True,
+                             use_qk_l2norm_in_kernel=True)
+
+        def step(q, k, v, g, beta, state):  # noqa: F811
+            return fla_step(q, k, v, g=g, beta=beta, initial_state=state.contiguous(), output_final_state=True,
+                            use_qk_l2norm_in_kernel=True)
+
+        parts.append("fla")
+    cc1d = _import_causal_conv1d() if fast else None
+    if cc1d is not None:
+        def conv(x, weight, bias, activation):  # noqa: F811
+            return cc1d(x, weight, bias, activation=activation)
+
+        parts.append("causal_conv1d")
+    return GdnKernels(chunk=chunk, step=step, conv=conv, path="+".join(parts) or "torch")

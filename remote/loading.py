@@ -1,0 +1,95 @@
+"""Load the target model, its tokenizer and the drafter a run spec names.
+
+Contract: `load_target(spec.model, seed, device)` returns an eval-mode `AutoModelForCausalLM`, either from a hub
+id / local path (dtype, attention implementation, `device_map` for several GPUs) or built with random weights
+from `model.random` (transformers config fields incl. `model_type`, under `torch.manual_seed(seed)`).
+`load_tokenizer` returns the target's tokenizer, or the one shipped in `remote/assets/tokenizer` for random
+models. `load_drafter_for` returns the published-format drafter at `drafter.path` or a random one derived from the
+target. Anything that cannot be loaded as asked raises `SpecError`.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+from .drafter import DFlashDrafter
+from .drafter_io import load_drafter, random_drafter
+from .errors import SpecError
+from .spec import DrafterSpec, ModelSpec
+
+SHIPPED_TOKENIZER = Path(__file__).resolve().parent / "assets" / "tokenizer"
+DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+          "float16": torch.float16, "fp16": torch.float16}
+
+
+def parse_dtype(name: str) -> torch.dtype:
+    if name not in DTYPES:
+        raise SpecError(f"dtype must be one of {', '.join(DTYPES)}; got {name!r}")
+    return DTYPES[name]
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise SpecError("device 'cuda' was asked for but torch sees no GPU on this host")
+    if name not in ("cpu", "cuda"):
+        raise SpecError(f"device must be one of auto, cpu, cuda; got {name!r}")
+    return torch.device(name)
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"
+
+
+def _random_target(ms: ModelSpec, dtype: torch.dtype, seed: int) -> torch.nn.Module:
+    fields = dict(ms.random)
+    if "model_type" not in fields:
+        raise SpecError("model.random needs a model_type (e.g. qwen3)")
+    try:
+        config = AutoConfig.for_model(**fields)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise SpecError(f"model.random is not a valid transformers config: {_first_line(exc)}") from None
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=ms.attn_implementation)
+
+
+def load_target(ms: ModelSpec, seed: int, device: torch.device) -> torch.nn.Module:
+    dtype = parse_dtype(ms.dtype)
+    if ms.random:
+        model = _random_target(ms, dtype, seed).to(device)
+    elif ms.path:
+        device_map = ms.device_map if device.type == "cuda" else None
+        try:
+            model = AutoModelForCausalLM.from_pretrained(
+                ms.path, dtype=dtype, attn_implementation=ms.attn_implementation, device_map=device_map,
+                revision=ms.revision, trust_remote_code=ms.trust_remote_code)
+        except (OSError, ValueError) as exc:
+            raise SpecError(f"target {ms.path!r} could not be loaded: {_first_line(exc)}") from None
+        if device_map is None:
+            model = model.to(device)
+    else:
+        raise SpecError("model needs either `path` (hub id or directory) or `random` (config fields)")
+    return model.eval()
+
+
+def load_tokenizer(ms: ModelSpec):
+    name = ms.tokenizer or (str(SHIPPED_TOKENIZER) if ms.random else ms.path)
+    try:
+        return AutoTokenizer.from_pretrained(name, revision=None if ms.tokenizer or ms.random else ms.revision,
+                                             trust_remote_code=ms.trust_remote_code)
+    except (OSError, ValueError) as exc:
+        raise SpecError(f"tokenizer {name!r} could not be loaded: {_first_line(exc)}") from None
+
+
+def load_drafter_for(ds: DrafterSpec, target: torch.nn.Module, tokenizer, seed: int) -> DFlashDrafter:
+    if ds.path:
+        weight = target.get_output_embeddings().weight
+        return load_drafter(ds.path, weight.dtype, weight.device, ds.block_size)
+    if ds.random is not None:
+        return random_drafter(target, tokenizer, ds.random, ds.block_size, seed + 1)
+    raise SpecError("this method needs a drafter: set drafter.path (published DFlash checkpoint) or drafter.random")

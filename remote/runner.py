@@ -1,0 +1,210 @@
+"""One benchmark run: load, check, warm up, run AR (unless `baseline=none`) and the method, write results.
+
+Contract: `run(spec, run_dir)` writes into `run_dir` (names from RunFiles): `events.jsonl` (start, progress,
+prompt, warning, result), `outputs.jsonl` (one line per prompt per method, AR included: method, prompt_index,
+token_ids, text) and, last and atomically, `results.json` = {version, method, metrics, definitions, environment,
+per_prompt}. Every bad-input check (SpecError) happens before the first decoding step. Both methods see the
+same prompts and per-prompt sampling seeds (seed + prompt index); warm-up generations are not recorded.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import resource
+import time
+
+import torch
+import transformers
+
+from .backends import build_target
+from .compat import input_device
+from .decode import Generation, generate_ar, generate_spec
+from .drafter_io import check_pair
+from .errors import SpecError
+from .events import EventWriter, write_json_atomic
+from .files import RunFiles
+from .loading import load_drafter_for, load_target, load_tokenizer, pick_device
+from .metrics import DEFINITIONS, aggregate, compare, prompt_metrics
+from .prompts import encode, load_prompts
+from .sampling import make_generator
+from .spec import METHODS, RunSpec
+from .timing import PhaseTimer
+
+WARMUP_TOKENS = 32
+
+
+def check_decoding(spec: RunSpec) -> None:
+    d = spec.decoding
+    if d.method not in METHODS:
+        raise SpecError(f"method must be one of {', '.join(METHODS)}; got {d.method!r}")
+    if d.baseline not in ("ar", "none"):
+        raise SpecError(f"baseline must be one of ar, none; got {d.baseline!r}")
+    if d.tree_budget < 1 or d.max_new_tokens < 1 or d.temperature < 0 or d.warmup < 0:
+        raise SpecError(f"need tree_budget >= 1, max_new_tokens >= 1, temperature >= 0, warmup >= 0; got "
+                        f"{d.tree_budget}, {d.max_new_tokens}, {d.temperature}, {d.warmup}")
+
+
+class Run:
+    """Loaded models and prompts for one spec; `generate(method, i)` decodes prompt i."""
+
+    def __init__(self, spec: RunSpec):
+        check_decoding(spec)
+        self.spec = spec
+        self.device = pick_device(spec.device)
+        torch.manual_seed(spec.seed)
+        self.tokenizer = load_tokenizer(spec.model)
+        self.model = load_target(spec.model, spec.seed, self.device)
+        vocab = self.model.get_input_embeddings().weight.shape[0]
+        if spec.model.random and len(self.tokenizer) > vocab:
+            raise SpecError(f"tokenizer has {len(self.tokenizer)} tokens but the random model's vocab_size is {vocab}")
+        self.drafter = None
+        if spec.decoding.method != "ar":
+            self.drafter = load_drafter_for(spec.drafter, self.model, self.tokenizer, spec.seed)
+            check_pair(self.drafter, self.model, self.tokenizer)
+        self.prompts = load_prompts(spec.dataset)
+        self.inputs = encode(self.tokenizer, self.prompts, spec.dataset)
+        self.target = build_target(self.model, self.drafter.target_layer_ids) if self.drafter else None
+        self.stop_ids = set() if spec.model.random else _stop_ids(self.model, self.tokenizer)
+
+    def generate(self, method: str, index: int, max_new: int | None = None) -> Generation:
+        d = self.spec.decoding
+        timer = PhaseTimer(self.device)
+        generator = make_generator(self.model.get_output_embeddings().weight.device, self.spec.seed + index)
+        ids, max_new = self.inputs[index], max_new or d.max_new_tokens
+        if method == "ar":
+            gen = generate_ar(self.model, ids, max_new, d.temperature, generator, self.stop_ids, timer)
+        else:
+            gen = generate_spec(self.target, self.drafter, self.model, ids, max_new, d.temperature, generator,
+                                self.stop_ids, timer, method, d.tree_budget)
+        gen.times_ms = timer.totals_ms()
+        return gen
+
+
+def _stop_ids(model, tokenizer) -> set[int]:
+    ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids |= set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+    return ids
+
+
+def _param_count(module) -> int:
+    return sum(p.numel() for p in module.parameters()) if module is not None else 0
+
+
+def environment(run: Run) -> dict:
+    cuda = run.device.type == "cuda"
+    return {
+        "torch_version": torch.__version__, "transformers_version": transformers.__version__,
+        "python_version": platform.python_version(), "device": str(run.device),
+        "gpu_name": torch.cuda.get_device_name(run.device) if cuda else "none",
+        "gpu_count": torch.cuda.device_count() if cuda else 0,
+        "dtype": run.spec.model.dtype, "attn_implementation": run.spec.model.attn_implementation,
+        "kernel_path": str(getattr(run.target, "kernel_path", "torch")),
+        "target_class": type(run.target).__name__ if run.target else "none",
+        "model_params": _param_count(run.model), "drafter_params": _param_count(run.drafter),
+        "block_size": run.drafter.block_size if run.drafter else 0,
+        # which GPUs the launcher gave this run: leases are checked against it
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+    }
+
+
+def _reset_peak(device: torch.device) -> None:
+    if device.type == "cuda":
+        for i in range(torch.cuda.device_count()):
+            torch.cuda.reset_peak_memory_stats(i)
+
+
+def _peak_gb(device: torch.device) -> float:
+    if device.type == "cuda":
+        return sum(torch.cuda.max_memory_allocated(i) for i in range(torch.cuda.device_count())) / 2**30
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20      # Linux: KiB
+
+
+@torch.inference_mode()
+def warm_prompt_shapes(run: Run) -> None:
+    """One uncached target forward per prompt, so that neither method is the first to meet a prompt length's
+    kernels (that would bias TTFT towards whichever runs second)."""
+    for ids in run.inputs:
+        run.model(input_ids=ids.to(input_device(run.model)))
+
+
+def run_method(run: Run, method: str, events: EventWriter, outputs) -> tuple[list[Generation], float]:
+    for _ in range(run.spec.decoding.warmup):
+        run.generate(method, 0, min(WARMUP_TOKENS, run.spec.decoding.max_new_tokens))
+    _reset_peak(run.device)
+    gens: list[Generation] = []
+    tokens, wall = 0, 0.0
+    for index in range(len(run.inputs)):
+        gen = run.generate(method, index)
+        gens.append(gen)
+        per = prompt_metrics(gen)
+        tokens, wall = tokens + len(gen.tokens), wall + (per["ttft_ms"] + per["decode_ms"]) / 1000.0
+        events.emit("prompt", method=method, index=index, **per)
+        events.emit("progress", method=method, done=index + 1, total=len(run.inputs),
+                    tokens_per_s=tokens / wall if wall > 0 else 0.0)
+        text = run.tokenizer.decode(gen.tokens, skip_special_tokens=False)
+        outputs.write(json.dumps({"method": method, "prompt_index": index, "token_ids": gen.tokens,
+                                  "text": text}) + "\n")
+        outputs.flush()
+    return gens, _peak_gb(run.device)
+
+
+def run(spec: RunSpec, run_dir: str) -> dict:
+    files = RunFiles(run_dir)
+    events = EventWriter(files.events)
+    try:
+        return _run(spec, files, events)
+    finally:
+        events.close()
+
+
+def _measure(r: Run, method: str, events: EventWriter, outputs) -> tuple[list[Generation], dict, list[dict]]:
+    gens, peak = run_method(r, method, events, outputs)
+    depth = (r.drafter.block_size - 1) if method != "ar" else 0
+    rows = [{"method": method, "prompt_index": i, **prompt_metrics(g)} for i, g in enumerate(gens)]
+    return gens, aggregate(gens, peak, depth), rows
+
+
+def _versus_ar(metrics: dict, gens: list[Generation], ar_gens: list[Generation], temperature: float) -> dict:
+    out = {}
+    if "tpot_ms" in metrics and metrics.get("ar_tpot_ms"):
+        out["speedup_vs_ar"] = metrics["ar_tpot_ms"] / metrics["tpot_ms"]
+    if temperature == 0:
+        out.update(compare(gens, ar_gens))
+    return out
+
+
+def _run(spec: RunSpec, files: RunFiles, events: EventWriter) -> dict:
+    started = time.time()
+    r = Run(spec)
+    d = spec.decoding
+    env = environment(r)
+    events.emit("start", run_id=spec.run_id, method=d.method, num_prompts=len(r.inputs), **env)
+    if r.device.type == "cpu":
+        events.emit("warning", message="running on CPU: timings are not representative of a GPU host")
+    if d.warmup:
+        warm_prompt_shapes(r)
+    metrics: dict[str, float] = {}
+    per_prompt: list[dict] = []
+    with open(files.outputs, "w", encoding="utf-8") as outputs:
+        ar_gens = None
+        if d.baseline == "ar" or d.method == "ar":          # method=ar: one AR pass serves as both
+            ar_gens, ar_metrics, rows = _measure(r, "ar", events, outputs)
+            metrics.update({f"ar_{k}": v for k, v in ar_metrics.items()})
+            per_prompt += rows
+        if d.method == "ar":
+            metrics.update(ar_metrics)
+        else:
+            gens, method_metrics, rows = _measure(r, d.method, events, outputs)
+            metrics.update(method_metrics)
+            per_prompt += rows
+            if ar_gens is not None:
+                metrics.update(_versus_ar(metrics, gens, ar_gens, d.temperature))
+    metrics["wall_s"] = time.time() - started
+    definitions = {**DEFINITIONS, "wall_s": "whole run including loading and warm-up (s)"}
+    results = {"version": 1, "method": d.method, "metrics": metrics, "definitions": definitions,
+               "environment": env, "per_prompt": per_prompt}
+    events.emit("result", metrics=metrics)
+    write_json_atomic(files.results, results)
+    return results

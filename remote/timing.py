@@ -1,0 +1,46 @@
+"""Phase timers that never synchronise inside the decoding loop.
+
+Contract: `with timer.phase("verify"): ...` adds the duration of the block to phase "verify". On CUDA the
+bounds are CUDA events recorded on the current stream (GPU timeline, which also counts host work while the GPU
+waits for it); they are read once, in `totals_ms()`, after a single synchronize. On CPU they are
+`time.perf_counter()` deltas. Non-goal: per-device timelines under a multi-GPU `device_map` (the current
+device's stream is used).
+"""
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+
+import torch
+
+
+class PhaseTimer:
+    def __init__(self, device: torch.device):
+        self.cuda = torch.device(device).type == "cuda"
+        self._spans: dict[str, list] = defaultdict(list)      # phase -> [(start, end)] events or floats
+
+    def _mark(self):
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        return time.perf_counter()
+
+    @contextmanager
+    def phase(self, name: str):
+        start = self._mark()
+        try:
+            yield
+        finally:
+            self._spans[name].append((start, self._mark()))
+
+    def totals_ms(self) -> dict[str, float]:
+        """Total milliseconds per phase (synchronises once on CUDA)."""
+        if self.cuda:
+            torch.cuda.synchronize()
+            return {k: sum(s.elapsed_time(e) for s, e in v) for k, v in self._spans.items()}
+        return {k: 1000.0 * sum(e - s for s, e in v) for k, v in self._spans.items()}
+
+    def counts(self) -> dict[str, int]:
+        return {k: len(v) for k, v in self._spans.items()}

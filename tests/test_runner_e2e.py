@@ -1,0 +1,91 @@
+"""`python -m remote <run_dir>` end to end on the tiny random Qwen3 pair: files, events, metrics, exit codes."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from remote.files import RunFiles
+from remote.runner import run
+from tests.runner_fixtures import _one_thread, tiny_spec  # noqa: F401
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _launch(run_dir: Path, spec_text: str) -> subprocess.CompletedProcess:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "spec.json").write_text(spec_text)
+    return subprocess.run([sys.executable, "-m", "remote", str(run_dir)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def _lines(path: str) -> list[dict]:
+    return [json.loads(line) for line in Path(path).read_text().splitlines()]
+
+
+def _defined(name: str, definitions: dict) -> bool:
+    generic = re.sub(r"^ar_", "", re.sub(r"_\d+$", "_<i>", name))
+    return name in definitions or generic in definitions or name.startswith("ar_") and "ar_<metric>" in definitions
+
+
+def test_ddtree_run_writes_everything(tmp_path):
+    run_dir = tmp_path / "run 'quoted' $dir"                   # hostile path: the runner must not care
+    spec = tiny_spec("ddtree", decoding={"warmup": 1})
+    proc = _launch(run_dir, spec.to_json())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    files = RunFiles(str(run_dir))
+    results = json.loads(Path(files.results).read_text())
+    m = results["metrics"]
+    assert results["version"] == 1 and results["method"] == "ddtree"
+    assert all(isinstance(v, float | int) and math.isfinite(v) for v in m.values())
+    assert all(_defined(k, results["definitions"]) for k in m), [k for k in m if not _defined(k, results["definitions"])]
+    assert m["exact_match_vs_ar"] == 1.0 and "first_divergence_mean" not in m
+    assert m["tau"] >= 1.0 and m["num_prompts"] == 3 and m["ar_num_prompts"] == 3
+    assert m["speedup_vs_ar"] == pytest.approx(m["ar_tpot_ms"] / m["tpot_ms"])
+    assert {"accept_rate_depth_1", "accept_rate_depth_5", "draft_ms", "verify_ms", "ttft_ms"} <= set(m)
+    env = results["environment"]
+    assert env["kernel_path"] == "torch" and env["device"] == "cpu" and env["target_class"] == "AttentionTarget"
+    assert all(not isinstance(v, dict | list) for v in env.values())
+    outputs = _lines(files.outputs)
+    assert [(o["method"], o["prompt_index"]) for o in outputs] == [("ar", i) for i in range(3)] + [("ddtree", i) for i in range(3)]
+    for ar, dd in zip(outputs[:3], outputs[3:]):
+        assert ar["token_ids"] == dd["token_ids"] and len(ar["token_ids"]) == 12 and ar["text"]
+    events = _lines(files.events)
+    kinds = [e["event"] for e in events]
+    assert kinds[0] == "start" and kinds[-1] == "result" and kinds.count("prompt") == 6
+    assert events[0]["model_params"] > 0 and events[0]["drafter_params"] > 0
+    assert events[-1]["metrics"] == m
+    progress = [e for e in events if e["event"] == "progress"]
+    assert progress[-1] == {**progress[-1], "method": "ddtree", "done": 3, "total": 3}
+
+
+@pytest.mark.parametrize("method, baseline", [("dflash", "none"), ("ar", "ar")])
+def test_other_methods_in_process(tmp_path, method, baseline):
+    results = run(tiny_spec(method, decoding={"baseline": baseline, "temperature": 0.7}), str(tmp_path))
+    m = results["metrics"]
+    assert "exact_match_vs_ar" not in m                      # temperature > 0: no exact-match claim
+    if method == "dflash":
+        assert not any(k.startswith("ar_") for k in m) and "speedup_vs_ar" not in m and m["tau"] >= 1.0
+    else:
+        assert m["ar_tpot_ms"] == m["tpot_ms"] and "tau" not in m
+    assert len(_lines(RunFiles(str(tmp_path)).outputs)) == 3
+
+
+@pytest.mark.parametrize("case", ["drafter", "spec"])
+def test_bad_input_exits_2_with_one_line(tmp_path, case):
+    if case == "drafter":
+        text = tiny_spec("ddtree", drafter={"random": {"num_hidden_layers": 1, "vocab_size": 999}}).to_json()
+    else:
+        text = json.dumps({"version": 99})
+    proc = _launch(tmp_path / "run", text)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ")
+    assert ("vocab_size 999" in lines[0]) if case == "drafter" else ("version 99" in lines[0])
+    assert not (tmp_path / "run" / "results.json").exists()
