@@ -143,7 +143,7 @@ def _summary(outcome, found, metrics, tracker, run_dir, console, title) -> None:
                           f"{escape(found.primary.hint)}[/]")
         if found.traceback:
             console.print(escape(str(found.traceback)))
-        else:
+        elif (run_dir / "runner.log").exists():
             console.print(f"[red]runner log tail:[/]\n{escape(_tail(run_dir / 'runner.log'))}")
 
 

@@ -9,7 +9,8 @@ from .validate import method_needs_drafter
 
 
 def _plain(node):
-    return OmegaConf.to_container(node, resolve=True) if node is not None else None
+    """Config nodes as plain dicts/lists; scalars (device_map: auto) as they are."""
+    return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
 
 
 def build_spec(cfg: DictConfig, run_id: str) -> RunSpec:

@@ -50,6 +50,9 @@ def _int(cfg: DictConfig, key: str, minimum: int) -> None:
 
 
 def validate(cfg: DictConfig) -> None:
+    missing = sorted(k for k in OmegaConf.missing_keys(cfg) if not k.startswith("hydra"))
+    if missing:
+        raise ConfigError(missing[0], "is required (it is ??? in the config); set it on the command line")
     method = cfg.method.name
     if method not in METHODS:
         raise ConfigError("method", f"must be one of {', '.join(METHODS)}, got {method!r}")
