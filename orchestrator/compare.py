@@ -102,7 +102,8 @@ def plot(rows: list[dict], out_dir: Path) -> list[Path]:
         ax.set_xlabel("tree budget (nodes)")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
-        ax.legend()
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend()
         path = out_dir / f"{metric.split('_vs')[0]}_vs_budget.png"
         fig.tight_layout()
         fig.savefig(path, dpi=110)
@@ -116,7 +117,7 @@ def plot(rows: list[dict], out_dir: Path) -> list[Path]:
     ax.set_xlabel("depth i")
     ax.set_ylabel("fraction of steps accepting >= i drafted tokens")
     ax.grid(alpha=0.3)
-    if done:
+    if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7)
     path = out_dir / "accept_by_depth.png"
     fig.tight_layout()

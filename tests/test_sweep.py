@@ -55,3 +55,13 @@ def test_failed_job_fails_the_parent_and_spares_the_others(tmp_path):
     assert parent.info.status == "FAILED"
     statuses = sorted((c.data.params["model.random.model_type"], c.info.status) for c in children)
     assert statuses == [("no_such_model_type", "FAILED"), ("qwen3", "FINISHED")]
+
+
+def test_submitit_local_launcher_runs_the_sweep(tmp_path):
+    """SLURM clusters go through Hydra's submitit launcher; its local mode runs the same jobs here."""
+    proc = sweep(tmp_path, "hydra/launcher=submitit_local", "method=ar", "seed=0,1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    _, parent, children = parent_and_children(tmp_path)
+    assert parent.info.status == "FINISHED"
+    assert sorted(c.data.params["seed"] for c in children) == ["0", "1"]
+    assert all(c.info.status == "FINISHED" for c in children)
