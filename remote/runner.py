@@ -25,7 +25,7 @@ from .errors import SpecError
 from .events import EventWriter, write_json_atomic
 from .files import RunFiles
 from .loading import load_drafter_for, load_target, load_tokenizer, pick_device
-from .metrics import DEFINITIONS, aggregate, compare, prompt_metrics
+from .metrics import DEFINITIONS, aggregate, compare, first_divergence, prompt_metrics
 from .prompts import encode, load_prompts
 from .sampling import make_generator
 from .spec import METHODS, RunSpec
@@ -175,6 +175,20 @@ def _versus_ar(metrics: dict, gens: list[Generation], ar_gens: list[Generation],
     return out
 
 
+def report_lossless_failures(method: str, gens: list[Generation], ar_gens: list[Generation],
+                             events: EventWriter) -> None:
+    """In float32 at temperature 0 every method must emit AR's tokens exactly; a difference is a bug of ours.
+    The line format is what the orchestrator's failure catalog (lossless_check_failed) matches."""
+    for i, (g, a) in enumerate(zip(gens, ar_gens)):
+        pos = first_divergence(g.tokens, a.tokens)
+        if pos is not None:
+            expected = a.tokens[pos] if pos < len(a.tokens) else "end"
+            got = g.tokens[pos] if pos < len(g.tokens) else "end"
+            line = f"LOSSLESS CHECK FAILED: method={method} prompt={i} position={pos} expected={expected} got={got}"
+            print(line, flush=True)
+            events.emit("warning", message=line)
+
+
 def _run(spec: RunSpec, files: RunFiles, events: EventWriter) -> dict:
     started = time.time()
     r = Run(spec)
@@ -201,6 +215,8 @@ def _run(spec: RunSpec, files: RunFiles, events: EventWriter) -> dict:
             per_prompt += rows
             if ar_gens is not None:
                 metrics.update(_versus_ar(metrics, gens, ar_gens, d.temperature))
+                if d.temperature == 0 and spec.model.dtype == "float32":
+                    report_lossless_failures(d.method, gens, ar_gens, events)
     metrics["wall_s"] = time.time() - started
     definitions = {**DEFINITIONS, "wall_s": "whole run including loading and warm-up (s)"}
     results = {"version": 1, "method": d.method, "metrics": metrics, "definitions": definitions,
