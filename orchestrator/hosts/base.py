@@ -51,8 +51,11 @@ class Host(abc.ABC):
     python: str
 
     @abc.abstractmethod
-    def run(self, command: str, *, check: bool = True, timeout: float | None = None) -> Result:
-        """Run `command` with bash on the host; raise CommandFailed if `check` and it exits non-zero."""
+    def run(self, command: str, *, check: bool = True, timeout: float | None = None,
+            stdin: bytes | None = None) -> Result:
+        """Run `command` with bash on the host; raise CommandFailed if `check` and it exits non-zero.
+        `stdin` is fed to the command, then closed: how secrets travel without appearing in a command line
+        (which `ps` shows to every user of the host)."""
 
     @abc.abstractmethod
     def put(self, local_path: str, remote_path: str) -> None:

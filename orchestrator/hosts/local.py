@@ -15,9 +15,11 @@ class LocalHost(Host):
         self.workdir = workdir or str(runs_dir() / ".host")
         self.python = python or sys.executable
 
-    def run(self, command: str, *, check: bool = True, timeout: float | None = None) -> Result:
-        proc = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=timeout)
-        result = Result(command, proc.returncode, proc.stdout, proc.stderr, host=self.name)
+    def run(self, command: str, *, check: bool = True, timeout: float | None = None,
+            stdin: bytes | None = None) -> Result:
+        proc = subprocess.run(["bash", "-c", command], input=stdin or b"", capture_output=True, timeout=timeout)
+        result = Result(command, proc.returncode, proc.stdout.decode("utf-8", "replace"),
+                        proc.stderr.decode("utf-8", "replace"), host=self.name)
         if check and not result.ok:
             raise CommandFailed(result)
         return result
