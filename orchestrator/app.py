@@ -28,7 +28,7 @@ from .monitor import Outcome, follow, report
 from .paths import CONF_DIR, PROJECT_ROOT
 from .runspec import build_spec
 from .sweep import PARENT_ENV
-from .tracking import Tracker, flatten
+from .tracking import Status, Tracker, flatten
 from .validate import ConfigError, validate
 
 EXIT_BAD_INPUT = 2
@@ -107,6 +107,11 @@ def run_job(cfg: DictConfig, console: Console | None = None) -> Outcome:
             console.print(f"[cyan]run {run_id} on {host.name} (gpus {gpus}): {cfg.method.name}, "
                           f"model {cfg.model.name}; local dir {run_dir}[/]")
             follow(job, outcome, console, fail_fast=bool(cfg.get("fail_fast", True)), needs_results=not script)
+        except KeyboardInterrupt:   # before the tail started (follow handles it from there on)
+            console.print("[yellow]interrupted[/]")
+            if job.stage.value in ("running", "launch"):
+                job.cancel()
+            outcome.status, outcome.stopped_by = Status.KILLED, "user"
         except HostError as exc:
             outcome.error(str(exc))
             console.print(f"[red]error: {exc}[/]")

@@ -48,9 +48,12 @@ def render_launch_script(files: RunFiles, *, python: str, bundle: str, gpus: lis
     q = shlex.quote
     check_env_names(env)
     command = " ".join(q(a) for a in (argv or [python, "-m", "remote", files.root]))
-    exports = [f"export PYTHONPATH={q(bundle)}", "export PYTHONUNBUFFERED=1"]
+    # No bytecode in the bundle: it stays exactly what its manifest says.
+    exports = [f"export PYTHONPATH={q(bundle)}", "export PYTHONUNBUFFERED=1", "export PYTHONDONTWRITEBYTECODE=1"]
     if gpus is not None:
-        exports.append(f"export CUDA_VISIBLE_DEVICES={q(','.join(str(g) for g in gpus))}")
+        # PCI order: the numbering nvidia-smi (and preflight's busy check) uses, also on mixed-GPU boxes
+        exports += ["export CUDA_DEVICE_ORDER=PCI_BUS_ID",
+                    f"export CUDA_VISIBLE_DEVICES={q(','.join(str(g) for g in gpus))}"]
     exports += [f"export {name}={q(str(value))}" for name, value in sorted(env.items())]
     return "\n".join([
         "#!/usr/bin/env bash",

@@ -69,6 +69,9 @@ def validate(cfg: DictConfig) -> None:
         isinstance(g, int) and not isinstance(g, bool) and g >= 0 for g in gpus
     ):
         raise ConfigError("gpus", f"must be a list of non-negative integers such as [0,1], got {gpus!r}")
+    allowed = cfg.host.get("gpus")
+    if allowed is not None and not set(gpus) <= set(allowed):
+        raise ConfigError("gpus", f"{list(gpus)} is not within host.gpus={list(allowed)} of host {cfg.host.name}")
     if cfg.baseline not in ("ar", "none"):
         raise ConfigError("baseline", f"must be one of ar, none, got {cfg.baseline!r}")
     if cfg.device not in ("auto", "cpu", "cuda"):

@@ -4,6 +4,8 @@ cd '/work dir/runs/r1' || exit 97
 echo $$ > pid
 export PYTHONPATH='/work dir/bundles/abc'
 export PYTHONUNBUFFERED=1
+export PYTHONDONTWRITEBYTECODE=1
+export CUDA_DEVICE_ORDER=PCI_BUS_ID
 export CUDA_VISIBLE_DEVICES=0,1
 export EVIL='$(touch /tmp/x); `id`
 rm -rf /'
