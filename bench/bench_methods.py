@@ -1,0 +1,138 @@
+"""AR, DFlash and DDTree side by side in one process: tau, per-depth acceptance, TPOT, speedup, time split.
+
+    python bench/bench_methods.py --model remote/assets/models/demo-qwen3 \
+        --drafter remote/assets/models/demo-qwen3-dflash --dataset humaneval --num-prompts 24 \
+        --max-new-tokens 128 --budgets 16,32,64,128,256,512 --temperatures 0,1 --dtype bfloat16 --out OUT
+
+One model load per temperature; every method decodes the same prompts with the same per-prompt seeds, after a
+warm-up per method and budget (each budget is a new shape). `--stock-generate` adds transformers' own
+`generate` as a row, to keep our AR honest. Writes summary.csv and the sweep plots (same functions as the
+orchestrator's sweep summary) to --out; the last stdout line is compact JSON.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch  # noqa: E402
+
+from orchestrator.compare import render_table, summarize  # noqa: E402
+from remote.metrics import aggregate, compare  # noqa: E402
+from remote.runner import WARMUP_TOKENS, Run  # noqa: E402
+from remote.spec import DatasetSpec, DecodingSpec, DrafterSpec, ModelSpec, RunSpec  # noqa: E402
+
+
+def make_spec(args, temperature: float) -> RunSpec:
+    random = json.loads(args.random) if args.random else None
+    dataset = DatasetSpec(name=args.dataset, num_prompts=args.num_prompts)
+    if args.dataset.startswith("jsonl:"):
+        dataset = DatasetSpec(name="jsonl", path=args.dataset[6:], num_prompts=args.num_prompts)
+    return RunSpec(
+        run_id="bench", seed=0, device=args.device,
+        model=ModelSpec(path=None if random else args.model, random=random, dtype=args.dtype),
+        drafter=DrafterSpec(path=args.drafter, random=json.loads(args.random_drafter) if args.random_drafter else None),
+        decoding=DecodingSpec(method="ddtree", max_new_tokens=args.max_new_tokens, temperature=temperature,
+                              warmup=1),
+        dataset=dataset,
+    )
+
+
+def measure(run: Run, method: str, budget: int) -> tuple[list, dict]:
+    run.spec.decoding.tree_budget = budget
+    run.generate(method, 0, WARMUP_TOKENS)            # warm-up for this shape
+    if run.device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    gens = [run.generate(method, i) for i in range(len(run.inputs))]
+    peak = torch.cuda.max_memory_allocated() / 2**30 if run.device.type == "cuda" else None
+    depth = run.drafter.block_size - 1 if method != "ar" else 0
+    return gens, aggregate(gens, peak, depth)
+
+
+def stock_generate_tpot(run: Run) -> float:
+    """transformers' `generate` (greedy, KV cache), ms per token after the first, mean over the prompts."""
+    n = run.spec.decoding.max_new_tokens
+    tpots = []
+    for ids in [run.inputs[0]] + list(run.inputs):   # the first is a warm-up
+        ids = ids.to(run.model.device)
+        sync = torch.cuda.synchronize if run.device.type == "cuda" else (lambda: None)
+        sync()
+        t0 = time.perf_counter()
+        run.model.generate(ids, max_new_tokens=1, min_new_tokens=1, do_sample=False)
+        sync()
+        t1 = time.perf_counter()
+        run.model.generate(ids, max_new_tokens=n, min_new_tokens=n, do_sample=False)
+        sync()
+        t2 = time.perf_counter()
+        tpots.append(((t2 - t1) - (t1 - t0)) * 1000 / (n - 1))
+    return sum(tpots[1:]) / len(tpots[1:])
+
+
+def row(method, budget, temperature, metrics, ar_metrics, gens, ar_gens) -> dict:
+    r = {"run": f"{method}{'' if budget is None else f'-{budget}'}-T{temperature:g}", "status": "FINISHED",
+         "model": "", "method": method, "tree_budget": budget, "temperature": temperature, **metrics}
+    if method != "ar":
+        r["speedup_vs_ar"] = ar_metrics["tpot_ms"] / metrics["tpot_ms"]
+        if temperature == 0:
+            r.update(compare(gens, ar_gens))
+    r["accept_by_depth"] = [metrics[k] for k in sorted(
+        (k for k in metrics if k.startswith("accept_rate_depth_")), key=lambda k: int(k.rsplit("_", 1)[1]))]
+    return r
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model")
+    p.add_argument("--drafter")
+    p.add_argument("--random", help="JSON transformers config for a random target (instead of --model)")
+    p.add_argument("--random-drafter", help="JSON drafter overrides for a random drafter (instead of --drafter)")
+    p.add_argument("--dataset", default="builtin", help="builtin | humaneval | jsonl:<path>")
+    p.add_argument("--num-prompts", type=int, default=8)
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--budgets", default="16,32,64,128,256,512")
+    p.add_argument("--temperatures", default="0")
+    p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--stock-generate", action="store_true")
+    p.add_argument("--out", default="bench_out")
+    args = p.parse_args()
+    budgets = [int(b) for b in args.budgets.split(",")]
+    rows, out = [], Path(args.out)
+    for temperature in (float(t) for t in args.temperatures.split(",")):
+        run = Run(make_spec(args, temperature))
+        ar_gens, ar_metrics = measure(run, "ar", 1)
+        rows.append(row("ar", None, temperature, ar_metrics, ar_metrics, ar_gens, ar_gens))
+        if args.stock_generate and temperature == 0:
+            tpot = stock_generate_tpot(run)
+            rows.append({"run": "hf_generate-T0", "status": "FINISHED", "model": "", "method": "hf_generate",
+                         "tree_budget": None, "temperature": 0.0, "tpot_ms": tpot,
+                         "speedup_vs_ar": ar_metrics["tpot_ms"] / tpot, "accept_by_depth": []})
+        gens, metrics = measure(run, "dflash", 1)
+        rows.append(row("dflash", None, temperature, metrics, ar_metrics, gens, ar_gens))
+        for budget in budgets:
+            gens, metrics = measure(run, "ddtree", budget)
+            rows.append(row("ddtree", budget, temperature, metrics, ar_metrics, gens, ar_gens))
+            print(json.dumps({k: v for k, v in rows[-1].items() if k != "accept_by_depth"}), flush=True)
+        del run
+    from rich.console import Console
+
+    Console(width=200).print(render_table(rows, "bench_methods"))
+    for r in rows:
+        print(f"{r['run']:>18}  tau={r.get('tau', 1) or 1:.2f}  tpot={r.get('tpot_ms', 0):.2f}ms  "
+              f"speedup={r.get('speedup_vs_ar', 1) or 1:.2f}  draft={r.get('draft_ms', 0):.2f} "
+              f"build={r.get('tree_build_ms', 0):.2f} verify={r.get('verify_ms', 0):.2f} "
+              f"commit={r.get('commit_ms', 0):.2f}  exact={r.get('exact_match_vs_ar', '-')}")
+    summarize(rows, out)
+    (out / "rows.json").write_text(json.dumps(rows, indent=1))
+    print(json.dumps({"rows": len(rows), "out": str(out),
+                      "best_ddtree": max((r for r in rows if r["method"] == "ddtree"),
+                                         key=lambda r: r.get("speedup_vs_ar", 0), default={}).get("run")}))
+
+
+if __name__ == "__main__":
+    main()
