@@ -12,10 +12,10 @@ import io
 import shlex
 import tarfile
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from .hosts.base import Host
+from .hosts.base import CommandFailed, Host, HostError
 from .paths import REMOTE_PACKAGE
 
 MANIFEST = "MANIFEST.sha256"   # `sha256sum -c` format, paths relative to the bundle root
@@ -26,19 +26,23 @@ COMPLETE = ".complete"
 class Bundle:
     digest: str
     files: dict[str, str]   # relative path ("remote/x.py") -> sha256
+    # The bytes that were hashed: what travels is exactly what the manifest describes, even if a file
+    # changes on disk meanwhile.
+    data: dict[str, bytes] = field(default_factory=dict, repr=False, compare=False)
 
     def manifest_text(self) -> str:
         return "".join(f"{sha}  {path}\n" for path, sha in sorted(self.files.items()))
 
 
 def local_bundle(package: Path = REMOTE_PACKAGE) -> Bundle:
-    files = {}
+    files, data = {}, {}
     for path in sorted(package.rglob("*")):
         if path.is_file() and "__pycache__" not in path.parts and path.suffix not in (".pyc", ".pyo"):
             rel = f"{package.name}/{path.relative_to(package).as_posix()}"
-            files[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
+            data[rel] = path.read_bytes()
+            files[rel] = hashlib.sha256(data[rel]).hexdigest()
     digest = hashlib.sha256("".join(f"{p}\0{s}\n" for p, s in files.items()).encode()).hexdigest()[:16]
-    return Bundle(digest, files)
+    return Bundle(digest, files, data)
 
 
 def _parse_manifest(text: str) -> dict[str, str]:
@@ -64,22 +68,29 @@ def sync_bundle(host: Host, package: Path = REMOTE_PACKAGE) -> str:
     latest = first.removeprefix("LATEST").strip()
     have = _parse_manifest(rest) if latest else {}
     changed = [p for p, sha in bundle.files.items() if have.get(p) != sha]
-    _upload(host, package, bundle, changed, target, f"{root}/{latest}" if latest else "")
+    try:
+        _upload(host, bundle, changed, target, f"{root}/{latest}" if latest else "")
+    except CommandFailed as exc:
+        raise HostError(f"{host.name}: the runner bundle could not be installed in {target} (the host checks "
+                        f"every file's sha256): {exc.result.tail(3)}") from None
     return target
 
 
-def _upload(host: Host, package: Path, bundle: Bundle, changed: list[str], target: str, previous: str) -> None:
+def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
+    info = tarfile.TarInfo(name)
+    info.size, info.mode = len(data), 0o644
+    tar.addfile(info, io.BytesIO(data))
+
+
+def _upload(host: Host, bundle: Bundle, changed: list[str], target: str, previous: str) -> None:
     q = shlex.quote
     staging = f"{target}.tmp"
     with tempfile.TemporaryDirectory() as tmp:
         tar_path = Path(tmp) / "bundle.tar"
         with tarfile.open(tar_path, "w") as tar:
             for rel in changed:
-                tar.add(package.parent / rel, arcname=rel)
-            data = bundle.manifest_text().encode()
-            info = tarfile.TarInfo(MANIFEST)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
+                _add(tar, rel, bundle.data[rel])
+            _add(tar, MANIFEST, bundle.manifest_text().encode())
         host.run(f"rm -rf {q(staging)} && mkdir -p {q(staging)}")
         host.put(str(tar_path), f"{staging}/.upload.tar")
     seed = f"cp -a {q(previous)}/. {q(staging)}/ && rm -f {q(staging)}/{COMPLETE} && " if previous else ""
