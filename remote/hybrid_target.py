@@ -16,6 +16,9 @@ shared, nothing copied) and holds the per-layer state itself:
 - GDN layers: conv state [1, C, K] and recurrent state [1, HV, Dk, Dv] float32 (transformers' layouts). Verify
   computes every node's own states (`remote.gdn_tree`), commit installs the accepted node's.
 
+Cost: verify keeps every node's GDN state until commit, N x HV x Dk x Dv float32 per GDN layer (Qwen3.6-27B:
+3 MiB per node and layer, ~38 GiB at 257 nodes); the recurrence takes one batched step per tree depth and layer.
+
 Features are the outputs of decoder layers `target_layer_ids` (0-based), i.e. HF `hidden_states[layer_id + 1]`
 (for the last layer that is the final-norm output, as in HF). Logits are float32.
 Non-goals: batch > 1; prompts with images or video (the multimodal model is driven as a text decoder, so positions
@@ -34,11 +37,11 @@ from .gdn_tree import TreeLayout, gdn_sequence, gdn_tree
 from .kernels import select_gdn_kernels
 from .target import Target, Verified
 
-# Verified on CPU (torch path) with transformers 5.17.0 and 5.24.0 by tests/test_hybrid_*.py: see
-# TRANSFORMERS_CHECKED. Older versions name the cache kwarg and the GDN state API differently, newer ones are unread.
-TRANSFORMERS_MIN = "5.17.0"
+# The range is what tests/test_hybrid_*.py passed on (CPU, torch path; TRANSFORMERS_CHECKED). Below it the modeling
+# modules were not tried (5.2-5.4 also build Qwen3.5 caches differently); above it they are unread.
+TRANSFORMERS_MIN = "5.16.1"
 TRANSFORMERS_BELOW = "5.25.0"
-TRANSFORMERS_CHECKED = ("5.17.0", "5.24.0")
+TRANSFORMERS_CHECKED = ("5.16.1", "5.17.0", "5.18.0", "5.20.2", "5.22.2", "5.23.0", "5.24.0")
 SUPPORTED_MODEL_TYPES = ("qwen3_5_text", "qwen3_5", "qwen3_5_moe_text", "qwen3_5_moe", "qwen3_next")
 
 
@@ -98,9 +101,11 @@ class HybridTarget(Target):
         target_layer_ids = list(target_layer_ids or [])
         bad = [i for i in target_layer_ids if not 0 <= i < n_layers]
         if bad:
-            raise SpecError(f"target_layer_ids {bad} out of range: the model has {n_layers} layers (0..{n_layers - 1})")
+            raise SpecError(f"target_layer_ids {bad} out of range: the model has {n_layers} layers "
+                            f"(0..{n_layers - 1})")
         if any(p.device.type == "meta" for p in model.parameters()):
-            raise ValueError("HybridTarget needs every weight on a real device (offloaded/meta weights are not supported)")
+            raise SpecError("HybridTarget needs every weight on a real device (offloaded or meta weights are "
+                            "not supported)")
         self.target_layer_ids = target_layer_ids
         self.model = model.eval()
         # Qwen3.5's rotary is multimodal (mrope): it takes [3, B, T] positions; text positions are the same in all 3.
@@ -108,7 +113,7 @@ class HybridTarget(Target):
         self._rotary_fn = sys.modules[type(self.decoder).__module__].apply_rotary_pos_emb
         gdn_layers = [i for i, t in enumerate(self.layer_types) if t == "linear_attention"]
         if not gdn_layers:
-            raise ValueError("model has no linear_attention layers: use the plain attention target")
+            raise SpecError("model has no linear_attention layers: use the plain attention target")
         first = self.decoder.layers[gdn_layers[0]]
         self.kernels = select_gdn_kernels(first.linear_attn, first.linear_attn.A_log.device, kernels)
         self.kernel_path = self.kernels.path
@@ -139,6 +144,7 @@ class HybridTarget(Target):
     def prefill(self, input_ids: torch.Tensor) -> Verified:
         """Reset and run the prompt input_ids [1, P]: causal attention, chunked GDN from zero state."""
         self._reset()
+        input_ids = input_ids.to(self.decoder.embed_tokens.weight.device)   # prompts arrive on the CPU
         p = input_ids.shape[-1]
         positions = torch.arange(p, device=input_ids.device)
         hidden, feats = self._forward(input_ids.reshape(1, p), positions, tree=None)

@@ -1,4 +1,5 @@
-"""Kernel-path selection for Gated DeltaNet (GDN) layers: fast kernels where installed, the model's torch math where not.
+"""Kernel-path selection for Gated DeltaNet (GDN) layers: fast kernels where installed, the model's torch math
+where not.
 
 Contract: `select_gdn_kernels(gdn_module, device, prefer)` returns one `GdnKernels` bundle whose three functions compute
 the same math whichever path is chosen, so a caller never branches on the path:
@@ -12,11 +13,14 @@ the same math whichever path is chosen, so a caller never branches on the path:
 - `conv(x, weight, bias, activation)` -> y: the causal depthwise conv over a fresh sequence, x [B, C, T] with zero
   left padding, weight [C, K]; y [B, C, T].
 
-`path` names what runs: "torch", "fla", "causal_conv1d" or "fla+causal_conv1d". The torch path is the model's own
-reference functions (from its transformers modeling module, undecorated so transformers' own hub/package dispatch and
-its fallback warnings stay out of it). Fast kernels are only used on CUDA tensors; `prefer="torch"` forces the torch
-path (tests compare the two). Non-goal: the tree-shaped parts (parent gather, ancestor conv windows), which are plain
-tensor indexing in `remote.gdn_tree` and the same on every path.
+`prefer`: "torch" = the model's own reference functions (from its transformers modeling module, undecorated, so
+transformers' hub/package dispatch and its fallback warnings stay out of it); "auto" = flash-linear-attention's
+chunk and fused-recurrent kernels and causal_conv1d's conv, each where installed and the tensors are on CUDA, the
+torch function otherwise. `path` names what runs: "torch", "fla", "causal_conv1d" or "fla+causal_conv1d".
+Measured on an H200 (fla 0.6.0, torch 2.11, Qwen3.6-27B layer widths): fla's step kernel is ~3.6x faster than the
+torch step per call and matches it to 1e-7 in float32; fla's chunk kernel (TF32 dots in float32) matches to ~1e-3.
+Non-goal: the tree-shaped parts (parent gather, ancestor conv windows), which are plain tensor indexing in
+`remote.gdn_tree` and the same on every path.
 """
 from __future__ import annotations
 
@@ -78,40 +82,39 @@ def _import_causal_conv1d() -> Callable | None:
         return None
 
 
-def select_gdn_kernels(gdn_module: torch.nn.Module, device: torch.device, prefer: str = "auto") -> GdnKernels:
-    if prefer not in KERNEL_CHOICES:
-        raise ValueError(f"kernels must be one of {', '.join(KERNEL_CHOICES)} (got {prefer!r})")
-    torch_chunk = _model_function(gdn_module, "torch_chunk_gated_delta_rule")
-    torch_step = _model_function(gdn_module, "torch_recurrent_gated_delta_rule")
+def _causal_conv1d_conv(cc1d: Callable) -> Callable:
+    def conv(x, weight, bias, activation):
+        return cc1d(x, weight, bias, activation=activation)
+    return conv
 
+
+def _bundle(chunk_fn: Callable, step_fn: Callable, conv: Callable, path: str) -> GdnKernels:
+    """Wrap two gated-delta-rule functions of the transformers / fla signature into the bundle's calls."""
     def chunk(q, k, v, g, beta, initial_state):
-        return torch_chunk(q, k, v, g=g, beta=beta, initial_state=initial_state, output_final_state=True,
-                           use_qk_l2norm_in_kernel=True)
+        return chunk_fn(q, k, v, g=g, beta=beta, initial_state=initial_state, output_final_state=True,
+                        use_qk_l2norm_in_kernel=True)
 
     def step(q, k, v, g, beta, state):
-        return torch_step(q, k, v, g=g, beta=beta, initial_state=state, output_final_state=True,
-                          use_qk_l2norm_in_kernel=True)
+        return step_fn(q, k, v, g=g, beta=beta, initial_state=state.contiguous(), output_final_state=True,
+                       use_qk_l2norm_in_kernel=True)
 
+    return GdnKernels(chunk=chunk, step=step, conv=conv, path=path)
+
+
+def select_gdn_kernels(gdn_module: torch.nn.Module, device: torch.device | str, prefer: str = "auto") -> GdnKernels:
+    if prefer not in KERNEL_CHOICES:
+        raise ValueError(f"kernels must be one of {', '.join(KERNEL_CHOICES)} (got {prefer!r})")
+    chunk_fn = _model_function(gdn_module, "torch_chunk_gated_delta_rule")
+    step_fn = _model_function(gdn_module, "torch_recurrent_gated_delta_rule")
     conv, parts = _torch_conv, []
-    fast = prefer == "auto" and torch.device(device).type == "cuda"
-    fla = _import_fla() if fast else None
-    if fla is not None:
-        fla_chunk, fla_step = fla
-
-        # fla takes the same [B, T, H, D] layout and l2-normalises in-kernel; its states are float32 like the torch path.
-        def chunk(q, k, v, g, beta, initial_state):  # noqa: F811
-            return fla_chunk(q, k, v, g=g, beta=beta, initial_state=initial_state, output_final_state=True,
-                             use_qk_l2norm_in_kernel=True)
-
-        def step(q, k, v, g, beta, state):  # noqa: F811
-            return fla_step(q, k, v, g=g, beta=beta, initial_state=state.contiguous(), output_final_state=True,
-                            use_qk_l2norm_in_kernel=True)
-
-        parts.append("fla")
-    cc1d = _import_causal_conv1d() if fast else None
-    if cc1d is not None:
-        def conv(x, weight, bias, activation):  # noqa: F811
-            return cc1d(x, weight, bias, activation=activation)
-
-        parts.append("causal_conv1d")
-    return GdnKernels(chunk=chunk, step=step, conv=conv, path="+".join(parts) or "torch")
+    if prefer == "auto" and torch.device(device).type == "cuda":
+        fla = _import_fla()
+        if fla is not None:
+            # fla takes the same [B, T, H, D] layout, l2-normalises in-kernel and keeps float32 states, as torch's
+            chunk_fn, step_fn = fla
+            parts.append("fla")
+        cc1d = _import_causal_conv1d()
+        if cc1d is not None:
+            conv = _causal_conv1d_conv(cc1d)
+            parts.append("causal_conv1d")
+    return _bundle(chunk_fn, step_fn, conv, "+".join(parts) or "torch")
