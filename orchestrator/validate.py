@@ -92,13 +92,20 @@ def _check_model(cfg: DictConfig) -> None:
     if method_needs_drafter(cfg.method.name) and drafter.path is None and drafter.get("random") is None:
         raise ConfigError("drafter", f"method {cfg.method.name} needs a drafter; choose drafter=<name> "
                           f"(one of {', '.join(group_options('drafter'))})")
-    if cfg.host.kind == "local":
+    if _runs_locally(cfg):
         for key, value in (("model.path", model.path), ("drafter.path", drafter.path),
                            ("model.tokenizer", model.get("tokenizer"))):
             if _looks_local(value) and not Path(value).expanduser().exists():
                 raise ConfigError(key, f"local path {value!r} does not exist")
         if cfg.dataset.name == "jsonl" and not Path(str(cfg.dataset.path)).expanduser().is_file():
             raise ConfigError("dataset.path", f"JSONL file {cfg.dataset.path!r} does not exist")
+
+
+def _runs_locally(cfg: DictConfig) -> bool:
+    """Local paths can be checked here only when the job runs here (the pool, if any, decides the host)."""
+    pool = cfg.get("pool")
+    hosts = [entry.host for entry in pool.hosts] if pool and pool.get("hosts") else [cfg.host]
+    return all(h.get("kind", "local") == "local" for h in hosts)
 
 
 def method_needs_drafter(method: str) -> bool:
