@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from mlflow.tracking import MlflowClient
@@ -38,3 +39,20 @@ def test_fixed_script_finishes_and_its_json_lines_become_metrics(tmp_path):
     assert run.info.status == "FINISHED"
     history = client.get_metric_history(run.info.run_id, "logit_max")
     assert sorted(m.step for m in history) == [0, 1, 2]
+
+
+def test_fail_fast_stops_a_run_at_its_first_fatal_signature(tmp_path):
+    script = Path(__file__).parent / "scripts" / "fatal_then_hang.py"
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "orchestrator", "runner=script", f"runner.path={script}",
+                           "host=local"], capture_output=True, text=True, cwd=tmp_path, env=os.environ.copy(),
+                          timeout=200)
+    assert time.monotonic() - started < 120          # the script alone would hang for 300 s
+    assert proc.returncode == 1
+    client = MlflowClient(f"sqlite:///{tmp_path / 'runs' / 'mlflow.db'}")
+    run = client.search_runs([client.get_experiment_by_name("specbench").experiment_id])[0]
+    assert run.info.status == "FAILED"
+    assert run.data.tags["failure.id"] == run.data.tags["stopped_by"] == "nan_probabilities"
+    assert "fix:" in proc.stdout
+    pids = subprocess.run(["pgrep", "-f", str(script)], capture_output=True, text=True).stdout.split()
+    assert pids == []
