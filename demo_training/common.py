@@ -55,3 +55,17 @@ def adamw(model: torch.nn.Module, lr: float, weight_decay: float, device: torch.
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
     for group in optimizer.param_groups:
         group["lr"] = lr
+
+
+class StepWindow:
+    """Timing of the steps between two progress lines: how many they were, ms per step, seconds left."""
+
+    def __init__(self, steps: int):
+        self.steps, self.start = steps, time.time()
+
+    def close(self, done: int, log_every: int) -> tuple[int, float, float]:
+        count = done % log_every or log_every
+        now = time.time()
+        ms = 1000 * (now - self.start) / count
+        self.start = now
+        return count, ms, (self.steps - done) * ms / 1000

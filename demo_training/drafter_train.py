@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from remote.drafter import DFlashDrafter, _rope
 from remote.drafter_io import random_drafter
 
-from .common import adamw, autocast, log, lr_at, set_lr
+from .common import StepWindow, adamw, autocast, log, lr_at, set_lr
 
 POSITION_DECAY = 0.9
 
@@ -143,7 +143,7 @@ def train_drafter(drafter: DFlashDrafter, target, tokens: torch.Tensor, features
     running = torch.zeros((), device=device)
     hits = torch.zeros(drafter.block_size - 1, device=device)
     seen = torch.zeros_like(hits)
-    started, window_start = time.time(), time.time()
+    started, window = time.time(), StepWindow(steps)
     stats: dict = {}
     for step in range(steps):
         if cursor + batch > n:
@@ -162,18 +162,14 @@ def train_drafter(drafter: DFlashDrafter, target, tokens: torch.Tensor, features
         seen += v
         done = step + 1
         if done % log_every == 0 or done == steps:
-            count = done % log_every or log_every
+            count, ms, eta = window.close(done, log_every)
             acc = (hits / seen.clamp(min=1)).tolist()
             stats = {"loss": round(float(running) / count, 3), "acc_first": round(acc[0], 3),
                      "acc_last": round(acc[-1], 3), "acc_mean": round(sum(acc) / len(acc), 3)}
             for acc_tensor in (running, hits, seen):
                 acc_tensor.zero_()
-            now = time.time()
-            ms = 1000 * (now - window_start) / count
-            eta = (steps - done) * ms / 1000
             log(f"{name}: step {done}/{steps} loss {stats['loss']:.3f} acc pos1 {stats['acc_first']:.2f} .. "
                 f"pos{drafter.block_size - 1} {stats['acc_last']:.2f} {ms:.0f} ms/step eta {eta:.0f}s")
-            window_start = now
     train_s = time.time() - started
     drafter.eval()
     return {"steps": steps, "batch": batch, "anchors": anchors, "sequences": n,

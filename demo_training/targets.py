@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from .common import adamw, autocast, log, lr_at, set_lr
+from .common import StepWindow, adamw, autocast, log, lr_at, set_lr
 
 KINDS = {"qwen3": "qwen3", "qwen3_5": "qwen3_5_text"}
 
@@ -92,7 +92,7 @@ def train_lm(model, train: torch.Tensor, heldout: torch.Tensor, *, steps: int, b
     optimizer = adamw(model, lr, 0.1, device)
     g = torch.Generator(device=device).manual_seed(seed)
     running = torch.zeros((), device=device)
-    started, window_start, first_loss = time.time(), time.time(), None
+    started, window, first_loss = time.time(), StepWindow(steps), None
     train_loss = float("nan")
     gdn = torch_gdn_path() if "linear_attention" in (getattr(model.config, "layer_types", None) or []) \
         else contextlib.nullcontext()
@@ -108,16 +108,12 @@ def train_lm(model, train: torch.Tensor, heldout: torch.Tensor, *, steps: int, b
             running += loss.detach()
             done = step + 1
             if done % log_every == 0 or done == steps:
-                count = done % log_every or log_every
+                count, ms, eta = window.close(done, log_every)
                 train_loss = float(running) / count                       # the only host sync
                 first_loss = train_loss if first_loss is None else first_loss
                 running.zero_()
-                now = time.time()
-                ms = 1000 * (now - window_start) / count
-                eta = (steps - done) * ms / 1000
                 log(f"{name}: step {done}/{steps} loss {train_loss:.3f} lr {lr_at(step, steps, lr, warmup):.2e} "
                     f"{ms:.0f} ms/step eta {eta:.0f}s")
-                window_start = now
         train_s = time.time() - started
         held = heldout_loss(model, heldout, batch, seq, 8, device, seed + 1)
     log(f"{name}: trained {steps} steps in {train_s:.0f}s, train loss {train_loss:.3f}, held-out loss {held:.3f}")

@@ -2,7 +2,6 @@
 loopback sshd fixture (tests/sshd.py, real OpenSSH) can start."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,14 @@ def _isolated_runs_dir(tmp_path, monkeypatch):
     # Tiny models run several times faster on one thread than on two contended ones (runners inherit this).
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     yield
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _one_torch_thread():
+    """Tiny models are latency-bound: one intra-op thread is faster, and steadier on a shared 2-core box."""
+    import torch
+
+    torch.set_num_threads(1)
 
 
 @pytest.fixture(params=["local", "ssh"])

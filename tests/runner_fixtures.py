@@ -5,7 +5,6 @@ multi-token acceptance (and the KV compaction it needs) happens often in a few h
 """
 from __future__ import annotations
 
-import pytest
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -48,14 +47,6 @@ def prompts(model, count: int, length: int = 6, seed: int = 0) -> list[torch.Ten
     vocab = model.config.vocab_size - 1          # never the mask id
     return [torch.randint(0, vocab, (1, length + (i % 3)), generator=g) for i in range(count)]
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models are latency-bound: one intra-op thread is faster, and robust on a shared 2-core box."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 # The conf/model/tiny-qwen3.yaml shape (vocab fits the shipped tokenizer), as a run spec.

@@ -17,7 +17,6 @@ from remote.decode import generate_ar, generate_spec
 from remote.drafter_io import random_drafter
 from remote.hybrid_target import HybridTarget
 from remote.timing import PhaseTimer
-from tests.test_hybrid_models import one_thread  # noqa: F401  (fixture)
 
 LIN, FULL = "linear_attention", "full_attention"
 SHAPES = {

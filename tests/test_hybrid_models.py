@@ -201,11 +201,3 @@ def test_flattened_tree_verification_is_wrong_and_hybrid_target_is_right(name):
     assert min(flat_err[2:]) > 1e-3, flat_err        # every other node is wrong, by far more than the tolerance
     assert max(our_err) <= 1e-4, our_err
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models are latency-bound: one intra-op thread is faster, and steadier on a shared 2-core box."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)

@@ -17,8 +17,8 @@ import torch
 
 from remote.errors import SpecError
 from remote.hybrid_target import TRANSFORMERS_BELOW, TRANSFORMERS_MIN, HybridTarget, check_transformers_version
-from tests.test_hybrid_models import (  # noqa: F401  (one_thread is a fixture)
-    ancestor_path, cache_state, layer_types, one_thread, plain_forward, plain_last_batch, random_tree,
+from tests.test_hybrid_models import (  # noqa: F401
+    ancestor_path, cache_state, layer_types, plain_forward, plain_last_batch, random_tree,
     real_token_ids, tiny_model,
 )
 

@@ -11,7 +11,7 @@ from remote.decode import generate_spec
 from remote.drafter_io import load_drafter, save_drafter
 from remote.backends import build_target
 from remote.timing import PhaseTimer
-from tests.runner_fixtures import _one_thread, prompts, tiny_drafter, tiny_model  # noqa: F401
+from tests.runner_fixtures import prompts, tiny_drafter, tiny_model  # noqa: F401
 
 ref = pytest.importorskip("dflash.model", reason="the authors' module: pip install --no-deps dflash")
 TOL = 1e-5

@@ -13,7 +13,7 @@ import pytest
 
 from remote.files import RunFiles
 from remote.runner import run
-from tests.runner_fixtures import _one_thread, tiny_spec  # noqa: F401
+from tests.runner_fixtures import tiny_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -7,7 +7,7 @@ import torch
 
 from remote.decode import generate_ar, generate_spec
 from remote.timing import PhaseTimer
-from tests.runner_fixtures import _one_thread, prompts, tiny_pair  # noqa: F401
+from tests.runner_fixtures import prompts, tiny_pair
 
 BUDGETS = (1, 4, 16, 64, 256)
 METHODS = [("dflash", 0)] + [("ddtree", b) for b in BUDGETS]

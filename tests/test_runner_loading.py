@@ -12,7 +12,7 @@ from remote.loading import load_tokenizer
 from remote.prompts import encode, load_prompts
 from remote.runner import Run
 from remote.spec import DatasetSpec, ModelSpec
-from tests.runner_fixtures import TINY_QWEN3, _one_thread, tiny_spec  # noqa: F401
+from tests.runner_fixtures import TINY_QWEN3, tiny_spec
 
 
 @pytest.fixture(scope="module")

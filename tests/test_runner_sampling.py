@@ -10,7 +10,7 @@ import torch
 
 from remote.decode import generate_spec
 from remote.timing import PhaseTimer
-from tests.runner_fixtures import _one_thread, tiny_drafter, tiny_model  # noqa: F401
+from tests.runner_fixtures import tiny_drafter, tiny_model  # noqa: F401
 
 stats = pytest.importorskip("scipy.stats")
 

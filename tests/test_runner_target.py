@@ -11,7 +11,7 @@ from remote.attention_target import AttentionTarget
 from remote.backends import build_target
 from remote.decode import draft
 from remote.tree import build_tree
-from tests.runner_fixtures import _one_thread, tiny_drafter, tiny_model  # noqa: F401
+from tests.runner_fixtures import tiny_drafter, tiny_model  # noqa: F401
 
 TOL = 1e-4
 

@@ -34,14 +34,6 @@ SHIPPED_TOKENIZER = REPO / "remote" / "assets" / "tokenizer"
 PAIRS = {"qwen3": "qwen3", "qwen3_5": "qwen3_5_text"}     # pair kind -> model_type
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models: intra-op threads only cost time (a lot on a busy 2-core host)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
