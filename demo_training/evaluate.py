@@ -29,8 +29,8 @@ def open_pair(target_dir: str, drafter_dir: str, prompts_file: str, *, num_promp
                    dataset=DatasetSpec(name="jsonl", path=prompts_file, num_prompts=num_prompts),
                    seed=seed, device=device)
     run = Run(spec)
-    # HybridTarget.prefill does not move CPU prompt ids to the model's device (AttentionTarget does): hand it
-    # device tensors. Harmless for every other path (they all call .to(device)).
+    # The simulation feeds the model directly, so prompts go to its device once here (the targets move them
+    # themselves).
     weight = run.model.get_input_embeddings().weight
     run.inputs = [ids.to(weight.device) for ids in run.inputs]
     return run

@@ -12,6 +12,7 @@ import io
 import shlex
 import tarfile
 import tempfile
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -84,14 +85,14 @@ def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
 
 def _upload(host: Host, bundle: Bundle, changed: list[str], target: str, previous: str) -> None:
     q = shlex.quote
-    staging = f"{target}.tmp"
+    staging = f"{target}.tmp-{uuid.uuid4().hex[:8]}"   # concurrent syncs (parallel jobs) never share it
     with tempfile.TemporaryDirectory() as tmp:
         tar_path = Path(tmp) / "bundle.tar"
         with tarfile.open(tar_path, "w") as tar:
             for rel in changed:
                 _add(tar, rel, bundle.data[rel])
             _add(tar, MANIFEST, bundle.manifest_text().encode())
-        host.run(f"rm -rf {q(staging)} && mkdir -p {q(staging)}")
+        host.run(f"mkdir -p {q(staging)}")
         host.put(str(tar_path), f"{staging}/.upload.tar")
     seed = f"cp -a {q(previous)}/. {q(staging)}/ && rm -f {q(staging)}/{COMPLETE} && " if previous else ""
     host.run(
@@ -100,5 +101,8 @@ def _upload(host: Host, bundle: Bundle, changed: list[str], target: str, previou
         f"find remote -type f | sort > .have && cut -c67- {MANIFEST} | sort > .want && "
         f"comm -23 .have .want | xargs -r rm -f && rm -f .have .want && "
         f"sha256sum --quiet -c {MANIFEST} && touch {COMPLETE} && cd .. && "
-        f"rm -rf {q(target)} && mv {q(staging)} {q(target)} && echo {q(bundle.digest)} > LATEST"
+        # rename(2) is atomic and refuses a target that exists: a bundle another job installed meanwhile is
+        # complete and maybe in use, so it stays and ours is dropped
+        f"{{ mv -T {q(staging)} {q(target)} 2>/dev/null || rm -rf {q(staging)}; }} && "
+        f"[ -f {q(target)}/{COMPLETE} ] && echo {q(bundle.digest)} > LATEST"
     )

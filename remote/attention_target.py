@@ -51,22 +51,24 @@ class AttentionTarget(Target):
     def length(self) -> int:
         return self._length
 
-    def _forward(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None) -> Verified:
+    def _forward(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None,
+                 last_only: bool = False) -> Verified:
         # ids, positions [1, N]; mask None or [1, 1, N, prefix + N]
         out = self.model(input_ids=ids, position_ids=positions, attention_mask=mask, use_cache=True,
-                         output_hidden_states=bool(self.layer_ids), **{self._cache_kw: self._cache})
-        logits = out.logits[0].float()                                          # [N, V]
+                         output_hidden_states=bool(self.layer_ids), logits_to_keep=1 if last_only else 0,
+                         **{self._cache_kw: self._cache})
+        logits = out.logits[0].float()                                          # [N, V] ([1, V] if last_only)
         if self.layer_ids:
             feats = torch.cat([out.hidden_states[i + 1][0].to(self._out) for i in self.layer_ids], dim=-1)
         else:
-            feats = logits.new_zeros(logits.shape[0], 0)
+            feats = logits.new_zeros(ids.shape[1], 0)
         return Verified(logits=logits, features=feats)                         # features [N, len(ids) * H]
 
     def prefill(self, input_ids: torch.Tensor) -> Verified:
         self._cache = make_cache(self.model)
         n = input_ids.shape[1]
         positions = torch.arange(n, device=self._in)[None]
-        verified = self._forward(input_ids.to(self._in), positions, None)
+        verified = self._forward(input_ids.to(self._in), positions, None, last_only=True)
         self._length, self._pending = n, 0
         return verified
 

@@ -149,7 +149,7 @@ class HybridTarget(Target):
         positions = torch.arange(p, device=input_ids.device)
         hidden, feats = self._forward(input_ids.reshape(1, p), positions, tree=None)
         self._len = p
-        return Verified(self._logits(hidden), feats)
+        return Verified(self._logits(hidden[-1:]), feats)             # logits of the last position only
 
     @torch.inference_mode()
     def verify(self, tokens: torch.Tensor, parents: list[int]) -> Verified:

@@ -27,7 +27,9 @@ class Target(abc.ABC):
 
     @abc.abstractmethod
     def prefill(self, input_ids: torch.Tensor) -> Verified:
-        """Reset the state and run the prompt `input_ids` [1, P]; returns logits/features for all P positions."""
+        """Reset the state and run the prompt `input_ids` [1, P]; returns the last position's logits [1, V]
+        (all P rows would cost P x vocab floats: 1 GB for 1k tokens of a 248k vocabulary) and the features of
+        all P positions [P, F] (the drafter's first context)."""
 
     @abc.abstractmethod
     def verify(self, tokens: torch.Tensor, parents: list[int]) -> Verified:

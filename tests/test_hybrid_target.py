@@ -35,8 +35,8 @@ def test_prefill_matches_model_forward(name):
     got = target.prefill(torch.tensor([ids]))
     out, _ = plain_forward(model, ids)
     vocab = model.config.get_text_config().vocab_size
-    assert got.logits.dtype == torch.float32 and got.logits.shape == (len(ids), vocab)
-    assert (got.logits - out.logits[0]).abs().max() <= TOL
+    assert got.logits.dtype == torch.float32 and got.logits.shape == (1, vocab)     # the last position only
+    assert (got.logits - out.logits[0, -1:]).abs().max() <= TOL
     want = torch.cat([out.hidden_states[i + 1][0] for i in range(n_layers)], dim=-1)
     assert (got.features - want).abs().max() <= TOL
     assert target.length == len(ids)

@@ -134,3 +134,20 @@ def test_launch_script_matches_golden_file():
 def test_env_names_must_be_identifiers():
     with pytest.raises(ValueError, match="not a valid identifier"):
         render_launch_script(RunFiles("/r"), python="p", bundle="b", gpus=None, env={"A;rm": "x"})
+
+
+def test_concurrent_syncs_of_one_bundle_both_succeed(host, tmp_path):
+    """Parallel jobs sync the same new bundle at once: both get it whole, neither breaks the other."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    pkg = make_package(tmp_path / "src", {"__init__.py": "", **{f"m{i}.py": f"X = {i}\n" * 2000 for i in range(20)}})
+    from orchestrator.hosts.local import LocalHost
+    from orchestrator.hosts.ssh import SSHHost
+
+    second = SSHHost(host.settings) if isinstance(host, SSHHost) else LocalHost(workdir=host.workdir)
+    hosts = [host, second]   # two connections to one host, as two parallel jobs have
+    with ThreadPoolExecutor(2) as pool:
+        paths = list(pool.map(lambda h: sync_bundle(h, pkg), hosts))
+    assert paths[0] == paths[1]
+    listing = host.run(f"cd {shlex.quote(paths[0])} && sha256sum --quiet -c MANIFEST.sha256 && ls ..").stdout
+    assert ".tmp" not in listing
