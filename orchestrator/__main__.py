@@ -1,14 +1,33 @@
-"""Entry point: `python -m orchestrator [overrides...]` (Hydra; `-m` for multirun)."""
+"""Entry point: `python -m orchestrator [overrides...]` (Hydra; `-m` for multirun), `... attach <run>`."""
 from __future__ import annotations
 
+import logging
+import os
 import sys
+
+
+def _exit_now(code: int) -> None:
+    """Leave without Python's own teardown, which spends ~1 s unwinding MLflow's imports. Everything is written
+    by now (MLflow calls are synchronous); only logs and the terminal need flushing. Not for multirun, whose
+    launcher may still have worker processes to stop at exit."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _code(exc: SystemExit) -> int:
+    if exc.code is None or isinstance(exc.code, int):
+        return exc.code or 0
+    print(exc.code, file=sys.stderr)   # a message, as SystemExit would have printed it
+    return 1
 
 
 def main() -> None:
     if sys.argv[1:2] == ["attach"]:
         from .attach import main as attach_main
 
-        raise SystemExit(attach_main(sys.argv[2:]))
+        _exit_now(attach_main(sys.argv[2:]))
     from .validate import ConfigError, check_group_choices
 
     overrides = [a for a in sys.argv[1:] if not a.startswith("-") and "=" in a]
@@ -26,12 +45,18 @@ def main() -> None:
 
     # Run dirs are absolute (<project>/runs or SPECBENCH_RUNS_DIR) whatever the working directory.
     OmegaConf.register_new_resolver("runs_dir", lambda: str(runs_dir()), replace=True)
+    code = 0
     try:
         hydra_main()
+    except SystemExit as exc:
+        code = _code(exc)
     finally:
         from .sweep import close_orphan_parent
 
         close_orphan_parent()
+    if not {"-m", "--multirun"} & set(sys.argv[1:]):
+        _exit_now(code)
+    raise SystemExit(code)
 
 
 if __name__ == "__main__":

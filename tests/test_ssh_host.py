@@ -90,8 +90,8 @@ def test_proxycommand_from_ssh_config(sshd, tmp_path):
     jump = (f"ssh -q -i {sshd.identity_file} -o UserKnownHostsFile={sshd.known_hosts} -o BatchMode=yes "
             f"-p {sshd.port} {sshd.user}@127.0.0.1 -W %h:%p")
     config.write_text(f"Host behind\n  HostName 127.0.0.1\n  Port {sshd.port}\n  ProxyCommand {jump}\n")
-    host = _host(sshd, hostname="behind", ssh_config=str(config))
-    assert host.address.proxy_command and host.run("echo ok").stdout == "ok\n"
+    with _host(sshd, hostname="behind", ssh_config=str(config)) as host:   # closed: no keepalive thread left
+        assert host.address.proxy_command and host.run("echo ok").stdout == "ok\n"
 
 
 def test_proxyjump_is_refused(tmp_path):
