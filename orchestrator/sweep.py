@@ -51,32 +51,26 @@ def finish_parent(uri: str, parent: str, sweep_dir: Path) -> int:
     from .compare import render_table, row_of, select_runs, summarize
 
     client = MlflowClient(uri)
-    rows = [row_of(r) for r in select_runs(client, parent=parent)]
+    children = select_runs(client, parent=parent)
+    rows = [row_of(r) for r in children]
     failed = sum(r["status"] != "FINISHED" for r in rows)
     Console().print(render_table(rows, f"sweep: {len(rows)} jobs, {failed} not finished"))
     out = sweep_dir / "summary" if sweep_dir.exists() else Path(tempfile.mkdtemp())
     for path in summarize(rows, out):
         client.log_artifact(parent, str(path))
     client.set_tag(parent, "sweep.jobs", str(len(rows)))
-    client.set_tag(parent, "sweep.compare_url", compare_url(client, parent))
+    client.set_tag(parent, "sweep.compare_url", compare_url(client.get_run(parent).info.experiment_id,
+                                                            [r.info.run_id for r in children]))
     client.set_tag(parent, "sweep.failed", str(failed))
     status = Status.FAILED if failed or not rows else Status.FINISHED
     client.set_terminated(parent, status.value)
     return failed
 
 
-def compare_url(client, parent: str) -> str:
+def compare_url(experiment_id: str, run_ids: list[str]) -> str:
     """The MLflow UI page comparing a sweep's children (relative to the server's root)."""
-    children = select_runs_ids(client, parent)
-    exp = client.get_run(parent).info.experiment_id
-    ids = ",".join(f'"{c}"' for c in children)
-    return f"#/compare-runs?runs=[{ids}]&experiments=[\"{exp}\"]"
-
-
-def select_runs_ids(client, parent: str) -> list[str]:
-    from .compare import select_runs
-
-    return [r.info.run_id for r in select_runs(client, parent=parent)]
+    ids = ",".join(f'"{r}"' for r in run_ids)
+    return f'#/compare-runs?runs=[{ids}]&experiments=["{experiment_id}"]'
 
 
 def close_orphan_parent() -> None:

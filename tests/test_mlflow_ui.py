@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -51,9 +52,9 @@ def mlflow_server(tmp_path):
 
 
 def chromium(*args, timeout=120):
-    profile = ARTIFACTS / "chrome-profile"
-    return subprocess.run([CHROMIUM, *CHROME_FLAGS, f"--user-data-dir={profile}", *args], capture_output=True,
-                          text=True, timeout=timeout)
+    with tempfile.TemporaryDirectory() as profile:   # a fresh, empty profile each time
+        return subprocess.run([CHROMIUM, *CHROME_FLAGS, f"--user-data-dir={profile}", *args], capture_output=True,
+                              text=True, timeout=timeout)
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
