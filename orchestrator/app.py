@@ -7,7 +7,6 @@ MLflow mirrors it. `attach` re-enters the same flow at "tail" for a run still go
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import subprocess
 import sys
@@ -19,6 +18,8 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
+
+from remote.events import write_json_atomic
 
 from .attach import JOB_FILE
 from .bundle import sync_bundle
@@ -89,6 +90,7 @@ def run_job(cfg: DictConfig, console: Console | None = None) -> Outcome:
         tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment)
         job = Job(host, run_id, run_dir)
         outcome = Outcome(job)
+        opening: threading.Thread | None = None
         try:
             pre_tags = _preflight(host, host_cfg, gpus, bool(cfg.get("force", False)), console)
             tags = {"method": cfg.method.name, "host": host.name, "project_commit": project_commit(),
@@ -100,15 +102,13 @@ def run_job(cfg: DictConfig, console: Console | None = None) -> Outcome:
                 run_name=f"{cfg.method.name}-{cfg.model.name}", params=flatten(_params(resolved)), tags=tags,
                 parent_run_id=os.environ.get(PARENT_ENV)))
             opening.start()
-            try:
-                script = _user_script(cfg)
-                job.prepare(spec.to_json(), secrets=_secrets(host_cfg), files=[script] if script else [])
-                bundle = sync_bundle(host)
-                env = {str(k): str(v) for k, v in (host_cfg.get("env") or {}).items()}
-                argv = [host.python, "-u", script.name, *map(str, cfg.runner.args)] if script else None
-                job.launch(bundle=bundle, gpus=gpus, env=env, argv=argv)
-            finally:
-                opening.join()
+            script = _user_script(cfg)
+            job.prepare(spec.to_json(), secrets=_secrets(host_cfg), files=[script] if script else [])
+            bundle = sync_bundle(host)
+            env = {str(k): str(v) for k, v in (host_cfg.get("env") or {}).items()}
+            argv = [host.python, "-u", script.name, *map(str, cfg.runner.args)] if script else None
+            job.launch(bundle=bundle, gpus=gpus, env=env, argv=argv)
+            opening.join()
             if tracker.warning:
                 console.print(f"[yellow]{tracker.warning}[/]")
             _save_job(run_dir, host_cfg, run_id, tracker, needs_results=not script)
@@ -127,6 +127,8 @@ def run_job(cfg: DictConfig, console: Console | None = None) -> Outcome:
             outcome.error("orchestrator error")
             console.print_exception()
         finally:
+            if opening is not None:
+                opening.join()   # also after an error or Ctrl-C: the run must exist before it is closed
             host.close()
     report(outcome, tracker, run_dir, console, title=f"{cfg.method.name} on {cfg.model.name}")
     return outcome
@@ -157,10 +159,10 @@ def _params(resolved: dict) -> dict:
 def _save_job(run_dir: Path, host_cfg, run_id: str, tracker: Tracker, needs_results: bool) -> None:
     """What `attach` needs to find the run again. Host config holds env var names, never secret values."""
     host = OmegaConf.to_container(host_cfg, resolve=True) if not isinstance(host_cfg, dict) else host_cfg
-    (run_dir / JOB_FILE).write_text(json.dumps({
+    write_json_atomic(str(run_dir / JOB_FILE), {   # attach may read it at any moment
         "run_id": run_id, "host": host, "mlflow_run_id": tracker.run_id, "tracking_uri": tracker.uri,
         "experiment": tracker.experiment, "needs_results": needs_results,
-    }, indent=2))
+    })
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")

@@ -110,8 +110,9 @@ class Job:
         self.local_dir.mkdir(parents=True, exist_ok=True)
         local_spec = self.local_dir / "spec.json"
         local_spec.write_text(spec_json)
-        self.host.run(f"mkdir -p {shlex.quote(self.files.root)}")
-        self.host.put(str(local_spec), self.files.spec)
+        q = shlex.quote
+        # One round trip: the spec travels on stdin of the command that makes the run dir.
+        self.host.run(f"mkdir -p {q(self.files.root)} && cat > {q(self.files.spec)}", stdin=spec_json.encode())
         for path in files:
             self.host.put(str(path), f"{self.files.root}/{path.name}")
         if secrets:
@@ -130,13 +131,13 @@ class Job:
         self.stage = Stage.LAUNCH
         script = render_launch_script(self.files, python=self.host.python, bundle=bundle, gpus=gpus,
                                       env=env, argv=argv)
-        local_script = self.local_dir / "launch.sh"
-        local_script.write_text(script)
-        self.host.put(str(local_script), self.files.launch_script)
+        (self.local_dir / "launch.sh").write_text(script)
         q = shlex.quote
-        # One simple command backgrounded: `cd x && cmd &` would background a subshell that keeps the
-        # channel open. launch.sh changes into the run dir itself.
-        self.host.run(f"setsid nohup bash {q(self.files.launch_script)} > /dev/null 2>&1 < /dev/null &")
+        path = q(self.files.launch_script)
+        # One round trip: the script arrives on stdin, then starts detached. The start is one simple command
+        # backgrounded: `a && b &` would background a subshell that keeps the channel open.
+        self.host.run(f"cat > {path} || exit 1; setsid nohup bash {path} > /dev/null 2>&1 < /dev/null &",
+                      stdin=script.encode())
         self._open_streams(resume=False)
 
     def _open_streams(self, resume: bool) -> None:
@@ -173,7 +174,7 @@ class Job:
     def finished(self) -> bool:
         return self.exit_code is not None
 
-    def wait(self, on_lines, interval: float = 0.25) -> int:
+    def wait(self, on_lines, interval: float = 0.1) -> int:
         """Poll until the runner exits, handing each batch of lines to `on_lines(log_lines, event_lines)`."""
         while True:
             done = self.finished()
@@ -187,13 +188,16 @@ class Job:
     def collect(self) -> list[str]:
         """Copy the results the runner wrote into the local dir; returns the names that existed."""
         self.stage = Stage.COLLECT
-        q = shlex.quote
-        names = ("results.json", "outputs.jsonl", "exit_code")
-        present = self.host.run(
-            " ; ".join(f"[ -f {q(self.files.root)}/{n} ] && echo {n}" for n in names) + " ; true"
-        ).stdout.split()
-        for name in present:
-            self.host.get(f"{self.files.root}/{name}", str(self.local_dir / name))
+        present = []
+        for name in ("results.json", "outputs.jsonl"):
+            try:
+                self.host.get(f"{self.files.root}/{name}", str(self.local_dir / name))
+                present.append(name)
+            except FileNotFoundError:   # a run that failed early wrote none
+                continue
+        if self.exit_code is not None:   # already read by the tail: no need to fetch it again
+            (self.local_dir / "exit_code").write_text(f"{self.exit_code}\n")
+            present.append("exit_code")
         self.stage = Stage.DONE
         return present
 

@@ -107,7 +107,7 @@ class Tracker:
     def finish(self, status: Status, metrics: Mapping[str, float], tags: Mapping[str, str],
                artifacts: list[Path], history: list[tuple[str, float, int]] = ()) -> None:
         """Final metrics (step 0), per-step `history` (name, value, step), tags, artifacts and the status."""
-        if self._client is None:
+        if self._client is None or self.run_id is None:
             return
         try:
             import time

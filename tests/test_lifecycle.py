@@ -151,3 +151,12 @@ def test_concurrent_syncs_of_one_bundle_both_succeed(host, tmp_path):
     assert paths[0] == paths[1]
     listing = host.run(f"cd {shlex.quote(paths[0])} && sha256sum --quiet -c MANIFEST.sha256 && ls ..").stdout
     assert ".tmp" not in listing
+
+
+def test_get_of_a_missing_file_is_file_not_found(host, tmp_path):
+    """Every host answers a missing file the same way, and leaves nothing behind locally."""
+    local = tmp_path / "got"
+    local.mkdir()
+    with pytest.raises(FileNotFoundError):
+        host.get("/nonexistent/missing", str(local / "x"))
+    assert not list(local.iterdir())

@@ -156,12 +156,6 @@ def test_put_get_read_from(sshd, tmp_path):
     assert not [n for n in os.listdir(remote_dir) if ".part-" in n], "temporary upload names must not linger"
 
 
-def test_get_of_a_missing_file_is_a_host_error(sshd, tmp_path):
-    with pytest.raises(HostError, match="missing"):
-        _host(sshd).get("/nonexistent/missing", str(tmp_path / "x"))
-    assert not list(tmp_path.iterdir())
-
-
 def test_put_dir_is_one_tar_stream(sshd, tmp_path):
     host = _host(sshd)
     src = tmp_path / "tree"

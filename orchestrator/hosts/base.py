@@ -63,7 +63,7 @@ class Host(abc.ABC):
 
     @abc.abstractmethod
     def get(self, remote_path: str, local_path: str) -> None:
-        """Copy one file from the host to `local_path`."""
+        """Copy one file from the host to `local_path`; FileNotFoundError if it does not exist there."""
 
     @abc.abstractmethod
     def read_from(self, path: str, offset: int) -> bytes:

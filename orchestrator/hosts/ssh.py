@@ -377,7 +377,9 @@ class SSHHost(Host):
             except BaseException as exc:
                 if self._is_lost(exc):
                     raise _Lost(f"{type(exc).__name__}: {exc}") from exc
-                if isinstance(exc, OSError):   # an answer from the host: no such file, permission denied
+                if isinstance(exc, FileNotFoundError):   # the Host contract: a missing file is that, as locally
+                    raise FileNotFoundError(exc.errno, f"{self.name}: {what}: no such file") from exc
+                if isinstance(exc, OSError):   # an answer from the host: permission denied, ...
                     raise HostError(f"{self.name}: {what} failed: {exc}") from exc
                 if not isinstance(exc, Exception):
                     # Interrupted mid-request (Ctrl-C): the SFTP stream may hold a stale reply; start afresh.
