@@ -25,7 +25,7 @@ from .attach import JOB_FILE
 from .bundle import sync_bundle
 from .hosts import HostError, make_host
 from .leases import GpuPool
-from .lifecycle import Job
+from .lifecycle import Job, Stage
 from .monitor import Outcome, follow, report
 from .paths import CONF_DIR, PROJECT_ROOT
 from .runspec import build_spec
@@ -104,6 +104,7 @@ def run_job(cfg: DictConfig, console: Console | None = None) -> Outcome:
             opening.start()
             script = _user_script(cfg)
             job.prepare(spec.to_json(), secrets=_secrets(host_cfg), files=[script] if script else [])
+            job.stage = Stage.SYNC
             bundle = sync_bundle(host)
             env = {str(k): str(v) for k, v in (host_cfg.get("env") or {}).items()}
             argv = [host.python, "-u", script.name, *map(str, cfg.runner.args)] if script else None

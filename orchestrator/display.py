@@ -27,7 +27,6 @@ class LiveDisplay:
             TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), console=self.console,
         )
         self._tasks: dict[str, int] = {}
-        self.events: list[dict] = []
 
     def __enter__(self) -> "LiveDisplay":
         self.progress.start()
@@ -48,7 +47,6 @@ class LiveDisplay:
                 event = json.loads(line)
             except json.JSONDecodeError:
                 continue
-            self.events.append(event)
             self._on_event(event)
 
     def _on_event(self, event: dict) -> None:

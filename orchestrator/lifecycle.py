@@ -189,7 +189,7 @@ class Job:
         """Copy the results the runner wrote into the local dir; returns the names that existed."""
         self.stage = Stage.COLLECT
         present = []
-        for name in ("results.json", "outputs.jsonl"):
+        for name in RunFiles.COLLECTED:
             try:
                 self.host.get(f"{self.files.root}/{name}", str(self.local_dir / name))
                 present.append(name)

@@ -46,5 +46,6 @@ class RunFiles:
     def launch_script(self) -> str:
         return self._join("launch.sh")
 
-    # What is copied back to the local run dir when a run ends (whatever of it exists).
-    COLLECT = ("spec.json", "events.jsonl", "results.json", "outputs.jsonl", "runner.log", "exit_code")
+    # What is copied back to the local run dir when a run ends (whatever of it exists); the log and events
+    # arrive through the tail, the exit code through the poll.
+    COLLECTED = ("results.json", "outputs.jsonl")
