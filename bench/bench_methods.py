@@ -7,7 +7,10 @@
 One model load per temperature; every method decodes the same prompts with the same per-prompt seeds, after a
 warm-up per method and budget (each budget is a new shape). `--stock-generate` adds transformers' own
 `generate` as a row, to keep our AR honest. Writes summary.csv and the sweep plots (same functions as the
-orchestrator's sweep summary) to --out; the last stdout line is compact JSON.
+orchestrator's sweep summary) to --out; the last stdout line is compact JSON. `--profile DIR` adds, after the
+timed runs of the first temperature (so no reported time is taken under the profiler), a torch.profiler chrome
+trace and a key_averages table of --profile-gens generations per method (ar, dflash, ddtree at the budget with the
+best speedup), with the decode phases (draft, tree_build, verify, commit) as named ranges.
 """
 from __future__ import annotations
 
@@ -15,16 +18,22 @@ import argparse
 import json
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
+from torch.profiler import ProfilerActivity, profile, record_function  # noqa: E402
 
+import remote.runner  # noqa: E402
+from bench_verify import save_profile  # noqa: E402
 from orchestrator.compare import render_table, summarize  # noqa: E402
 from remote.metrics import aggregate, compare  # noqa: E402
 from remote.runner import WARMUP_TOKENS, Run  # noqa: E402
 from remote.spec import DatasetSpec, DecodingSpec, DrafterSpec, ModelSpec, RunSpec  # noqa: E402
+from remote.timing import PhaseTimer  # noqa: E402
 
 
 def make_spec(args, temperature: float) -> RunSpec:
@@ -73,6 +82,29 @@ def stock_generate_tpot(run: Run) -> float:
     return sum(tpots[1:]) / len(tpots[1:])
 
 
+class LabelledTimer(PhaseTimer):
+    """PhaseTimer whose phases also show as named ranges in a profiler trace."""
+
+    @contextmanager
+    def phase(self, name: str):
+        with record_function(name), super().phase(name):
+            yield
+
+
+def profile_methods(run: Run, budget: int, directory: Path, gens: int) -> list[str]:
+    """Trace `gens` generations of each method (ddtree at `budget`); returns the files written."""
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if run.device.type == "cuda" else [])
+    written = []
+    with mock.patch.object(remote.runner, "PhaseTimer", LabelledTimer):   # Run.generate builds its own timer
+        for method, b in (("ar", 1), ("dflash", 1), ("ddtree", budget)):
+            run.spec.decoding.tree_budget = b
+            with profile(activities=activities) as prof:
+                for i in range(min(gens, len(run.inputs))):
+                    run.generate(method, i)
+            written += save_profile(prof, directory, method if method != "ddtree" else f"ddtree-{b}")
+    return written
+
+
 def row(method, budget, temperature, metrics, ar_metrics, gens, ar_gens) -> dict:
     r = {"run": f"{method}{'' if budget is None else f'-{budget}'}-T{temperature:g}", "status": "FINISHED",
          "model": "", "method": method, "tree_budget": budget, "temperature": temperature, **metrics}
@@ -85,7 +117,7 @@ def row(method, budget, temperature, metrics, ar_metrics, gens, ar_gens) -> dict
     return r
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model")
     p.add_argument("--drafter")
@@ -100,10 +132,13 @@ def main() -> None:
     p.add_argument("--device", default="auto")
     p.add_argument("--stock-generate", action="store_true")
     p.add_argument("--out", default="bench_out")
-    args = p.parse_args()
+    p.add_argument("--profile", help="directory for profiler traces and tables (after the timed runs)")
+    p.add_argument("--profile-gens", type=int, default=2, help="generations per method under the profiler")
+    args = p.parse_args(argv)
     budgets = [int(b) for b in args.budgets.split(",")]
-    rows, out = [], Path(args.out)
-    for temperature in (float(t) for t in args.temperatures.split(",")):
+    temperatures = [float(t) for t in args.temperatures.split(",")]
+    rows, out, traces = [], Path(args.out), []
+    for temperature in temperatures:
         run = Run(make_spec(args, temperature))
         ar_gens, ar_metrics = measure(run, "ar", 1)
         rows.append(row("ar", None, temperature, ar_metrics, ar_metrics, ar_gens, ar_gens))
@@ -118,6 +153,10 @@ def main() -> None:
             gens, metrics = measure(run, "ddtree", budget)
             rows.append(row("ddtree", budget, temperature, metrics, ar_metrics, gens, ar_gens))
             print(json.dumps({k: v for k, v in rows[-1].items() if k != "accept_by_depth"}), flush=True)
+        if args.profile and temperature == temperatures[0]:
+            best = max((r for r in rows if r["method"] == "ddtree" and r["temperature"] == temperature),
+                       key=lambda r: r.get("speedup_vs_ar", 0))["tree_budget"]
+            traces = profile_methods(run, best, Path(args.profile), args.profile_gens)
         del run
     from rich.console import Console
 
@@ -131,7 +170,8 @@ def main() -> None:
     (out / "rows.json").write_text(json.dumps(rows, indent=1))
     print(json.dumps({"rows": len(rows), "out": str(out),
                       "best_ddtree": max((r for r in rows if r["method"] == "ddtree"),
-                                         key=lambda r: r.get("speedup_vs_ar", 0), default={}).get("run")}))
+                                         key=lambda r: r.get("speedup_vs_ar", 0), default={}).get("run"),
+                      **({"profile": traces} if args.profile else {})}))
 
 
 if __name__ == "__main__":

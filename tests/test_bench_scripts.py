@@ -1,0 +1,134 @@
+"""The GPU benchmark scripts at toy scale on the CPU: `bench/bench_verify.py` (hybrid and pure-attention presets)
+and `bench/bench_methods.py --profile` run to the end, write the rows and files a GPU run is read from, and end
+with a compact JSON line. Timings themselves are not checked beyond being positive (CPU, shared machine).
+
+Most of a script's wall time is importing torch and transformers, so only the hybrid run is a subprocess (the
+script as the GPU host runs it); the other two run meanwhile inside the test process through their `main(argv)`.
+"""
+from __future__ import annotations
+
+import contextlib
+import gzip
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+TINY_QWEN3 = {"model_type": "qwen3", "vocab_size": 1024, "hidden_size": 64, "intermediate_size": 128,
+              "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+              "max_position_embeddings": 2048}
+TINY_DRAFTER = {"num_hidden_layers": 1, "block_size": 4}
+QUICK = ["--device", "cpu", "--prompt-len", "16", "--ar-tokens", "3", "--repeats", "2", "--min-repeats", "1",
+         "--warmup", "0"]
+
+
+def _last_json(text: str) -> dict:
+    return json.loads(text.strip().splitlines()[-1])
+
+
+def _in_process(script: str, argv: list[str], stdout_path: Path) -> dict:
+    """Run bench/<script>'s main(argv) here; returns its last stdout line as JSON."""
+    sys.path.insert(0, str(REPO / "bench"))                  # the scripts import each other as top-level modules
+    try:
+        module = __import__(script)
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)               # on a small shared machine, oversubscribed BLAS threads make toys crawl
+    try:
+        with open(stdout_path, "w") as f, contextlib.redirect_stdout(f):
+            module.main(argv)
+    finally:
+        torch.set_num_threads(threads)
+    return _last_json(stdout_path.read_text())
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """{name: (out dir, last stdout line as JSON)} of the three runs."""
+    root = tmp_path_factory.mktemp("bench out")                 # a space in the path on purpose
+    log, err = root / "hybrid.stdout", root / "hybrid.stderr"
+    with open(log, "w") as out, open(err, "w") as errors:    # files, not pipes: nobody reads a pipe meanwhile
+        hybrid = subprocess.Popen(
+            [sys.executable, str(REPO / "bench" / "bench_verify.py"), "--preset", "tiny-hybrid", "--budgets", "4,16",
+             *QUICK, "--out", str(root / "hybrid" / "rows.json"), "--profile", str(root / "hybrid" / "prof"),
+             "--profile-kinds", "tree-16,ar"],
+            cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=out, stderr=errors)
+    try:
+        results = {
+            "attention": (root / "attention", _in_process("bench_verify", [
+                "--preset", "tiny-qwen3", "--layers", "2", "--budgets", "8", *QUICK, "--no-hf-generate",
+                "--out", str(root / "attention" / "rows.json")], root / "attention.stdout")),
+            "methods": (root / "methods", _in_process("bench_methods", [
+                "--random", json.dumps(TINY_QWEN3), "--random-drafter", json.dumps(TINY_DRAFTER),
+                "--num-prompts", "1", "--max-new-tokens", "6", "--budgets", "4", "--dtype", "float32",
+                "--device", "cpu", "--out", str(root / "methods"), "--profile", str(root / "methods" / "prof")],
+                root / "methods.stdout")),
+        }
+        hybrid.wait(timeout=300)
+    finally:
+        if hybrid.poll() is None:
+            hybrid.kill()
+    output = log.read_text()
+    assert hybrid.returncode == 0, f"bench_verify.py failed:\n{output[-2000:]}\n{err.read_text()[-3000:]}"
+    results["hybrid"] = (root / "hybrid", _last_json(output))
+    return results
+
+
+def _rows(out: Path) -> tuple[dict, list[dict]]:
+    data = json.loads((out / "rows.json").read_text())
+    return data["meta"], data["rows"]
+
+
+def test_verify_hybrid_rows(runs):
+    out, last = runs["hybrid"]
+    meta, rows = _rows(out)
+    assert [(r["kind"], r["budget"]) for r in rows] == [
+        ("prefill", None), ("ar", None), ("hf_generate", None), ("tree", 4), ("chain", 4), ("tree", 16), ("chain", 16)]
+    assert all(r["status"] == "ok" and r["step_ms"] > 0 and r["repeats"] >= 1 for r in rows)
+    by = {(r["kind"], r["budget"]): r for r in rows}
+    for budget in (4, 16):
+        tree, chain = by["tree", budget], by["chain", budget]
+        assert tree["tokens"] == chain["tokens"] == budget + 1          # root + budget nodes, both ways
+        assert tree["accepted"] == chain["accepted"] == 4
+        assert tree["verify_ms"] > 0 and tree["commit_ms"] > 0 and tree["build_ms"] > 0
+    assert by["tree", 16]["depth"] < by["chain", 16]["depth"] == 16    # a bushy tree, not a disguised chain
+    assert (meta["target_class"], meta["kernel_path"], meta["layers"]) == ("HybridTarget", "torch", 4)
+    assert last["skipped"] == 0 and last["tree_ms"]["16"] > 0 and last["chain_ms"]["4"] > 0 and last["ar_ms"] > 0
+
+
+def test_verify_profile_files(runs):
+    out, last = runs["hybrid"]
+    names = sorted(p.name for p in (out / "prof").iterdir())
+    for kind in ("tree-16", "ar"):
+        assert f"{kind}.txt" in names and ({f"{kind}.json", f"{kind}.json.gz"} & set(names)), names
+    assert len(names) == 4                                          # only the kinds asked for
+    meta, _ = _rows(out)
+    assert sorted(Path(p).name for p in meta["traces"]) == names
+
+
+def test_verify_attention_rows(runs):
+    out, last = runs["attention"]
+    meta, rows = _rows(out)
+    assert [(r["kind"], r["budget"]) for r in rows] == [("prefill", None), ("ar", None), ("tree", 8), ("chain", 8)]
+    assert all(r["status"] == "ok" and r["step_ms"] > 0 for r in rows)
+    assert (meta["target_class"], meta["layers"]) == ("AttentionTarget", 2)
+    assert last["hf_generate_ms"] is None
+
+
+def test_methods_profile_writes_traces(runs):
+    out, last = runs["methods"]
+    assert (out / "rows.json").exists() and (out / "summary.csv").exists()       # the unprofiled outputs stay
+    traces = [Path(p) for p in last["profile"]]
+    assert {p.name.split(".")[0] for p in traces} == {"ar", "dflash", "ddtree-4"}
+    assert all(p.exists() and p.stat().st_size > 0 for p in traces)
+    trace = next(p for p in traces if p.name.startswith("ddtree") and ".json" in p.name)
+    text = trace.read_bytes()
+    if trace.suffix == ".gz":
+        text = gzip.decompress(text)
+    assert b'"verify"' in text and b'"tree_build"' in text          # decode phases appear as named ranges
