@@ -10,6 +10,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from remote import assets
 from remote.spec import METHODS
 
 from .paths import CONF_DIR
@@ -92,12 +93,17 @@ def _check_model(cfg: DictConfig) -> None:
     if method_needs_drafter(cfg.method.name) and drafter.path is None and drafter.get("random") is None:
         raise ConfigError("drafter", f"method {cfg.method.name} needs a drafter; choose drafter=<name> "
                           f"(one of {', '.join(group_options('drafter'))})")
+    paths = (("model.path", model.path), ("drafter.path", drafter.path), ("model.tokenizer", model.get("tokenizer")),
+             ("dataset.path", cfg.dataset.get("path")))
+    for key, value in paths:   # shipped with the bundle, so checkable here whatever the host
+        if (reason := assets.problem(value)) is not None:
+            raise ConfigError(key, reason)
     if _runs_locally(cfg):
-        for key, value in (("model.path", model.path), ("drafter.path", drafter.path),
-                           ("model.tokenizer", model.get("tokenizer"))):
+        for key, value in paths[:3]:
             if _looks_local(value) and not Path(value).expanduser().exists():
                 raise ConfigError(key, f"local path {value!r} does not exist")
-        if cfg.dataset.name == "jsonl" and not Path(str(cfg.dataset.path)).expanduser().is_file():
+        if (cfg.dataset.name == "jsonl" and not assets.is_asset(cfg.dataset.path)
+                and not Path(str(cfg.dataset.path)).expanduser().is_file()):
             raise ConfigError("dataset.path", f"JSONL file {cfg.dataset.path!r} does not exist")
 
 

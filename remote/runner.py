@@ -20,6 +20,7 @@ import transformers
 from .backends import build_target
 from .compat import input_device
 from .decode import Generation, generate_ar, generate_spec
+from .assets import with_assets
 from .drafter_io import check_pair
 from .errors import SpecError
 from .events import EventWriter, write_json_atomic
@@ -51,6 +52,7 @@ class Run:
     def __init__(self, spec: RunSpec):
         check_decoding(spec)
         self.spec = spec
+        spec = with_assets(spec)
         self.device = pick_device(spec.device)
         torch.manual_seed(spec.seed)
         self.tokenizer = load_tokenizer(spec.model)

@@ -28,18 +28,19 @@ def only_run(db: Path):
 def test_ddtree_run_logs_params_metrics_artifacts(tmp_path):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    proc = run_cli(["method=ddtree", "tree_budget=64", *SMALL], cwd=elsewhere)
+    proc = run_cli(["method=ddtree", "tree_budget=64", *SMALL, "max_new_tokens=32"], cwd=elsewhere)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     client, run = only_run(tmp_path / "runs" / "mlflow.db")
     assert run.info.status == "FINISHED"
     params = run.data.params
     assert params["method.name"] == "ddtree" and params["tree_budget"] == "64" and params["gpus.0"] == "0"
-    assert params["model.random.hidden_size"] == "64"
+    assert params["model.path"] == "assets:models/demo-qwen3"          # the embedded default, trained
     for name in ("tau", "tau_prompt_mean", "accept_rate_depth_1", "tokens_per_s", "tpot_ms", "ttft_ms",
                  "speedup_vs_ar", "draft_ms", "tree_build_ms", "verify_ms", "commit_ms", "peak_mem_gb",
                  "exact_match_vs_ar", "ar_tpot_ms"):
         assert name in run.data.metrics, name
     assert run.data.metrics["exact_match_vs_ar"] == 1.0
+    assert run.data.metrics["tau"] >= 2.0      # a trained pair accepts drafts (random weights: tau ~1)
     tags = run.data.tags
     for tag in ("method", "host", "torch_version", "transformers_version", "kernel_path", "project_commit"):
         assert tag in tags, tag
