@@ -38,6 +38,7 @@ import os
 import statistics
 import sys
 import time
+import traceback
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -236,12 +237,25 @@ class Bench:
         return out
 
     def measure(self, name: str, budget: int | None = None) -> dict:
+        """One row; a measure that raises becomes a row with the error (the GPU run is one shot: keep the rest)."""
         row = {"kind": name, "budget": budget}
         if time.perf_counter() > self.deadline:
             row["status"] = "skipped: --time-limit reached"
-            self.rows.append(row)
-            print(json.dumps(row), flush=True)
-            return row
+        else:
+            try:
+                row.update(self._measure(name, budget))
+            except Exception as exc:                 # noqa: BLE001 - reported in the row and on stderr
+                traceback.print_exc()
+                first = (str(exc).strip().splitlines() or [""])[0]
+                row["status"] = f"error: {type(exc).__name__}: {first}"
+                if self.clock.cuda:
+                    torch.cuda.empty_cache()
+        self.rows.append(row)
+        print(json.dumps(row), flush=True)
+        return row
+
+    def _measure(self, name: str, budget: int | None) -> dict:
+        row = {}
         fn, fields = self.plan(name, budget)
         resets = name in ("tree", "chain")          # every verify measure starts from the same context length
         got = self.samples(fn, resets)
@@ -250,9 +264,11 @@ class Bench:
             row[key] = statistics.median(s[key] for s in got)
         if name == "tree":
             row["build_ms"] = self._build_ms(budget)
-        row.update(self.busy(name, budget, fn, resets))
-        self.rows.append(row)
-        print(json.dumps(row), flush=True)
+        try:
+            row.update(self.busy(name, budget, fn, resets))
+        except Exception as exc:                     # noqa: BLE001 - the timings above still stand
+            traceback.print_exc()
+            row["busy_error"] = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"
         return row
 
     def busy(self, name: str, budget: int | None, fn, resets: bool) -> dict:
@@ -323,15 +339,20 @@ def save_profile(prof, directory: Path, name: str, gzip_over_mb: float = 2.0) ->
 
 def warm_everything(bench: Bench, budgets: list[int]) -> None:
     """One untimed pass over every kind and shape, so no measure pays for first-call costs (allocator growth,
-    kernel autotuning and compilation, cuBLAS handles) that the previous one did not."""
-    bench.target.prefill(bench.prompt)
+    kernel autotuning and compilation, cuBLAS handles) that the previous one did not. A kind that fails here
+    fails again in its measure, which records it."""
+    def attempt(fn):
+        try:
+            fn()
+        except Exception:                            # noqa: BLE001
+            traceback.print_exc()
+
     for budget in budgets:
         for name in ("tree", "chain"):
-            bench.target.prefill(bench.prompt)
-            bench.plan(name, budget)[0]()
-    bench._ar(4)
+            attempt(lambda: (bench.target.prefill(bench.prompt), bench.plan(name, budget)[0]()))
+    attempt(lambda: bench._ar(4))
     if not bench.args.no_hf_generate:
-        bench._hf(2)
+        attempt(lambda: bench._hf(2))
 
 
 def markdown(rows: list[dict]) -> str:
@@ -443,7 +464,10 @@ def main(argv: list[str] | None = None) -> None:
                       "tree_ms": {b: ok.get(("tree", b)) for b in budgets},
                       "chain_ms": {b: ok.get(("chain", b)) for b in budgets},
                       "ar_ms": ok.get(("ar", None)), "hf_generate_ms": ok.get(("hf_generate", None)),
-                      "skipped": sum(r.get("status") != "ok" for r in bench.rows)}, separators=(",", ":")))
+                      "skipped": sum(r["status"].startswith("skipped") for r in bench.rows),
+                      "errors": sum(r["status"].startswith("error") for r in bench.rows)}, separators=(",", ":")))
+    if any(r["status"].startswith("error") for r in bench.rows):
+        sys.exit(1)
 
 
 if __name__ == "__main__":

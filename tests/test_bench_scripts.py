@@ -99,7 +99,8 @@ def test_verify_hybrid_rows(runs):
         assert tree["verify_ms"] > 0 and tree["commit_ms"] > 0 and tree["build_ms"] > 0
     assert by["tree", 16]["depth"] < by["chain", 16]["depth"] == 16    # a bushy tree, not a disguised chain
     assert (meta["target_class"], meta["kernel_path"], meta["layers"]) == ("HybridTarget", "torch", 4)
-    assert last["skipped"] == 0 and last["tree_ms"]["16"] > 0 and last["chain_ms"]["4"] > 0 and last["ar_ms"] > 0
+    assert last["skipped"] == last["errors"] == 0
+    assert last["tree_ms"]["16"] > 0 and last["chain_ms"]["4"] > 0 and last["ar_ms"] > 0
 
 
 def test_verify_profile_files(runs):
