@@ -17,10 +17,10 @@ import time
 import torch
 import transformers
 
+from .assets import with_assets
 from .backends import build_target
 from .compat import input_device
 from .decode import Generation, generate_ar, generate_spec
-from .assets import with_assets
 from .drafter_io import check_pair
 from .errors import SpecError
 from .events import EventWriter, write_json_atomic
