@@ -315,7 +315,7 @@ def device_ms(prof, label: str) -> float | None:
 
 def _kernel_us(event) -> float:
     # A range's own "kernels" can be its GPU-side annotation span: count only what ops under it launched.
-    own = 0.0 if event.is_user_annotation else sum(k.duration for k in event.kernels)
+    own = 0.0 if getattr(event, "is_user_annotation", False) else sum(k.duration for k in event.kernels)
     return own + sum(_kernel_us(child) for child in event.cpu_children)
 
 
