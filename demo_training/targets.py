@@ -11,13 +11,13 @@ read back only every `log_every` steps.
 from __future__ import annotations
 
 import contextlib
-import importlib
-import inspect
 import time
 
 import torch
 import torch.nn.functional as F
 from transformers import AutoConfig, AutoModelForCausalLM
+
+from remote.kernels import torch_gdn_path
 
 from .common import StepWindow, adamw, autocast, log, lr_at, set_lr
 
@@ -34,29 +34,6 @@ def build_target(kind: str, shape: dict, vocab_size: int, seed: int) -> torch.nn
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
     return model.float()
-
-
-@contextlib.contextmanager
-def torch_gdn_path():
-    """Make transformers' Qwen3.5 / Qwen3-Next GDN layers call their plain torch functions (not fla/causal-conv1d,
-    whichever is installed) while the block runs; restored afterwards."""
-    patched = []
-    for name in ("transformers.models.qwen3_5.modeling_qwen3_5", "transformers.models.qwen3_next.modeling_qwen3_next"):
-        try:
-            module = importlib.import_module(name)
-        except ImportError:
-            continue
-        for fn in ("torch_chunk_gated_delta_rule", "torch_recurrent_gated_delta_rule", "causal_conv1d_fn",
-                   "causal_conv1d_update"):
-            current = getattr(module, fn, None)
-            if current is not None:
-                patched.append((module, fn, current))
-                setattr(module, fn, inspect.unwrap(current))
-    try:
-        yield
-    finally:
-        for module, fn, current in patched:
-            setattr(module, fn, current)
 
 
 def _windows(stream: torch.Tensor, starts: torch.Tensor, length: int) -> torch.Tensor:

@@ -24,7 +24,9 @@ Non-goal: the tree-shaped parts (parent gather, ancestor conv windows), which ar
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
+import inspect
 import sys
 from dataclasses import dataclass
 from typing import Callable
@@ -118,3 +120,28 @@ def select_gdn_kernels(gdn_module: torch.nn.Module, device: torch.device | str, 
             conv = _causal_conv1d_conv(cc1d)
             parts.append("causal_conv1d")
     return _bundle(chunk_fn, step_fn, conv, "+".join(parts) or "torch")
+
+
+@contextlib.contextmanager
+def torch_gdn_path():
+    """Make transformers' own Qwen3.5 / Qwen3-Next GDN layers call their plain torch functions while the block runs
+    (restored afterwards). Where flash-linear-attention is installed transformers routes those layers to it
+    whatever the tensors' device, so a CPU forward dies in Triton ("cannot be accessed from Triton (cpu tensor?)");
+    and fla's training backward is refused on some Triton versions."""
+    patched = []
+    for name in ("transformers.models.qwen3_5.modeling_qwen3_5", "transformers.models.qwen3_next.modeling_qwen3_next"):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        for fn in ("torch_chunk_gated_delta_rule", "torch_recurrent_gated_delta_rule", "causal_conv1d_fn",
+                   "causal_conv1d_update"):
+            current = getattr(module, fn, None)
+            if current is not None:
+                patched.append((module, fn, current))
+                setattr(module, fn, inspect.unwrap(current))
+    try:
+        yield
+    finally:
+        for module, fn, current in patched:
+            setattr(module, fn, current)

@@ -8,6 +8,7 @@ same prompts and per-prompt sampling seeds (seed + prompt index); warm-up genera
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -25,6 +26,7 @@ from .drafter_io import check_pair
 from .errors import SpecError
 from .events import EventWriter, write_json_atomic
 from .files import RunFiles
+from .kernels import torch_gdn_path
 from .loading import load_drafter_for, load_target, load_tokenizer, pick_device
 from .metrics import DEFINITIONS, aggregate, compare, first_divergence, prompt_metrics
 from .prompts import encode, load_prompts
@@ -70,17 +72,21 @@ class Run:
         self.stop_ids = set() if spec.model.random else _stop_ids(self.model, self.tokenizer)
 
     def generate(self, method: str, index: int, max_new: int | None = None) -> Generation:
-        d = self.spec.decoding
         timer = PhaseTimer(self.device)
         generator = make_generator(self.model.get_output_embeddings().weight.device, self.spec.seed + index)
-        ids, max_new = self.inputs[index], max_new or d.max_new_tokens
-        if method == "ar":
-            gen = generate_ar(self.model, ids, max_new, d.temperature, generator, self.stop_ids, timer)
-        else:
-            gen = generate_spec(self.target, self.drafter, self.model, ids, max_new, d.temperature, generator,
-                                self.stop_ids, timer, method, d.tree_budget)
+        ids, max_new = self.inputs[index], max_new or self.spec.decoding.max_new_tokens
+        # transformers sends its hybrid layers to fla whenever it is installed, also for CPU tensors
+        with torch_gdn_path() if self.device.type == "cpu" else contextlib.nullcontext():
+            gen = self._generate(method, ids, max_new, generator, timer)
         gen.times_ms = timer.totals_ms()
         return gen
+
+    def _generate(self, method, ids, max_new, generator, timer) -> Generation:
+        d = self.spec.decoding
+        if method == "ar":
+            return generate_ar(self.model, ids, max_new, d.temperature, generator, self.stop_ids, timer)
+        return generate_spec(self.target, self.drafter, self.model, ids, max_new, d.temperature, generator,
+                             self.stop_ids, timer, method, d.tree_budget)
 
 
 def _stop_ids(model, tokenizer) -> set[int]:

@@ -20,6 +20,8 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, DynamicCache
 
+from remote.kernels import torch_gdn_path
+
 ASSETS = Path(__file__).resolve().parent.parent / "remote" / "assets"
 VOCAB = 1024
 
@@ -95,7 +97,8 @@ def plain_forward(model: torch.nn.Module, ids: list[int] | torch.Tensor):
     Returns (output, cache); output.logits [1, T, V], output.hidden_states per layer."""
     ids = torch.as_tensor(ids, dtype=torch.long).reshape(1, -1)
     cache = DynamicCache(config=model.config)
-    out = model(input_ids=ids, use_cache=True, output_hidden_states=True, **{cache_kwarg(model): cache})
+    with torch_gdn_path():   # the oracle is the torch math, also where fla is installed
+        out = model(input_ids=ids, use_cache=True, output_hidden_states=True, **{cache_kwarg(model): cache})
     return out, cache
 
 
@@ -108,8 +111,9 @@ def plain_last_batch(model: torch.nn.Module, sequences: list[list[int]]):
     ids = torch.zeros(len(sequences), length, dtype=torch.long)
     for row, seq in enumerate(sequences):
         ids[row, : len(seq)] = torch.tensor(seq)
-    out = model(input_ids=ids, use_cache=True, output_hidden_states=True,
-                **{cache_kwarg(model): DynamicCache(config=model.config)})
+    with torch_gdn_path():
+        out = model(input_ids=ids, use_cache=True, output_hidden_states=True,
+                    **{cache_kwarg(model): DynamicCache(config=model.config)})
     rows, last = torch.arange(len(sequences)), torch.tensor([len(s) - 1 for s in sequences])
     return out.logits[rows, last], tuple(h[rows, last] for h in out.hidden_states)
 
@@ -184,7 +188,7 @@ def test_flattened_tree_verification_is_wrong_and_hybrid_target_is_right(name):
         visible[i, ancestor_path(parents, i)] = True
     mask = torch.zeros(1, 1, n, p + n)
     mask[0, 0, :, p:].masked_fill_(~visible, torch.finfo(torch.float32).min)
-    with torch.inference_mode():
+    with torch.inference_mode(), torch_gdn_path():
         flat = model(input_ids=torch.tensor([tokens]), position_ids=torch.tensor([[p + d for d in depth]]),
                      attention_mask=mask, use_cache=True, **{cache_kwarg(model): cache}).logits[0]
 
