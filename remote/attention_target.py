@@ -1,12 +1,13 @@
 """`Target` for pure-attention models (Qwen3, Llama-style): a transformers KV cache plus tree verification.
 
-Contract (see remote.target): `verify(tokens, parents)` runs the N tree nodes in one forward with position
+Contract (see remote.target): `verify(tokens, tree)` runs the N tree nodes in one forward with position
 ids `prefix_len + depth` and a 4-D additive float mask [1, 1, N, prefix_len + N] in which the committed prefix
 is visible to every node and inside the tree a node sees only itself and its ancestors; a chain
 (parents = [-1, 0, 1, ...]) takes the model's own causal path instead (no custom mask). Because RoPE is
 applied with depth positions and nodes never see siblings, each node's logits and hidden states equal those of
 a plain forward along its ancestor path. `commit(path)` compacts the KV of the accepted nodes to the front of
-the appended window and truncates the rest (`compact_kv`). The cache is built from the model config
+the appended window and truncates the rest (`compact_kv`); the path may stay on the device, so nothing in verify or
+commit reads a value back to the host. The cache is built from the model config
 (`DynamicCache(config=...)`). Non-goal: sliding-window or recurrent layers (refused / routed elsewhere).
 """
 from __future__ import annotations
@@ -16,16 +17,16 @@ import torch
 from .compat import attention_layers, cache_kwarg, input_device, make_cache, output_device
 from .errors import SpecError
 from .target import Target, Verified
-from .tree import ancestor_mask, depths_of, is_chain
+from .tree import Ancestry
 
 
-def compact_kv(cache, start: int, path: list[int]) -> None:
-    """Keep rows `start + path` of every layer's appended K/V window at `start..start+len(path)`; drop the rest."""
-    keep = len(path)
-    in_place = path == list(range(keep))           # a prefix of the window (always so for chains): only truncate
+def compact_kv(cache, start: int, path: torch.Tensor, in_place: bool) -> None:
+    """Keep rows `start + path` ([keep] long, on the cache's device) of every layer's appended K/V window at
+    `start..start+keep`; drop the rest. `in_place`: the caller knows path == 0..keep-1 (a chain), so only truncate."""
+    keep = path.shape[0]
     for layer in attention_layers(cache):
         if not in_place:
-            rows = torch.tensor(path, device=layer.keys.device) + start
+            rows = path.to(layer.keys.device) + start
             layer.keys[:, :, start:start + keep] = layer.keys.index_select(2, rows)    # [B, H, keep, D]
             layer.values[:, :, start:start + keep] = layer.values.index_select(2, rows)
         layer.keys = layer.keys[:, :, :start + keep]
@@ -42,6 +43,7 @@ class AttentionTarget(Target):
         self._cache = None
         self._length = 0
         self._pending = 0                           # nodes appended by the last verify, not yet committed
+        self._pending_chain = False                 # the last verify was a chain: any accepted path is a prefix
         probe = make_cache(model)
         if any(getattr(layer, "is_sliding", False) for layer in attention_layers(probe)):
             raise SpecError("target has sliding-window attention layers; the attention target supports full "
@@ -72,28 +74,31 @@ class AttentionTarget(Target):
         self._length, self._pending = n, 0
         return verified
 
-    def tree_mask(self, parents: list[int]) -> torch.Tensor:
+    def tree_mask(self, tree: Ancestry) -> torch.Tensor:
         """Additive mask [1, 1, N, prefix + N]: 0 where visible (prefix, self, ancestors), dtype-min elsewhere."""
-        n, start = len(parents), self._length
+        n, start = tree.size, self._length
         mask = torch.zeros(1, 1, n, start + n, dtype=self._dtype, device=self._in)
-        hidden = ~ancestor_mask(parents, self._in)                              # [N, N] True = not an ancestor
-        mask[0, 0, :, start:].masked_fill_(hidden, torch.finfo(self._dtype).min)
+        mask[0, 0, :, start:].masked_fill_(~tree.visible, torch.finfo(self._dtype).min)
         return mask
 
-    def verify(self, tokens: torch.Tensor, parents: list[int]) -> Verified:
+    def verify(self, tokens: torch.Tensor, tree: Ancestry | list[int]) -> Verified:
         if self._pending:
             raise RuntimeError("verify called twice without commit")
-        n, start = len(parents), self._length
-        if is_chain(parents):
+        tree = Ancestry.from_parents(tree, self._in) if isinstance(tree, list) else tree.to(self._in)
+        n, start = tree.size, self._length
+        if tree.chain:
             positions, mask = torch.arange(start, start + n, device=self._in), None
         else:
-            depths = torch.tensor(depths_of(parents), device=self._in)
-            positions, mask = start + depths, self.tree_mask(parents)
+            positions, mask = start + tree.depth, self.tree_mask(tree)
         verified = self._forward(tokens.to(self._in).view(1, n), positions[None], mask)
-        self._pending = n
+        self._pending, self._pending_chain = n, tree.chain
         return verified
 
-    def commit(self, path: list[int]) -> None:
-        compact_kv(self._cache, self._length, path)
-        self._length += len(path)
+    def commit(self, path: torch.Tensor | list[int]) -> None:
+        in_place = self._pending_chain or len(path) == 1           # the root alone never moves
+        if isinstance(path, list):
+            in_place = in_place or path == list(range(len(path)))
+            path = torch.tensor(path, dtype=torch.long, device=self._in)
+        compact_kv(self._cache, self._length, path, in_place)
+        self._length += path.shape[0]
         self._pending = 0

@@ -15,6 +15,11 @@ hybrid targets. One verify step:
 
 Drafts are never sampled (argmax chain / top-k tree at every temperature): losslessness comes from choosing the
 target's own token at every node (`walk`), not from rejection sampling against draft probabilities.
+
+Host synchronisation: the tree, its verify mask and positions, the walk and the commit stay on the device; a spec
+step reads the device once (`_to_host`: the accepted tokens and their count, which the host needs to know how far
+the sequence moved). The hybrid target adds one small read per tree verify (see remote.target). AR reads each
+token once, for the stop check, one token late so that the next forward is already queued on the device.
 """
 from __future__ import annotations
 
@@ -28,7 +33,7 @@ from .drafter import DFlashDrafter, DrafterCache
 from .sampling import sample
 from .target import Target
 from .timing import PhaseTimer
-from .tree import Tree, build_tree, chain_tree
+from .tree import Ancestry, argmax_chain, best_first_tree
 
 
 @dataclass
@@ -38,6 +43,11 @@ class Generation:
     committed: list[int] = field(default_factory=list)   # per verify step: tokens kept (accepted + bonus, capped)
     times_ms: dict[str, float] = field(default_factory=dict)   # ttft, decode, draft, tree_build, verify, commit
     prompt_len: int = 0
+
+
+def _to_host(t: torch.Tensor) -> list[int]:
+    """The one device->host read of a decoding step (tests count the calls)."""
+    return t.tolist()
 
 
 def _append(gen: Generation, new: list[int], max_new: int, stop_ids: set[int]) -> bool:
@@ -59,19 +69,28 @@ def generate_ar(model, input_ids: torch.Tensor, max_new: int, temperature: float
     with timer.phase("ttft"):
         out = model(input_ids=input_ids.to(dev), use_cache=True, logits_to_keep=1, **{kw: cache})
         token = sample(out.logits[0, -1:].float(), temperature, generator)              # [1]
-        done = _append(gen, token.tolist(), max_new, stop_ids)
+        done = _append(gen, _to_host(token), max_new, stop_ids)
+    position = torch.full((1, 1), n, dtype=torch.long, device=dev)                      # of `token`, kept on device
     with timer.phase("decode"):
+        unread = None              # the last sampled token, not yet read: read after the next forward is queued
         while not done:
-            position = torch.tensor([[n + len(gen.tokens) - 1]], device=dev)
-            out = model(input_ids=token.view(1, 1).to(dev), position_ids=position, use_cache=True, **{kw: cache})
-            token = sample(out.logits[0, -1:].float(), temperature, generator)
-            done = _append(gen, token.tolist(), max_new, stop_ids)
+            queued = None
+            if len(gen.tokens) + (unread is not None) < max_new:        # a token is still wanted after `unread`
+                out = model(input_ids=token.view(1, 1).to(dev), position_ids=position, use_cache=True,
+                            **{kw: cache})
+                position = position + 1
+                token = queued = sample(out.logits[0, -1:].float(), temperature, generator)
+            if unread is not None:
+                # If `unread` is a stop id, the queued forward was wasted: one forward per generation.
+                done = _append(gen, _to_host(unread), max_new, stop_ids)
+            unread = queued
     return gen
 
 
-def draft(drafter: DFlashDrafter, model, cache: DrafterCache, context: torch.Tensor, root: int,
+def draft(drafter: DFlashDrafter, model, cache: DrafterCache, context: torch.Tensor, root: torch.Tensor | int,
           start: int) -> torch.Tensor:
-    """Drafter logits [B-1, V] for the positions after `root`, which sits at sequence position `start`.
+    """Drafter logits [B-1, V] for the positions after `root` ([1] on the device, or an int), which sits at
+    sequence position `start`.
 
     `context` [1, C, F] holds target features of the C committed tokens the drafter has not seen yet; they sit
     at positions start-C .. start-1, right after the cache's C' = start - C tokens.
@@ -80,24 +99,39 @@ def draft(drafter: DFlashDrafter, model, cache: DrafterCache, context: torch.Ten
     block = drafter.block_size
     weight = model.get_input_embeddings().weight
     ids = torch.full((1, block), drafter.mask_token_id, dtype=torch.long, device=weight.device)
-    ids[0, 0] = root
+    ids[:, :1] = root                                                                         # [1, B]
     noise = F.embedding(ids, weight).to(context.device) * drafter.embed_scale                # [1, B, H]
     positions = torch.arange(start - context.shape[1], start + block, device=context.device)
     hidden = drafter(noise, context, positions, cache)[:, 1:]                                # [1, B-1, H]
     return drafter.logits(hidden, model.get_output_embeddings())[0].float()                  # [B-1, V]
 
 
-def walk(tree: Tree, samples: list[int]) -> tuple[list[int], int]:
+@dataclass
+class Accepted:
+    """One step's outcome: `path` and `bonus` stay on the device, `tokens` came over in the step's one read."""
+    path: torch.Tensor      # [L] long: verify indices of the accepted path, root first
+    bonus: torch.Tensor     # [1] long: the target's token after the path (the next root)
+    tokens: list[int]       # the L-1 accepted drafted tokens, then the bonus token
+
+
+def walk(tree: Ancestry, nodes: torch.Tensor, samples: torch.Tensor) -> Accepted:
     """Acceptance rule: the target's own token at a node (argmax at T=0, a sample at T>0, drawn at every node)
     is the next output token. If that token is a child of the node, the child is accepted and the walk goes on
     from it; otherwise it is the bonus token and the step ends. Every emitted token is therefore a target token
-    given its exact prefix, which makes the method lossless at any temperature. Returns (path from the root,
-    bonus token)."""
-    node, path = 0, [0]
-    while (child := tree.children[node].get(samples[node])) is not None:
-        node = child
-        path.append(node)
-    return path, samples[node]
+    given its exact prefix, which makes the method lossless at any temperature.
+
+    On the device, without a loop: a node is reached iff every node on its path (the root excepted) holds the
+    token the target chose at its parent. Siblings hold distinct tokens, so the reached nodes form one chain
+    from the root and the deepest of them ends the walk. nodes, samples [N] (verify index space, one root at 0)."""
+    height = tree.height
+    matched = nodes == samples.index_select(0, tree.parents.clamp(min=0))                   # [N] (root: unused)
+    reached = torch.take(matched, tree.ancestors[:, 1:]).all(dim=1)                         # [N] path below the root
+    last = (tree.depth * reached).argmax().view(1)        # deepest reached node; none reached: all 0, the root
+    path = tree.ancestors.index_select(0, last).view(height)     # [H]: the path, then `last` repeated
+    bonus = samples.index_select(0, last)
+    read = _to_host(torch.cat([path, nodes.index_select(0, path), bonus]))                  # [2H + 1]
+    length = read.index(read[height - 1]) + 1                    # up to the first `last`
+    return Accepted(path=path[:length], bonus=bonus, tokens=read[height + 1:height + length] + [read[-1]])
 
 
 @torch.inference_mode()
@@ -108,26 +142,28 @@ def generate_spec(target: Target, drafter: DFlashDrafter, model, input_ids: torc
     gen = Generation(prompt_len=input_ids.shape[1])
     with timer.phase("ttft"):
         verified = target.prefill(input_ids)
-        root = sample(verified.logits[-1:], temperature, generator).tolist()[0]
-        done = _append(gen, [root], max_new, stop_ids)
+        root = sample(verified.logits[-1:], temperature, generator)                         # [1]
+        done = _append(gen, _to_host(root), max_new, stop_ids)
     context, cache = verified.features[None].to(output_device(model)), drafter.new_cache()   # [1, P, F]
     with timer.phase("decode"):
         while not done:
             with timer.phase("draft"):
                 logits = draft(drafter, model, cache, context, root, target.length)
             with timer.phase("tree_build"):
-                tree = build_tree(logits, budget) if method == "ddtree" else chain_tree(logits)
+                tree = best_first_tree(logits, budget) if method == "ddtree" else argmax_chain(logits)
+                ancestry = tree.ancestry()
             with timer.phase("verify"):
-                nodes = torch.tensor([root] + tree.tokens, device=input_device(model))         # [N]
-                verified = target.verify(nodes, tree.verify_parents())
-                samples = sample(verified.logits, temperature, generator).tolist()           # [N]
+                nodes = torch.cat([root.to(tree.tokens.device), tree.tokens])                 # [N]
+                verified = target.verify(nodes, ancestry)
+                samples = sample(verified.logits, temperature, generator).to(nodes.device)   # [N]
             with timer.phase("commit"):
-                path, root = walk(tree, samples)
-                target.commit(path)
-                context = verified.features[path][None].to(output_device(model))            # [1, len(path), F]
-            new = [tree.tokens[i - 1] for i in path[1:]] + [root]
+                step = walk(ancestry, nodes, samples)
+                target.commit(step.path)
+                path = step.path.to(verified.features.device)
+                context = verified.features.index_select(0, path)[None].to(output_device(model))  # [1, L, F]
+                root = step.bonus
             before = len(gen.tokens)
-            done = _append(gen, new, max_new, stop_ids)
-            gen.accepted.append(len(path) - 1)
+            done = _append(gen, step.tokens, max_new, stop_ids)
+            gen.accepted.append(len(step.tokens) - 1)
             gen.committed.append(len(gen.tokens) - before)
     return gen

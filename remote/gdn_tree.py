@@ -23,11 +23,12 @@ from dataclasses import dataclass
 import torch
 
 from .kernels import GdnKernels, activate
+from .tree import Ancestry
 
 
 @dataclass
 class TreeLayout:
-    """Index tensors derived once per verify from `parents` (shared by every layer)."""
+    """Index tensors derived once per verify from the tree's `Ancestry` (shared by every layer)."""
 
     depth: torch.Tensor              # [N] long, 0 for nodes attached to the prefix
     levels: list[torch.Tensor]       # levels[d]: [n_d] node ids at depth d
@@ -36,42 +37,22 @@ class TreeLayout:
     conv_index: torch.Tensor         # [N, K] columns of cat(conv_state [K], tree inputs [N]) forming each node's window
 
     @classmethod
-    def build(cls, parents: list[int], conv_kernel: int, device: torch.device) -> "TreeLayout":
-        n = len(parents)
-        if n == 0:
-            raise ValueError("a tree needs at least one node")
-        depth = []
-        for i, p in enumerate(parents):
-            if not -1 <= p < i:
-                raise ValueError(f"parents[{i}] = {p}: each parent must precede its child (or be -1)")
-            depth.append(0 if p < 0 else depth[p] + 1)
-        by_depth: list[list[int]] = [[] for _ in range(max(depth) + 1)]
-        for i, d in enumerate(depth):
-            by_depth[d].append(i)
-        conv_index = [_conv_window(parents, i, conv_kernel) for i in range(n)]
-        as_long = lambda xs: torch.tensor(xs, dtype=torch.long, device=device)  # noqa: E731
-        levels = [as_long(ids) for ids in by_depth]
-        level_parents = [as_long([max(parents[i], 0) for i in ids]) for ids in by_depth]
-        # Ancestor-or-self visibility, one vectorised row copy per depth (parents come from the level above).
-        visible = torch.eye(n, dtype=torch.bool, device=device)
-        for ids, pars in zip(levels[1:], level_parents[1:]):
-            visible[ids] |= visible[pars]
-        return cls(as_long(depth), levels, level_parents, visible, as_long(conv_index))
+    def build(cls, tree: Ancestry, conv_kernel: int) -> "TreeLayout":
+        """Everything on the device; the only host value needed is the node count per depth (batch shapes),
+        which `tree` knows for chains and host-given trees and otherwise copies once."""
+        by_depth = torch.sort(tree.depth, stable=True).indices                   # node ids, depth-major
+        levels = list(by_depth.split(tree.host_level_sizes()))
+        level_parents = [tree.parents[ids].clamp(min=0) for ids in levels]
+        return cls(tree.depth, levels, level_parents, tree.visible, _conv_index(tree, conv_kernel))
 
 
-def _conv_window(parents: list[int], node: int, k: int) -> list[int]:
-    """Bank columns of node's K-wide conv window, oldest first: ancestors inside the tree at K + index, then the
-    committed conv state's last columns (K-1, K-2, ...) once the walk leaves the tree."""
-    window = [k + node]
-    cur, back = node, 0
-    for _ in range(k - 1):
-        cur = parents[cur] if cur >= 0 else -1
-        if cur >= 0:
-            window.append(k + cur)
-        else:
-            back += 1
-            window.append(k - back)
-    return window[::-1]
+def _conv_index(tree: Ancestry, k: int) -> torch.Tensor:
+    """[N, K] bank columns of each node's K-wide conv window, oldest first: the node and its ancestors inside the
+    tree at K + index, then the committed conv state's last columns (K-1, K-2, ...) above the tree."""
+    back = torch.arange(k - 1, -1, -1, device=tree.depth.device)[None]          # [1, K] steps up from the node
+    depth = tree.depth[:, None]                                                  # [N, 1]
+    inside = tree.ancestors.gather(1, (depth - back).clamp(min=0)) + k           # ancestor back steps up
+    return torch.where(back <= depth, inside, k - (back - depth))
 
 
 @dataclass

@@ -36,6 +36,7 @@ from .errors import SpecError
 from .gdn_tree import TreeLayout, gdn_sequence, gdn_tree
 from .kernels import select_gdn_kernels
 from .target import Target, Verified
+from .tree import Ancestry
 
 # The range is what tests/test_hybrid_*.py passed on (CPU, torch path; TRANSFORMERS_CHECKED). Below it the modeling
 # modules were not tried (5.2-5.4 also build Qwen3.5 caches differently); above it they are unread.
@@ -125,7 +126,7 @@ class HybridTarget(Target):
         self._kv: dict[int, _KV] = {}
         self._conv: dict[int, torch.Tensor] = {}        # layer -> [1, C, K]
         self._rec: dict[int, torch.Tensor] = {}         # layer -> [1, HV, Dk, Dv] float32
-        self._pending = None                            # (parents, {layer: NodeStates}) of the last verify
+        self._pending = None                            # (Ancestry, {layer: NodeStates}) of the last verify
 
     @property
     def length(self) -> int:
@@ -152,43 +153,50 @@ class HybridTarget(Target):
         return Verified(self._logits(hidden[-1:]), feats)             # logits of the last position only
 
     @torch.inference_mode()
-    def verify(self, tokens: torch.Tensor, parents: list[int]) -> Verified:
-        """Run the tree tokens [N] / parents [N] on the committed prefix; nothing is committed until `commit`."""
-        parents = [int(p) for p in parents]
-        if tokens.numel() != len(parents):
-            raise ValueError(f"tokens has {tokens.numel()} nodes but parents has {len(parents)}")
+    def verify(self, tokens: torch.Tensor, tree: Ancestry | list[int]) -> Verified:
+        """Run the tree tokens [N] (structure `tree` or its parents list) on the committed prefix; nothing is
+        committed until `commit`. A non-chain device tree costs one host read: its node count per depth."""
+        device = self.decoder.embed_tokens.weight.device
+        tree = Ancestry.from_parents([int(p) for p in tree], device) if isinstance(tree, list) else tree.to(device)
+        if tokens.numel() != tree.size:
+            raise ValueError(f"tokens has {tokens.numel()} nodes but parents has {tree.size}")
         if self._len == 0:
             raise RuntimeError("verify before prefill: the target holds no prefix")
-        device = self.decoder.embed_tokens.weight.device
-        layout = TreeLayout.build(parents, self._conv_kernel(), device)
+        layout = TreeLayout.build(tree, self._conv_kernel())
         positions = self._len + layout.depth                                         # [N] prefix_len + depth
         node_states: dict = {}
         hidden, feats = self._forward(tokens.reshape(1, -1).to(device), positions, tree=(layout, node_states))
-        self._pending = (parents, node_states)
+        self._pending = (tree, node_states)
         return Verified(self._logits(hidden), feats)
 
     @torch.inference_mode()
-    def commit(self, path: list[int]) -> None:
+    def commit(self, path: torch.Tensor | list[int]) -> None:
         """Keep the root-to-node chain `path` of the last verify: compact attention K/V, install the last node's
-        GDN conv and recurrent states."""
+        GDN conv and recurrent states. A device path is trusted (the walk built it from the tree); a host list is
+        checked against the tree."""
         if self._pending is None:
             raise RuntimeError("commit without a verify to commit from")
-        parents, node_states = self._pending
-        path = [int(i) for i in path]
-        for j, node in enumerate(path):
-            expected = -1 if j == 0 else path[j - 1]
-            if not 0 <= node < len(parents) or parents[node] != expected:
-                raise ValueError(f"path {path} is not a root-to-node chain of the verified tree (parents {parents})")
+        tree, node_states = self._pending
+        if isinstance(path, list):
+            path = [int(i) for i in path]
+            parents = tree.parents.tolist()
+            for j, node in enumerate(path):
+                expected = -1 if j == 0 else path[j - 1]
+                if not 0 <= node < len(parents) or parents[node] != expected:
+                    raise ValueError(f"path {path} is not a root-to-node chain of the verified tree "
+                                     f"(parents {parents})")
+            path = torch.tensor(path, dtype=torch.long, device=tree.parents.device)
         self._pending = None
-        if not path:
+        if path.shape[0] == 0:
             return
-        last = path[-1]
         for layer, kv in self._kv.items():
-            kv.compact(self._len, torch.tensor(path, device=kv.keys.device))
+            if path.shape[0] > 1:                            # the root alone is already in place
+                kv.compact(self._len, path.to(kv.keys.device))
         for layer, states in node_states.items():
-            self._conv[layer] = states.conv[last:last + 1].clone()
-            self._rec[layer] = states.recurrent[last:last + 1].clone()
-        self._len += len(path)
+            last = path[-1:].to(states.conv.device)
+            self._conv[layer] = states.conv.index_select(0, last)
+            self._rec[layer] = states.recurrent.index_select(0, last)
+        self._len += path.shape[0]
 
     # ---- the layer loop --------------------------------------------------------------------------------------
     def _conv_kernel(self) -> int:

@@ -1,12 +1,17 @@
 """The target model as the decoding methods see it: prefill, verify a token tree, commit the accepted path.
 
-Contract: after `prefill(prompt)` the target holds the prompt. `verify(tokens, parents)` runs one forward over
+Contract: after `prefill(prompt)` the target holds the prompt. `verify(tokens, tree)` runs one forward over
 N new tokens arranged as a tree (parents[i] < i, -1 = attached to the committed prefix; a chain is
 parents = [-1, 0, 1, ...]) and returns each node's logits and drafter features as if that node had been run
 after exactly its ancestor path. `commit(path)` keeps only the nodes of `path` (a root-to-node chain of
 indices into the last verify, root first) so the target then holds prefix + those tokens, exactly as a plain
 forward over that sequence would. Every implementation (pure attention, hybrid recurrent) keeps this contract;
-the methods in `remote.methods` only use it.
+the decoding loop (`remote.decode`) only uses it.
+
+Host synchronisation: the loop hands over the tree as a `remote.tree.Ancestry` (device tensors) and the path as
+a device tensor, and a target should not read either back to the host (the pure-attention target never does;
+the hybrid one reads the per-depth node counts of a non-chain tree once per verify, to batch by depth). Host
+lists are accepted too (tests, offline tools) and are converted.
 """
 from __future__ import annotations
 
@@ -14,6 +19,8 @@ import abc
 from dataclasses import dataclass
 
 import torch
+
+from .tree import Ancestry
 
 
 @dataclass
@@ -32,12 +39,13 @@ class Target(abc.ABC):
         all P positions [P, F] (the drafter's first context)."""
 
     @abc.abstractmethod
-    def verify(self, tokens: torch.Tensor, parents: list[int]) -> Verified:
-        """Run the tree `tokens` [N] with `parents` [N] on top of the committed prefix."""
+    def verify(self, tokens: torch.Tensor, tree: Ancestry | list[int]) -> Verified:
+        """Run the tree `tokens` [N] with structure `tree` (or its parents list [N]) on top of the committed
+        prefix."""
 
     @abc.abstractmethod
-    def commit(self, path: list[int]) -> None:
-        """Keep the nodes `path` of the last verify (root-to-node chain) and drop every other node."""
+    def commit(self, path: torch.Tensor | list[int]) -> None:
+        """Keep the nodes `path` ([L] long) of the last verify (root-to-node chain) and drop every other node."""
 
     @property
     @abc.abstractmethod

@@ -1,29 +1,47 @@
-"""Draft trees from the drafter's per-position distributions.
+"""Draft trees from the drafter's per-position distributions, built on the drafter's device.
 
-Contract: `build_tree(draft_logits, budget)` returns the `budget` most likely prefixes (fewer only when fewer
-exist) under the drafter's product-of-marginals surrogate: a node at depth d (1-based) holding the rank-r token
-of draft position d-1 scores the sum of log-probs along its path. The result is prefix-closed and ordered so
-that parents precede children, with the root (the last committed token) at index 0 and not counted in the
-budget. `chain_tree(draft_logits)` is the DFlash chain: the argmax token at every position. Non-goal: the
-per-node conditional distributions (the drafter emits marginals, so every parent at depth d draws from the
-same depth-d top-k list).
+Contract: `best_first_tree(draft_logits, budget)` returns the `budget` most likely prefixes (fewer only when fewer
+exist) under the drafter's product-of-marginals surrogate: a node at depth d (1-based) holding the rank-r token of
+draft position d-1 scores the sum of log-probs along its path. The result is prefix-closed, ordered best first
+(non-increasing score; on equal scores shallower first), so parents precede children, with the root (the last
+committed token) at index 0 and not counted in the budget. `argmax_chain(draft_logits)` is the DFlash chain: the
+argmax token at every position. Both return a `DeviceTree` without reading anything back to the host; its
+`ancestry()` is what a `Target` verifies against. `build_tree` / `chain_tree` return the same trees as host lists
+(`Tree`, one copy) for offline tools. Non-goal: the per-node conditional distributions (the drafter emits
+marginals, so every parent at depth d draws from the same depth-d top-k list).
 
 Layout used everywhere (verify index space): index 0 = root, index i >= 1 = node i-1 of `tokens`.
+
+How the best-first set is found without a heap: a prefix never scores above its parent (log-probs are <= 0), so
+the best `budget` prefixes of depth d+1 only ever extend kept prefixes of depth d. Depth by depth, children of the
+kept prefixes of depth d are scored and the best `budget` are kept (only children that can make it are scored,
+see `_plan`), then one stable sort over all kept prefixes picks the best `budget`. The kept sets hold the best
+`budget` prefixes' scores (a prefix dropped at some depth has `budget` kept prefixes scoring at least as much), so
+the tree is the heap's up to the order of equal scores. Every shape is fixed by (depth, vocab, budget): nothing
+waits for data, and the step could be captured in a graph.
 """
 from __future__ import annotations
 
-import heapq
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import lru_cache
 
 import torch
 
 
 @dataclass
 class Tree:
+    """A draft tree as host lists (for offline tools and tests; the decoding loop uses `DeviceTree`)."""
+
     tokens: list[int]               # [n] token id of each non-root node
     parents: list[int]              # [n] verify index of each node's parent (0 = root); parents[i] <= i
     depths: list[int]               # [n] depth of each node, root = 0
-    children: list[dict[int, int]]  # [n+1] per verify index: child token id -> child verify index
+    children: list[dict[int, int]] = field(default_factory=list)  # [n+1] per verify index: child token -> index
+
+    def __post_init__(self):
+        if not self.children:
+            self.children = [{} for _ in range(len(self.tokens) + 1)]
+            for index, (token, parent) in enumerate(zip(self.tokens, self.parents), start=1):
+                self.children[parent][token] = index
 
     @property
     def size(self) -> int:
@@ -34,51 +52,183 @@ class Tree:
         return [-1] + self.parents
 
 
-def _empty() -> Tree:
-    return Tree(tokens=[], parents=[], depths=[], children=[{}])
+@dataclass
+class Ancestry:
+    """The structure of N verified nodes in the Target's convention (parents[i] < i, -1 = on the committed
+    prefix), as device tensors. `height` and `level_sizes` are host values fixed when the tree is built."""
+
+    parents: torch.Tensor            # [N] long
+    depth: torch.Tensor              # [N] long, 0 for nodes on the prefix
+    ancestors: torch.Tensor          # [N, H] long: ancestor of node i at depth d; i itself for d >= depth[i]
+    chain: bool                      # parents == [-1, 0, 1, ...]: the model's own causal path applies
+    level_sizes: list[int] | None = None   # nodes per depth when known on the host without a copy
+
+    @property
+    def size(self) -> int:
+        return self.parents.shape[0]
+
+    @property
+    def height(self) -> int:
+        return self.ancestors.shape[1]
+
+    @property
+    def visible(self) -> torch.Tensor:
+        """[N, N] bool: visible[i, j] iff j is i or an ancestor of i (j is i's ancestor at depth[j])."""
+        n = self.size
+        at_depth_j = self.ancestors.gather(1, self.depth[None].expand(n, n))
+        return at_depth_j == torch.arange(n, device=self.depth.device)[None]
+
+    def host_level_sizes(self) -> list[int]:
+        """Nodes per depth, non-empty levels only; a device->host copy unless known at build time."""
+        if self.level_sizes is None:
+            self.level_sizes = [s for s in torch.bincount(self.depth, minlength=self.height).tolist() if s]
+        return self.level_sizes
+
+    def to(self, device: torch.device) -> "Ancestry":
+        if self.parents.device == torch.device(device):
+            return self
+        return Ancestry(self.parents.to(device), self.depth.to(device), self.ancestors.to(device), self.chain,
+                        self.level_sizes)
+
+    @classmethod
+    def of(cls, parents: torch.Tensor, depth: torch.Tensor, height: int, chain: bool = False) -> "Ancestry":
+        """From device parents / depth ([N] long) with max depth < `height`: H - 1 gathers, no host read."""
+        n = parents.shape[0]
+        index = torch.arange(n, device=parents.device)
+        up = torch.where(parents < 0, index, parents)          # a top node is its own parent: the chase saturates
+        steps = [index]                                          # steps[s][i] = s-th ancestor of i
+        for _ in range(height - 1):
+            steps.append(up.index_select(0, steps[-1]))
+        steps = torch.stack(steps, dim=1)                        # [N, H]
+        back = (depth[:, None] - torch.arange(height, device=parents.device)[None]).clamp(min=0)
+        return cls(parents, depth, steps.gather(1, back), chain)
+
+    @classmethod
+    def from_parents(cls, parents: list[int], device: torch.device | str = "cpu") -> "Ancestry":
+        """From a host parents list (tests, offline tools); checks that parents precede children."""
+        if not parents:
+            raise ValueError("a tree needs at least one node")
+        depth: list[int] = []
+        for i, p in enumerate(parents):
+            if not -1 <= p < i:
+                raise ValueError(f"parents[{i}] = {p}: each parent must precede its child (or be -1)")
+            depth.append(0 if p < 0 else depth[p] + 1)
+        as_long = lambda xs: torch.tensor(xs, dtype=torch.long, device=device)  # noqa: E731
+        sizes = [depth.count(d) for d in range(max(depth) + 1)]
+        if is_chain(parents):
+            return cls.chain_of(len(parents), device)
+        built = cls.of(as_long(parents), as_long(depth), len(sizes))
+        built.level_sizes = sizes
+        return built
+
+    @classmethod
+    def chain_of(cls, n: int, device: torch.device | str) -> "Ancestry":
+        """The chain [-1, 0, 1, ..., n-2], built on the device from aranges."""
+        index = torch.arange(n, device=device)
+        ancestors = torch.minimum(index[None, :], index[:, None])      # ancestor of i at depth d: min(d, i)
+        return cls(index - 1, index, ancestors, True, [1] * n)
 
 
-def _add(tree: Tree, token: int, parent: int, depth: int) -> int:
-    index = len(tree.tokens) + 1
-    tree.tokens.append(token)
-    tree.parents.append(parent)
-    tree.depths.append(depth)
-    tree.children[parent][token] = index
-    tree.children.append({})
-    return index
+@dataclass
+class DeviceTree:
+    """A draft tree on the device, in the verify index space (see the module docstring)."""
+
+    tokens: torch.Tensor     # [n] long, token of each non-root node
+    parents: torch.Tensor    # [n] long, verify index of each node's parent (0 = root); parents[i] <= i
+    depths: torch.Tensor     # [n] long, root = 0
+    height: int              # static bound: every depth < height
+    chain: bool = False
+
+    @property
+    def size(self) -> int:
+        return self.tokens.shape[0]
+
+    def ancestry(self) -> Ancestry:
+        """The structure of [root] + nodes as the Target sees it (root on the committed prefix)."""
+        if self.chain:
+            return Ancestry.chain_of(self.size + 1, self.tokens.device)
+        parents = torch.cat([self.parents.new_full((1,), -1), self.parents])
+        depth = torch.cat([self.depths.new_zeros(1), self.depths])
+        return Ancestry.of(parents, depth, self.height)
+
+    def host(self) -> Tree:
+        """The same tree as host lists (one copy)."""
+        tokens, parents, depths = torch.stack([self.tokens, self.parents, self.depths]).tolist()
+        return Tree(tokens=tokens, parents=parents, depths=depths)
 
 
-def build_tree(draft_logits: torch.Tensor, budget: int) -> Tree:
+@dataclass(frozen=True)
+class _Plan:
+    """Static facts of the level-by-level search for one (depth, k, budget, device); see `_plan`."""
+
+    levels: int                  # depths searched: min(depth, budget)
+    real: int                    # kept slots holding a real prefix, all levels together
+    parent: torch.Tensor         # [c] parent slot of each scored candidate (the same candidates at every level)
+    rank: torch.Tensor           # [c] its token rank
+    start: torch.Tensor          # [budget] scores of the virtual level above depth 1: 0 for slot 0, else -inf
+
+
+@lru_cache(maxsize=64)
+def _plan(depth_limit: int, k: int, budget: int, device: torch.device) -> _Plan:
+    """Which candidates a level scores, built once per shape. Every level keeps `budget` slots sorted best first
+    (slots without a real prefix score -inf), so the child (parent slot j, rank r) is outscored or tied by the
+    (j+1)(r+1) - 1 children (j' <= j, r' <= r) and can only be among the best `budget` when (j+1)(r+1) <= budget:
+    ~budget * ln(budget) candidates instead of budget * k."""
+    pairs = [(j, r) for j in range(budget) for r in range(min(k, budget // (j + 1)))]
+    levels, real, alive = min(depth_limit, budget), 0, 1
+    for _ in range(levels):
+        alive = min(budget, sum(1 for j, _ in pairs if j < alive))
+        real += alive
+    with torch.inference_mode(False):   # cached across calls, inside and outside inference mode
+        as_long = lambda xs: torch.tensor(xs, dtype=torch.long, device=device)  # noqa: E731
+        start = torch.full((budget,), float("-inf"), device=device)
+        start[0] = 0.0
+        return _Plan(levels, real, as_long([j for j, _ in pairs]), as_long([r for _, r in pairs]), start)
+
+
+def best_first_tree(draft_logits: torch.Tensor, budget: int) -> DeviceTree:
     """Best-first tree of at most `budget` nodes from `draft_logits` [D, V] (row d predicts depth d+1)."""
     depth_limit, vocab = draft_logits.shape
     k = min(budget, vocab)
-    log_probs = torch.log_softmax(draft_logits.float(), dim=-1)
-    top_lp, top_ids = torch.topk(log_probs, k, dim=-1)          # [D, k] each, ranks sorted descending
-    top_lp, top_ids = top_lp.tolist(), top_ids.tolist()          # one device->host copy
-    tree = _empty()
-    # Heap entries: (-score, tie-break counter, depth row, rank, parent verify index).
-    # Popping the best prefix, then offering its next sibling and its best child, visits prefixes in
-    # non-increasing score order, so the first `budget` pops are the best `budget` prefixes.
-    heap = [(-top_lp[0][0], 0, 0, 0, 0)]
-    counter = 1
-    while heap and tree.size < budget:
-        neg, _, row, rank, parent = heapq.heappop(heap)
-        index = _add(tree, top_ids[row][rank], parent, row + 1)
-        if rank + 1 < k:
-            heapq.heappush(heap, (neg + top_lp[row][rank] - top_lp[row][rank + 1], counter, row, rank + 1, parent))
-            counter += 1
-        if row + 1 < depth_limit:
-            heapq.heappush(heap, (neg - top_lp[row + 1][0], counter, row + 1, 0, index))
-            counter += 1
-    return tree
+    top_lp, top_ids = torch.topk(torch.log_softmax(draft_logits.float(), dim=-1), k, dim=-1)   # [D, k] each
+    plan = _plan(depth_limit, k, budget, draft_logits.device)
+    # Finite floor for impossible tokens, so that every real prefix outranks an empty (-inf) slot.
+    gains = top_lp[: plan.levels].index_select(1, plan.rank).clamp(min=-1e30)                # [L, c]
+    scores, picks = [plan.start], []
+    for gain in gains.unbind(0):     # index_select / unbind: tensor __getitem__ costs more host time per level
+        best, pick = torch.topk(scores[-1].index_select(0, plan.parent).add_(gain), budget)   # [budget]
+        scores.append(best)
+        picks.append(pick)
+    n = min(budget, plan.real)
+    # Stable over the level-major slots: equal scores keep the shallower first, so a parent (whose score is >= its
+    # child's) always precedes its child and the chosen set is prefix-closed even under ties.
+    chosen = torch.sort(torch.cat(scores[1:]), descending=True, stable=True).indices[:n]     # [n] slots
+    level, pick = chosen // budget, torch.cat(picks)[chosen]
+    tokens = top_ids[level, plan.rank[pick]]
+    # Parent slot -> its verify index (1 + its position in `chosen`); depth-1 nodes hang off the root.
+    verify_index = torch.zeros(plan.levels * budget, dtype=torch.long, device=chosen.device)
+    verify_index[chosen] = torch.arange(1, n + 1, device=chosen.device)
+    above = (level - 1).clamp(min=0) * budget + plan.parent[pick]
+    parents = torch.where(level == 0, 0, verify_index[above])
+    return DeviceTree(tokens=tokens, parents=parents, depths=level + 1, height=plan.levels + 1)
+
+
+def argmax_chain(draft_logits: torch.Tensor) -> DeviceTree:
+    """The DFlash chain: argmax of every row of `draft_logits` [D, V], each node the child of the previous."""
+    depth = draft_logits.shape[0]
+    index = torch.arange(depth, device=draft_logits.device)
+    return DeviceTree(tokens=draft_logits.argmax(dim=-1), parents=index, depths=index + 1, height=depth + 1,
+                      chain=True)
+
+
+def build_tree(draft_logits: torch.Tensor, budget: int) -> Tree:
+    """`best_first_tree` as host lists."""
+    return best_first_tree(draft_logits, budget).host()
 
 
 def chain_tree(draft_logits: torch.Tensor) -> Tree:
-    """The DFlash chain: argmax of every row of `draft_logits` [D, V], each node the child of the previous."""
-    tree = _empty()
-    for depth, token in enumerate(draft_logits.argmax(dim=-1).tolist(), start=1):
-        _add(tree, token, depth - 1, depth)
-    return tree
+    """`argmax_chain` as host lists."""
+    return argmax_chain(draft_logits).host()
 
 
 def is_chain(parents: list[int]) -> bool:
@@ -96,12 +246,4 @@ def depths_of(parents: list[int]) -> list[int]:
 
 def ancestor_mask(parents: list[int], device: torch.device | str = "cpu") -> torch.Tensor:
     """visible [N, N] bool: visible[i, j] is True iff j is i or an ancestor of i (Target convention)."""
-    n = len(parents)
-    depths = depths_of(parents)
-    parent_t = torch.tensor(parents, dtype=torch.long)
-    depth_t = torch.tensor(depths, dtype=torch.long)
-    visible = torch.eye(n, dtype=torch.bool)
-    for d in range(1, (max(depths) if depths else 0) + 1):    # one vectorised step per depth level
-        rows = (depth_t == d).nonzero(as_tuple=True)[0]
-        visible[rows] |= visible[parent_t[rows]]
-    return visible.to(device)
+    return Ancestry.from_parents(parents, device).visible

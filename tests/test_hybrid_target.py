@@ -222,3 +222,34 @@ def test_fast_kernel_path_matches_torch_path_on_cuda(name):
             assert diff <= tol, f"{runs['auto'][0]} vs torch, {what}: {diff:.2e} (logit scale {scale:.2f})"
     finally:
         model.cpu()
+
+
+def _conv_window_reference(parents: list[int], node: int, k: int) -> list[int]:
+    """Bank columns of node's conv window, oldest first, walking up the parents (the former host formula)."""
+    window, cur, back = [k + node], node, 0
+    for _ in range(k - 1):
+        cur = parents[cur] if cur >= 0 else -1
+        if cur >= 0:
+            window.append(k + cur)
+        else:
+            back += 1
+            window.append(k - back)
+    return window[::-1]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_tree_layout_on_the_device_equals_the_host_walk(seed):
+    """Conv windows, depth levels and level parents of the device-built layout, on trees and forests, against a
+    host walk up the parents, for conv kernels shorter and longer than the tree is deep."""
+    from remote.gdn_tree import TreeLayout
+    from remote.tree import Ancestry
+
+    rng = random.Random(seed)
+    parents = random_tree(rng, 30, reach=rng.choice([1, 3, 30]), roots=rng.choice([1, 1, 3]))
+    for k in (2, 4, 6):
+        layout = TreeLayout.build(Ancestry.from_parents(parents), k)
+        assert layout.conv_index.tolist() == [_conv_window_reference(parents, i, k) for i in range(len(parents))]
+        depth = layout.depth.tolist()
+        for d, (ids, pars) in enumerate(zip(layout.levels, layout.level_parents)):
+            assert ids.tolist() == [i for i in range(len(parents)) if depth[i] == d]
+            assert pars.tolist() == [max(parents[i], 0) for i in ids.tolist()]

@@ -1,12 +1,16 @@
-"""Tree building alone: best-first = the top-`budget` prefixes, prefix-closed, parents before children."""
+"""Tree building alone: best-first = the top-`budget` prefixes, prefix-closed, parents before children; the
+device build against the reference heap; the device walk against a Python walk."""
 from __future__ import annotations
 
+import heapq
 import itertools
+import random
 
 import pytest
 import torch
 
-from remote.tree import ancestor_mask, build_tree, chain_tree, depths_of
+from remote.decode import walk
+from remote.tree import Ancestry, ancestor_mask, best_first_tree, build_tree, chain_tree, depths_of
 
 
 def _paths(tree):
@@ -75,3 +79,115 @@ def test_budget_one_is_the_top_token():
     logits = torch.randn(4, 10, generator=torch.Generator().manual_seed(6))
     tree = build_tree(logits, 1)
     assert tree.tokens == [int(logits[0].argmax())] and tree.parents == [0]
+
+
+def _heap_tree(logits, budget):
+    """Reference: the best-first heap over (score, rank) of the DDTree paper, as host lists."""
+    lp = torch.log_softmax(logits.double(), -1)
+    top_lp, top_ids = lp.topk(min(budget, lp.shape[1]), dim=-1)
+    top_lp, top_ids = top_lp.tolist(), top_ids.tolist()
+    tokens, parents, depths, heap, counter = [], [], [], [(-top_lp[0][0], 0, 0, 0, 0)], 1
+    while heap and len(tokens) < budget:
+        neg, _, row, rank, parent = heapq.heappop(heap)
+        tokens.append(top_ids[row][rank]), parents.append(parent), depths.append(row + 1)
+        if rank + 1 < len(top_lp[row]):
+            heapq.heappush(heap, (neg + top_lp[row][rank] - top_lp[row][rank + 1], counter, row, rank + 1, parent))
+            counter += 1
+        if row + 1 < len(top_lp):
+            heapq.heappush(heap, (neg - top_lp[row + 1][0], counter, row + 1, 0, len(tokens)))
+            counter += 1
+    return tokens, parents, depths
+
+
+def _scores(tokens, parents, depths, logits):
+    lp = torch.log_softmax(logits.double(), -1)
+    score = [0.0]
+    for tok, parent, depth in zip(tokens, parents, depths):
+        score.append(score[parent] + lp[depth - 1, tok].item())
+    return sorted(round(s, 6) for s in score[1:])
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_device_tree_equals_the_heap(seed):
+    """Same nodes in the same order as the reference heap (continuous scores: no ties), on real drafter shapes."""
+    g = torch.Generator().manual_seed(seed)
+    depth, vocab = [(3, 5), (7, 30), (15, 64), (15, 300)][seed % 4]
+    budget = [1, 3, 16, 64, 256][seed % 5]
+    logits = torch.randn(depth, vocab, generator=g) * [0.5, 2.0, 6.0][seed % 3]
+    with torch.inference_mode():
+        tree = best_first_tree(logits, budget)
+    assert tree.tokens.device == logits.device and tree.height == min(depth, budget) + 1
+    assert (tree.tokens.tolist(), tree.parents.tolist(), tree.depths.tolist()) == _heap_tree(logits, budget)
+
+
+def test_ties_keep_the_tree_prefix_closed():
+    """Peaked rows (log-prob exactly 0) make children tie with their parents, and equal siblings tie with each
+    other: parents still precede children and the score multiset is the best one."""
+    logits = torch.full((6, 10), -1e4)
+    logits[:, 3] = 0.0
+    logits[2, 5] = 0.0                                         # two equal tokens at depth 3
+    logits[4, :] = 0.0                                         # a flat row: ten equal tokens at depth 5
+    for budget in (1, 5, 12, 20, 60):
+        tree = build_tree(logits, budget)
+        assert all(p < i for i, p in enumerate(tree.parents, start=1))
+        assert tree.depths == depths_of(tree.verify_parents())[1:]
+        reference = _heap_tree(logits, budget)
+        assert _scores(tree.tokens, tree.parents, tree.depths, logits) == _scores(*reference, logits)
+
+
+@pytest.mark.parametrize("real, budget", [(4, 30), (2, 40)])
+def test_masked_tokens_still_fill_the_budget(real, budget):
+    """-inf logits (a masked vocabulary) give -inf log-probs: the best prefixes are the real ones, and when
+    there are fewer real prefixes (2 + 4 + 8 + 16 = 30) than the budget, masked ones fill it as in the heap."""
+    logits = torch.randn(4, 6, generator=torch.Generator().manual_seed(8))
+    logits[:, real:] = float("-inf")
+    tree = build_tree(logits, budget)
+    assert tree.size == budget and all(p < i for i, p in enumerate(tree.parents, start=1))
+    assert _scores(tree.tokens, tree.parents, tree.depths, logits) == _scores(*_heap_tree(logits, budget), logits)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_ancestry_of_device_tensors_equals_host_lists(seed):
+    rng = random.Random(seed)
+    parents = [-1] + [rng.randrange(i) for i in range(1, 30)]
+    host = Ancestry.from_parents(parents)
+    depth = torch.tensor(depths_of(parents))
+    device = Ancestry.of(torch.tensor(parents), depth, host.height)
+    assert torch.equal(device.ancestors, host.ancestors) and torch.equal(device.visible, host.visible)
+    assert device.host_level_sizes() == host.level_sizes
+    chain = Ancestry.from_parents(list(range(-1, 6)))
+    assert chain.chain and torch.equal(chain.visible, torch.ones(7, 7, dtype=torch.bool).tril())
+    built = Ancestry.of(torch.arange(-1, 6), torch.arange(7), 7)
+    assert torch.equal(built.ancestors, chain.ancestors)
+
+
+def _walk_reference(parents, nodes, samples):
+    children = [dict() for _ in parents]
+    for i, p in enumerate(parents[1:], start=1):
+        children[p][nodes[i]] = i
+    path = [0]
+    while (child := children[path[-1]].get(samples[path[-1]])) is not None:
+        path.append(child)
+    return path, samples[path[-1]]
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_device_walk_equals_the_python_walk(seed):
+    """Random best-first trees, targets that follow the tree for a random number of steps then leave it."""
+    g = torch.Generator().manual_seed(seed)
+    rng = random.Random(seed)
+    logits = torch.randn(6, 8, generator=g) * 3
+    tree = best_first_tree(logits, rng.choice([1, 4, 16, 40]))
+    host = tree.host()
+    nodes = [rng.randrange(8)] + host.tokens
+    samples = [rng.randrange(8) for _ in nodes]
+    node = 0                                                    # steer the target along the tree for a while
+    for _ in range(rng.randrange(7)):
+        if not host.children[node]:
+            break
+        token, child = rng.choice(sorted(host.children[node].items()))
+        samples[node], node = token, child
+    accepted = walk(tree.ancestry(), torch.tensor(nodes), torch.tensor(samples))
+    path, bonus = _walk_reference(host.verify_parents(), nodes, samples)
+    assert accepted.path.tolist() == path and accepted.bonus.tolist() == [bonus]
+    assert accepted.tokens == [nodes[i] for i in path[1:]] + [bonus]
