@@ -8,7 +8,10 @@ Measures, against a throwaway sshd on 127.0.0.1 (tests/sshd.py: real OpenSSH, re
 2. The bundle sync alone with a fresh SSHHost: host operations and seconds when the bundle is already there
    (goal: one round trip, no upload), when one file changed, and into an empty workdir.
 3. Per-operation latency: `run("true")`, and a `read_from` that finds nothing new (a tail poll reads three
-   files this way every 0.25 s while the runner is quiet).
+   files this way every 0.1 s while the runner is quiet).
+
+The orchestrated runs sync the project's own remote/: if someone edits it during the bench, run 2 uploads a new
+bundle and is no "unchanged" run; the table then says so. The sync costs use a snapshot of remote/.
 
 Prints a table, the exact commands, and a last line of compact JSON. Needs /usr/sbin/sshd (openssh-server).
 Usage: python bench/bench_ssh_overhead.py [--runs-dir DIR] [extra orchestrator overrides...]
@@ -41,6 +44,7 @@ WORKLOAD = ["method=ddtree", "tree_budget=64", "device=cpu", "num_prompts=2", "m
 def orchestrated_run(overrides: list[str], runs_dir: Path, workdir: Path) -> dict:
     command = [sys.executable, "-m", "orchestrator", *WORKLOAD, *overrides]
     before = set(workdir.glob("runs/*"))   # the host's run dirs (loopback: readable here)
+    bundles = set(workdir.glob("bundles/*"))
     start = time.time()   # wall clock: compared with file times on the (loopback) host
     proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True,
                           env={**os.environ, "SPECBENCH_RUNS_DIR": str(runs_dir)})
@@ -50,7 +54,8 @@ def orchestrated_run(overrides: list[str], runs_dir: Path, workdir: Path) -> dic
     (run_dir,) = set(workdir.glob("runs/*")) - before
     launched, exited = (run_dir / "pid").stat().st_mtime, (run_dir / "exit_code").stat().st_mtime
     return {"wall_s": end - start, "runner_s": exited - launched, "overhead_s": (end - start) - (exited - launched),
-            "before_s": launched - start, "after_s": end - exited, "command": shlex.join(command)}
+            "before_s": launched - start, "after_s": end - exited, "command": shlex.join(command),
+            "bundle_uploaded": bool(set(workdir.glob("bundles/*")) - bundles)}
 
 
 def timed_sync(host: SSHHost, package: Path) -> dict:
@@ -63,15 +68,18 @@ def timed_sync(host: SSHHost, package: Path) -> dict:
 def sync_costs(facts, workdir: Path, scratch: Path) -> dict:
     host = SSHHost.from_config(facts.host_config(workdir=str(workdir)))
     host.run("true")   # connect first: the sync is what is measured, not the handshake
-    unchanged = timed_sync(host, REMOTE_PACKAGE)
+    package = scratch / "snapshot" / "remote"   # what others edit meanwhile must not count as a change
+    shutil.copytree(REMOTE_PACKAGE, package, ignore=shutil.ignore_patterns("__pycache__"))
+    sync_bundle(host, package)
+    unchanged = timed_sync(host, package)
     changed_pkg = scratch / "changed" / "remote"
-    shutil.copytree(REMOTE_PACKAGE, changed_pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(package, changed_pkg)
     with open(changed_pkg / "__init__.py", "a") as f:
         f.write(f"\n# bench edit {time.time()}\n")
     one_changed = timed_sync(host, changed_pkg)
     fresh = SSHHost.from_config(facts.host_config(workdir=str(scratch / "empty-workdir")))
     fresh.run("true")
-    first = timed_sync(fresh, REMOTE_PACKAGE)
+    first = timed_sync(fresh, package)
     rtt = _median(lambda: host.run("true"))
     log = next(workdir.glob("runs/*/events.jsonl"))
     size = log.stat().st_size
@@ -124,7 +132,9 @@ def report(first: dict, second: dict, local: dict, sync: dict) -> None:
     for name, r in (("ssh run 1 (bundle uploaded)", first), ("ssh run 2 (bundle unchanged)", second),
                     ("local (bundle unchanged)", local)):
         print(f"{name:30}{r['wall_s']:9.2f}{r['runner_s']:10.2f}{r['overhead_s']:12.2f}"
-              f"  (= {r['before_s']:.2f} + {r['after_s']:.2f})")
+              f"  (= {r['before_s']:.2f} + {r['after_s']:.2f})"
+              + ("  NOT unchanged: remote/ was edited during the bench" if r is second and r["bundle_uploaded"]
+                 else ""))
     print(f"{'bundle sync':30}{'seconds':>9}  host operations")
     for name in ("unchanged", "one_file_changed", "empty_workdir"):
         print(f"{name:30}{sync[name]['seconds']:9.3f}  {sync[name]['ops']}")
@@ -134,7 +144,7 @@ def report(first: dict, second: dict, local: dict, sync: dict) -> None:
                "run1_wall_s": round(first["wall_s"], 2), "run2_wall_s": round(second["wall_s"], 2),
                "local_overhead_s": round(local["overhead_s"], 2),
                "ssh_extra_s": round(second["overhead_s"] - local["overhead_s"], 2),
-               "runner_s": round(second["runner_s"], 2),
+               "runner_s": round(second["runner_s"], 2), "run2_bundle_uploaded": second["bundle_uploaded"],
                "sync_unchanged_ops": sum(sync["unchanged"]["ops"].values()),
                "sync_unchanged_uploads": sync["unchanged"]["ops"].get("put", 0),
                "sync_unchanged_s": round(sync["unchanged"]["seconds"], 3),

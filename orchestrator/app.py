@@ -1,12 +1,14 @@
 """`python -m orchestrator`: compose the config with Hydra, then run one job end to end.
 
-Order matters: validate (exit 2, nothing started) -> lease GPUs (pool) -> connect the host and preflight ->
-open the MLflow run -> sync, launch, tail -> collect -> log. Everything lands in the Hydra run dir first;
-MLflow mirrors it. `attach` re-enters the same flow at "tail" for a run still going.
+Order matters: validate (exit 2, nothing started) -> lease GPUs (pool) -> connect the host, preflight and probe
+the bundle (one command) -> upload what changed -> place the run's files and launch (one command) -> open the
+MLflow run -> tail -> collect -> log. Everything lands in the Hydra run dir first; MLflow mirrors it. `attach`
+re-enters the same flow at "tail" for a run still going.
 """
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import subprocess
 import sys
@@ -22,7 +24,7 @@ from rich.console import Console
 from remote.events import write_json_atomic
 
 from .attach import JOB_FILE
-from .bundle import sync_bundle
+from .bundle import BundleSync
 from .hosts import HostError, make_host
 from .leases import GpuPool
 from .lifecycle import Job, Stage
@@ -91,24 +93,25 @@ def run_job(cfg: DictConfig, console: Console | None = None) -> Outcome:
         job = Job(host, run_id, run_dir)
         outcome = Outcome(job)
         opening: threading.Thread | None = None
+        open_run = None
         try:
-            pre_tags = _preflight(host, host_cfg, gpus, bool(cfg.get("force", False)), console)
-            tags = {"method": cfg.method.name, "host": host.name, "project_commit": project_commit(),
-                    "run_dir": str(run_dir), "run_id_local": run_id, "gpus": ",".join(map(str, gpus)),
-                    **pre_tags}
-            # MLflow (its import and database work take seconds) opens the run while the job is being
-            # placed on the host, so the runner starts that much sooner.
-            opening = threading.Thread(target=tracker.start, kwargs=dict(
-                run_name=f"{cfg.method.name}-{cfg.model.name}", params=flatten(_params(resolved)), tags=tags,
-                parent_run_id=os.environ.get(PARENT_ENV)))
-            opening.start()
+            sync = BundleSync(host)
+            pre_tags, answer = _survey(host, host_cfg, sync, gpus, bool(cfg.get("force", False)), console)
+            tags = {"method": cfg.method.name, "host": host.name, "run_dir": str(run_dir), "run_id_local": run_id,
+                    "gpus": ",".join(map(str, gpus)), **pre_tags}
+            open_run = functools.partial(_open_run, tracker, cfg, resolved, tags)
             script = _user_script(cfg)
             job.prepare(spec.to_json(), secrets=_secrets(host_cfg), files=[script] if script else [])
             job.stage = Stage.SYNC
-            bundle = sync_bundle(host)
+            bundle = sync.complete(answer)
             env = {str(k): str(v) for k, v in (host_cfg.get("env") or {}).items()}
             argv = [host.python, "-u", script.name, *map(str, cfg.runner.args)] if script else None
             job.launch(bundle=bundle, gpus=gpus, env=env, argv=argv)
+            # MLflow (its import and database work take seconds) opens the run once the runner is started, not
+            # while the job is placed: its import holds the GIL, and the placement's round trips took 2-3x longer
+            # beside it. In a thread, so that Ctrl-C cannot leave the run half-created (it is joined below).
+            opening = threading.Thread(target=open_run)
+            opening.start()
             opening.join()
             if tracker.warning:
                 console.print(f"[yellow]{tracker.warning}[/]")
@@ -130,9 +133,17 @@ def run_job(cfg: DictConfig, console: Console | None = None) -> Outcome:
         finally:
             if opening is not None:
                 opening.join()   # also after an error or Ctrl-C: the run must exist before it is closed
+            elif open_run is not None:
+                open_run()   # placing the job failed after preflight: that failure is logged in MLflow too
             host.close()
     report(outcome, tracker, run_dir, console, title=f"{cfg.method.name} on {cfg.model.name}")
     return outcome
+
+
+def _open_run(tracker: Tracker, cfg: DictConfig, resolved: dict, tags: dict[str, str]) -> None:
+    """Open the MLflow run; called once the runner is started, so git's two calls do not delay it either."""
+    tracker.start(run_name=f"{cfg.method.name}-{cfg.model.name}", params=flatten(_params(resolved)),
+                  tags={**tags, "project_commit": project_commit()}, parent_run_id=os.environ.get(PARENT_ENV))
 
 
 def _user_script(cfg: DictConfig) -> Path | None:
@@ -140,16 +151,18 @@ def _user_script(cfg: DictConfig) -> Path | None:
     return Path(cfg.runner.path).expanduser().resolve() if cfg.runner.kind == "script" else None
 
 
-def _preflight(host, host_cfg, gpus: list[int], force: bool, console: Console) -> dict[str, str]:
-    """Versions, GPUs in use and free disk of a remote host, in one round trip; busy GPUs refuse the run."""
+def _survey(host, host_cfg, sync: BundleSync, gpus: list[int], force: bool,
+            console: Console) -> tuple[dict[str, str], str]:
+    """One command: a remote host's preflight (versions, GPUs in use, free disk) and the bundle probe. Busy GPUs
+    refuse the run. Returns the preflight tags and the bundle probe's answer."""
     if host_cfg.get("kind", "local") == "local":
-        return {}
-    from .preflight import preflight
+        return {}, host.run(sync.probe_command()).stdout
+    from .preflight import survey
 
-    facts = preflight(host)
+    facts, answer = survey(host, and_then=sync.probe_command())
     for line in facts.check_gpus(gpus, force=force):
         console.print(f"[yellow]warning (force=true): {line}[/]")
-    return facts.tags()
+    return facts.tags(), answer
 
 
 def _params(resolved: dict) -> dict:

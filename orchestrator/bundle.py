@@ -2,8 +2,9 @@
 
 Contract: `sync_bundle(host)` returns the directory on the host that holds `remote/` exactly as it is here.
 Bundles live in `<workdir>/bundles/<sha>/`, are immutable once complete, and are reused: an unchanged bundle
-costs one round trip and no upload. A new bundle starts as a copy of the host's latest one and receives only
-the files whose content changed; the host checks every file's sha256 before the bundle is marked complete.
+costs one round trip and no upload (`BundleSync` lets that be the round trip preflight makes anyway). A new
+bundle starts as a copy of the host's latest one and receives only the files whose content changed; the host
+checks every file's sha256 before the bundle is marked complete.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from .paths import REMOTE_PACKAGE
 
 MANIFEST = "MANIFEST.sha256"   # `sha256sum -c` format, paths relative to the bundle root
 COMPLETE = ".complete"
+PROBE_MARKER = "SPECBENCH_BUNDLE "
 
 
 @dataclass(frozen=True)
@@ -51,30 +53,47 @@ def _parse_manifest(text: str) -> dict[str, str]:
     return {path: sha for sha, path in entries}
 
 
+class BundleSync:
+    """One sync of the local bundle to a host, in two steps so that its probe can share a round trip with
+    other read-only probes (preflight's): `probe_command()` asks what the host has, `complete(answer)` uploads
+    what is missing (nothing when the bundle is there) and returns the bundle's directory on the host."""
+
+    def __init__(self, host: Host, package: Path = REMOTE_PACKAGE):
+        self.host = host
+        self.bundle = local_bundle(package)
+        self.root = f"{host.workdir}/bundles"
+        self.target = f"{self.root}/{self.bundle.digest}"
+
+    def probe_command(self) -> str:
+        """Is the bundle there? If not, what does the host's latest bundle hold? Read-only; the answer starts
+        at a marker line, so output printed before it (rc files, another probe) does not matter."""
+        q = shlex.quote
+        return (f"if [ -f {q(self.target)}/{COMPLETE} ]; then echo '{PROBE_MARKER}PRESENT'; "
+                f"else latest=$(cat {q(self.root)}/LATEST 2>/dev/null); echo \"{PROBE_MARKER}LATEST $latest\"; "
+                f"[ -n \"$latest\" ] && cat {q(self.root)}/\"$latest\"/{MANIFEST} 2>/dev/null; true; fi")
+
+    def complete(self, answer: str) -> str:
+        _, found, rest = answer.partition(PROBE_MARKER)
+        if not found:
+            raise HostError(f"{self.host.name}: the bundle probe printed no answer: {answer[-300:]!r}")
+        first, _, manifest = rest.partition("\n")
+        if first.strip() == "PRESENT":
+            return self.target
+        latest = first.removeprefix("LATEST").strip()
+        have = _parse_manifest(manifest) if latest else {}
+        changed = [p for p, sha in self.bundle.files.items() if have.get(p) != sha]
+        try:
+            _upload(self.host, self.bundle, changed, self.target, f"{self.root}/{latest}" if latest else "")
+        except CommandFailed as exc:
+            raise HostError(f"{self.host.name}: the runner bundle could not be installed in {self.target} (the "
+                            f"host checks every file's sha256): {exc.result.tail(3)}") from None
+        return self.target
+
+
 def sync_bundle(host: Host, package: Path = REMOTE_PACKAGE) -> str:
-    """Make the bundle present on `host`; return its directory there."""
-    bundle = local_bundle(package)
-    root = f"{host.workdir}/bundles"
-    target = f"{root}/{bundle.digest}"
-    q = shlex.quote
-    # Round trip 1 (the only one when unchanged): is it there? If not, what does the latest bundle hold?
-    probe = host.run(
-        f"if [ -f {q(target)}/{COMPLETE} ]; then echo PRESENT; "
-        f"else latest=$(cat {q(root)}/LATEST 2>/dev/null); echo \"LATEST $latest\"; "
-        f"[ -n \"$latest\" ] && cat {q(root)}/\"$latest\"/{MANIFEST} 2>/dev/null; true; fi"
-    ).stdout
-    if probe.startswith("PRESENT"):
-        return target
-    first, _, rest = probe.partition("\n")
-    latest = first.removeprefix("LATEST").strip()
-    have = _parse_manifest(rest) if latest else {}
-    changed = [p for p, sha in bundle.files.items() if have.get(p) != sha]
-    try:
-        _upload(host, bundle, changed, target, f"{root}/{latest}" if latest else "")
-    except CommandFailed as exc:
-        raise HostError(f"{host.name}: the runner bundle could not be installed in {target} (the host checks "
-                        f"every file's sha256): {exc.result.tail(3)}") from None
-    return target
+    """Make the bundle present on `host`; return its directory there. One round trip when it is unchanged."""
+    sync = BundleSync(host, package)
+    return sync.complete(host.run(sync.probe_command()).stdout)
 
 
 def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:

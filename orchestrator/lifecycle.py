@@ -1,25 +1,30 @@
 """The job lifecycle, written once against the Host interface: prepare, launch detached, tail, collect, cancel.
 
 Contract: a `Job` owns one run directory on a host (`<workdir>/runs/<run_id>/`, file names from RunFiles) and
-its local mirror. `launch()` starts the runner in its own session (setsid) so a dropped connection does not
-stop it; `poll()` returns new complete lines of runner.log and events.jsonl, appending the exact bytes to the
-local mirror (so the local log equals the remote one byte for byte); `finished()` is true once the launch
-wrapper wrote `exit_code`; `cancel()` stops the whole process group (TERM, then KILL after a grace period).
+its local mirror. `prepare()` stages the run's files (spec, secrets, a user's script) and sends nothing;
+`launch()` writes them and launch.sh into the run dir and starts the runner in its own session (setsid), so a
+dropped connection does not stop it: one command, one round trip. `poll()` returns new complete lines of
+runner.log and events.jsonl, appending the exact bytes to the local mirror (so the local log equals the remote
+one byte for byte); `finished()` is true once the launch wrapper wrote `exit_code`; `cancel()` stops the whole
+process group (TERM, then KILL after a grace period).
 Every value that reaches a shell is quoted here; nothing in this module knows which host it talks to.
 """
 from __future__ import annotations
 
 import enum
+import io
 import re
 import shlex
+import tarfile
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from remote.files import RunFiles
 
 from .hosts.base import Host
 
+SECRETS = "secrets.env"   # read and removed by launch.sh before the runner starts
 CANCELLED_EXIT = 143   # what a TERM-stopped runner reports, like a shell would
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -31,12 +36,31 @@ def check_env_names(names) -> None:
             raise ValueError(f"environment variable name {name!r} is not a valid identifier")
 
 
+def pack(files: dict[str, bytes]) -> bytes:
+    """An uncompressed tar of `files` (name -> bytes), built in memory; owner-only modes, dated now."""
+    buf = io.BytesIO()
+    now = time.time()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), 0o600, now
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def unpack_command(root: str) -> str:
+    """Create `root` and unpack a `pack()` tar from stdin into it. The files may hold secrets: they must never
+    exist readable by others, whatever a host's tar makes of member modes, hence umask 077."""
+    q = shlex.quote(root)
+    return f"mkdir -p {q} && (umask 077 && tar -xf - --no-same-owner -C {q})"
+
+
 class Stage(enum.Enum):
     """Where a job is; reported in errors so the user knows what had happened already."""
 
-    PREPARE = "prepare"    # run dir and spec being written on the host
+    PREPARE = "prepare"    # spec, secrets and extra files being staged (they travel with the launch)
     SYNC = "sync"          # runner bundle being synced
-    LAUNCH = "launch"      # detached process being started
+    LAUNCH = "launch"      # run dir being written on the host and the detached process started
     RUNNING = "running"    # runner alive, log being tailed
     COLLECT = "collect"    # results being copied back
     DONE = "done"
@@ -62,7 +86,7 @@ def render_launch_script(files: RunFiles, *, python: str, bundle: str, gpus: lis
         "echo $$ > pid",
         *exports,
         # Secrets arrive in a 0600 file that is read and removed before the runner starts.
-        "if [ -f secrets.env ]; then set -a; . ./secrets.env; set +a; rm -f secrets.env; fi",
+        f"if [ -f {SECRETS} ]; then set -a; . ./{SECRETS}; set +a; rm -f {SECRETS}; fi",
         f"trap 'echo {CANCELLED_EXIT} > exit_code.tmp; mv exit_code.tmp exit_code; exit {CANCELLED_EXIT}' TERM",
         f"{command} > runner.log 2>&1 < /dev/null &",
         "wait $!",
@@ -98,46 +122,43 @@ class Job:
     stage: Stage = Stage.PREPARE
     exit_code: int | None = None
     _streams: dict[str, _Stream] = field(default_factory=dict)
+    _staged: dict[str, bytes] = field(default_factory=dict, repr=False)   # name -> bytes, until launch
 
     @property
     def files(self) -> RunFiles:
         return RunFiles(f"{self.host.workdir}/runs/{self.run_id}")
 
     def prepare(self, spec_json: str, secrets: dict[str, str] | None = None, files: list[Path] = ()) -> None:
-        """Create the run dir on the host and place the spec, extra `files` (a user's script) and secrets
-        (0600) there."""
+        """Stage what the run dir gets: the spec, extra `files` (a user's script) and secrets. Nothing is sent
+        yet: they travel with `launch()`, in the one command that also starts the runner. The local spec is
+        written now; secrets stay in memory only."""
         self.stage = Stage.PREPARE
         self.local_dir.mkdir(parents=True, exist_ok=True)
-        local_spec = self.local_dir / "spec.json"
-        local_spec.write_text(spec_json)
-        q = shlex.quote
-        # One round trip: the spec travels on stdin of the command that makes the run dir.
-        self.host.run(f"mkdir -p {q(self.files.root)} && cat > {q(self.files.spec)}", stdin=spec_json.encode())
+        (self.local_dir / "spec.json").write_text(spec_json)
+        self._staged = {PurePosixPath(self.files.spec).name: spec_json.encode()}
         for path in files:
-            self.host.put(str(path), f"{self.files.root}/{path.name}")
+            self._staged[Path(path).name] = Path(path).read_bytes()
         if secrets:
-            self._put_secrets(secrets)
-
-    def _put_secrets(self, secrets: dict[str, str]) -> None:
-        # Sent on stdin to a umask-077 `cat` on the host: never in a local file, nor in a command line
-        # (`ps` shows those to every user of a shared box).
-        check_env_names(secrets)
-        body = "".join(f"{k}={shlex.quote(v)}\n" for k, v in sorted(secrets.items()))
-        path = shlex.quote(f"{self.files.root}/secrets.env")
-        self.host.run(f"umask 077 && cat > {path}", stdin=body.encode())
+            check_env_names(secrets)
+            self._staged[SECRETS] = "".join(f"{k}={shlex.quote(v)}\n" for k, v in sorted(secrets.items())).encode()
 
     def launch(self, *, bundle: str, gpus: list[int] | None, env: dict[str, str],
                argv: list[str] | None = None) -> None:
+        """Create the run dir, place what `prepare` staged and launch.sh in it, and start launch.sh detached:
+        one command, whose stdin carries the files as a tar stream."""
         self.stage = Stage.LAUNCH
         script = render_launch_script(self.files, python=self.host.python, bundle=bundle, gpus=gpus,
                                       env=env, argv=argv)
         (self.local_dir / "launch.sh").write_text(script)
-        q = shlex.quote
-        path = q(self.files.launch_script)
-        # One round trip: the script arrives on stdin, then starts detached. The start is one simple command
-        # backgrounded: `a && b &` would background a subshell that keeps the channel open.
-        self.host.run(f"cat > {path} || exit 1; setsid nohup bash {path} > /dev/null 2>&1 < /dev/null &",
-                      stdin=script.encode())
+        # Secrets travel on stdin: never in a local file, nor in a command line (`ps` shows those to every
+        # user of a shared box).
+        payload = pack({**self._staged, PurePosixPath(self.files.launch_script).name: script.encode()})
+        self._staged = {}
+        path = shlex.quote(self.files.launch_script)
+        # The start is one simple command backgrounded: `a && b &` would background a subshell that keeps the
+        # channel open.
+        self.host.run(f"{unpack_command(self.files.root)} || exit 1; "
+                      f"setsid nohup bash {path} > /dev/null 2>&1 < /dev/null &", stdin=payload)
         self._open_streams(resume=False)
 
     def _open_streams(self, resume: bool) -> None:
@@ -177,10 +198,9 @@ class Job:
     def wait(self, on_lines, interval: float = 0.1) -> int:
         """Poll until the runner exits, handing each batch of lines to `on_lines(log_lines, event_lines)`."""
         while True:
-            done = self.finished()
             log_lines, event_lines = self.poll()
             on_lines(log_lines, event_lines)
-            if done:
+            if self.finished():   # poll read the streams after the exit code: these were the last lines
                 return self.exit_code
             if not (log_lines or event_lines):
                 time.sleep(interval)

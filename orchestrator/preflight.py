@@ -5,9 +5,11 @@ argument) and returns a `Preflight`: Python, torch, transformers, torch's CUDA b
 (read from package metadata, without importing torch: that alone takes seconds); the GPUs nvidia-smi sees
 (index, name, memory used/total, compute processes) or none where nvidia-smi is absent (a CPU host is fine);
 free disk where the workdir is (or would be); whether the optional kernels `fla` (flash-linear-attention) and
-`causal_conv1d` import (really imported when installed, since a wrongly built extension fails only then). `tags()` is the `preflight.*` dict for MLflow. `busy_gpus(requested)` names the
-requested GPUs that are in use, one line each; `check_gpus(requested, force)` raises HostError for them unless
-`force`. Works on any Host (it only uses `Host.run`).
+`causal_conv1d` import (really imported when installed, since a wrongly built extension fails only then).
+`survey(host, and_then)` is the same with another read-only probe (the bundle's) in that one command.
+`tags()` is the `preflight.*` dict for MLflow. `busy_gpus(requested)` names the requested GPUs that are in
+use, one line each; `check_gpus(requested, force)` raises HostError for them unless `force`. Works on any Host
+(it only uses `Host.run`).
 
 Non-goals: installing anything, checking model access (the runner reports that with its own evidence).
 """
@@ -19,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .hosts.base import Host, HostError
+from .hosts.base import Host, HostError, Result
 
 # A GPU with no visible process but this much memory in use is busy too: processes of other containers or
 # users do not show up in nvidia-smi, their memory does.
@@ -80,6 +82,7 @@ if shutil.which("nvidia-smi"):
 print("SPECBENCH_PREFLIGHT " + json.dumps(out))
 '''
 MARKER = "SPECBENCH_PREFLIGHT "
+EXIT_MARKER = "SPECBENCH_PREFLIGHT_EXIT "   # the probe's own exit status, whatever runs after it
 
 
 @dataclass
@@ -167,16 +170,29 @@ class Preflight:
 
 def preflight(host: Host, timeout: float = 120.0) -> Preflight:
     """Probe `host` with one command; HostError (with the output's tail) if its Python cannot run the probe."""
-    command = shlex.join([host.python, "-c", PROBE, host.workdir])
+    return survey(host, timeout=timeout)[0]
+
+
+def survey(host: Host, and_then: str = "", timeout: float = 120.0) -> tuple[Preflight, str]:
+    """Preflight, with `and_then` (another read-only probe, a complete and quoted command) run in the same
+    command: every command costs a round trip and a shell start on the host. Returns the facts and what
+    `and_then` printed."""
+    command = f'{shlex.join([host.python, "-c", PROBE, host.workdir])}; echo "{EXIT_MARKER}$?"'
+    if and_then:
+        command += f"; {and_then}"
     start = time.monotonic()
     result = host.run(command, check=False, timeout=timeout)
     seconds = time.monotonic() - start
-    data = _parse(result.stdout)
+    own, found, rest = ("\n" + result.stdout).partition(f"\n{EXIT_MARKER}")
+    code_text, _, after = rest.partition("\n")
+    exited = int(code_text.strip()) if found and code_text.strip().isdigit() else result.exited
+    data = _parse(own)
     if data is None:
-        hint = (f"is host.python={host.python!r} right? " if result.exited in (126, 127) else "")
-        raise HostError(f"{host.name}: preflight failed (exit {result.exited}); {hint}command: "
-                        f"{host.python} -c <probe> {host.workdir}\n{result.tail()}")
-    return _build(host.name, data, seconds)
+        hint = (f"is host.python={host.python!r} right? " if exited in (126, 127) else "")
+        tail = Result(command, exited, own, result.stderr).tail()
+        raise HostError(f"{host.name}: preflight failed (exit {exited}); {hint}command: "
+                        f"{host.python} -c <probe> {host.workdir}\n{tail}")
+    return _build(host.name, data, seconds), after
 
 
 def _parse(stdout: str) -> dict[str, Any] | None:

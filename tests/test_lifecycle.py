@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.bundle import local_bundle, sync_bundle
+from orchestrator.bundle import BundleSync, local_bundle, sync_bundle
 from orchestrator.hosts.base import Result
-from orchestrator.lifecycle import CANCELLED_EXIT, Job, render_launch_script
+from orchestrator.lifecycle import CANCELLED_EXIT, Job, pack, render_launch_script, unpack_command
 from remote.files import RunFiles
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -72,6 +72,17 @@ def test_bundle_unchanged_costs_one_round_trip_and_changes_travel_alone(host, tm
     assert host.run(f"cat {shlex.quote(second)}/remote/a.py").stdout == "A = 3\n"
 
 
+def test_the_bundle_probe_shares_a_command_and_ignores_what_is_printed_before_it(host, tmp_path):
+    pkg = make_package(tmp_path / "src", {"__init__.py": "", "a.py": "A = 1\n"})
+    first = sync_bundle(host, pkg)
+    counting = CountingHost(host)
+    sync = BundleSync(counting, pkg)
+    # what a chatty rc file or another probe (preflight's) prints ahead of the bundle's answer
+    answer = counting.run(f"echo 'PRESENT LATEST welcome'; {sync.probe_command()}").stdout
+    assert sync.complete(answer) == first
+    assert len(counting.calls) == 1
+
+
 def test_bundle_digest_follows_content(tmp_path):
     pkg = make_package(tmp_path, {"x.py": "1"})
     before = local_bundle(pkg).digest
@@ -104,6 +115,30 @@ def test_launch_tail_and_exit_code(host, tmp_path):
     remote_log = host.read_from(job.files.log, 0)
     assert (tmp_path / "local" / "runner.log").read_bytes() == remote_log
     assert job.collect() == ["exit_code"]
+
+
+def test_prepare_sends_nothing_and_launch_places_everything_in_one_command(host, tmp_path):
+    script = tmp_path / "user script $(touch pwned).py"
+    script.write_text("print('from the user script')\n")
+    counting = CountingHost(host)
+    job = Job(counting, "run-3", tmp_path / "local")
+    job.prepare('{"version": 1}', secrets={"TOKEN": "s3cret $(touch pwned)"}, files=[script])
+    assert counting.calls == []
+    job.launch(bundle="/x", gpus=None, env={},
+               argv=["bash", "-c", f'echo "$TOKEN"; cat spec.json; echo; {host.python} {shlex.quote(script.name)}'])
+    assert len(counting.calls) == 1
+    assert job.wait(lambda log, events: None) == 0
+    assert host.read_from(job.files.log, 0).decode().splitlines() == [
+        "s3cret $(touch pwned)", '{"version": 1}', "from the user script"]
+    assert not list(Path.cwd().glob("pwned")) and not list(tmp_path.glob("pwned"))
+
+
+def test_unpacked_files_are_owner_only(host, tmp_path):
+    """What launch places (secrets.env among it) is never readable by others on the host, not even briefly."""
+    root = f"{host.workdir}/unpacked dir"
+    host.run(unpack_command(root), stdin=pack({"secrets.env": b"A=1\n", "spec.json": b"{}"}))
+    modes = host.run(f"cd {shlex.quote(root)} && stat -c '%n %a' secrets.env spec.json").stdout.split("\n")
+    assert modes[:2] == ["secrets.env 600", "spec.json 600"]
 
 
 def test_cancel_stops_the_process_group(host, tmp_path):

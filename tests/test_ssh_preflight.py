@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.bundle import BundleSync, sync_bundle
 from orchestrator.hosts import HostError
 from orchestrator.hosts.local import LocalHost
 from orchestrator.hosts.ssh import SSHHost
-from orchestrator.preflight import preflight
+from orchestrator.preflight import preflight, survey
 
 FAKE_SMI = """#!/bin/bash
 case "$*" in
@@ -49,6 +50,17 @@ def test_preflight_over_ssh_is_one_round_trip(sshd, tmp_path):
     tags = pf.tags()
     assert all(k.startswith("preflight.") and isinstance(v, str) for k, v in tags.items())
     assert tags["preflight.torch"] == version("torch")
+
+
+def test_preflight_and_an_unchanged_bundle_cost_one_round_trip(sshd, tmp_path):
+    host = SSHHost.from_config(sshd.host_config(workdir=str(tmp_path)))
+    target = sync_bundle(host)
+    host.calls.clear()
+    sync = BundleSync(host)
+    pf, answer = survey(host, and_then=sync.probe_command())
+    assert sync.complete(answer) == target
+    assert dict(host.calls) == {"run": 1}
+    assert pf.torch == version("torch") and pf.disk_path == str(tmp_path)
 
 
 def test_preflight_works_on_local_too(tmp_path):
@@ -84,3 +96,6 @@ def test_a_wrong_python_is_named(sshd, tmp_path):
     host = SSHHost.from_config(sshd.host_config(python="/nonexistent/bin/python", workdir=str(tmp_path)))
     with pytest.raises(HostError, match=r"exit 127.*host.python='/nonexistent/bin/python'"):
         preflight(host)
+    # the same when another probe follows in that command (its exit status is not the probe's)
+    with pytest.raises(HostError, match=r"exit 127.*host.python='/nonexistent/bin/python'"):
+        survey(host, and_then="echo more; true")

@@ -45,10 +45,11 @@ def test_forwarded_secret_reaches_the_process_and_nothing_else(sshd, tmp_path, c
     host.run = lambda command, **kw: (sent.append(command), run(command, **kw))[1]
     job = Job(host, "run-secret", tmp_path / "local")
     job.prepare(spec.to_json(), secrets={"SPECBENCH_TEST_SECRET": secret})
-    mode = host.run(f"stat -c %a {job.files.root}/secrets.env").stdout.strip()
-    assert mode == "600", "the secrets file must be readable by its owner only"
+    assert sent == [], "prepare only stages: the files travel with the launch"
+    # (the secrets file's 0600 mode: tests/test_lifecycle.py, on every host)
 
     job.launch(bundle=str(tmp_path), gpus=None, env={}, argv=[host.python, "-c", REPORT])
+    assert len(sent) == 1, "run dir, spec, secrets and launch.sh placed and started in one command"
     assert job.wait(lambda log, events: None) == 0
     job.collect()
     host.close()
