@@ -9,7 +9,7 @@ from mlflow.tracking import MlflowClient
 
 from orchestrator import compare
 
-FAST = ["num_prompts=1", "max_new_tokens=4", "baseline=none", "host=local"]
+FAST = ["model=tiny-qwen3", "num_prompts=1", "max_new_tokens=4", "baseline=none", "host=local"]   # plumbing: the random pair
 
 
 def sweep(tmp_path, *overrides):

@@ -34,7 +34,8 @@ def pool_override(hosts: list[dict]) -> str:
 
 def sweep(tmp_path, hosts, *overrides):
     args = ["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", pool_override(hosts),
-            f"pool.lock_dir={tmp_path / 'locks'}", "device=cpu", "num_prompts=1", "max_new_tokens=4", *overrides]
+            f"pool.lock_dir={tmp_path / 'locks'}", "model=tiny-qwen3", "device=cpu", "num_prompts=1",
+            "max_new_tokens=4", *overrides]
     return subprocess.run([sys.executable, "-m", "orchestrator", *args], capture_output=True, text=True,
                           cwd=tmp_path, env=os.environ.copy(), timeout=900)
 
