@@ -110,8 +110,9 @@ class DrafterAttention(nn.Module):
         v = torch.cat([v_ctx, v[:, :, c_len:]], dim=2)
         groups = self.num_heads // self.num_kv
         k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
-        first = int(positions[0]) - (k_ctx.shape[2] - c_len)           # position of the first cached key
-        k_pos = torch.arange(first, first + k.shape[2], device=x.device)
+        # The cache holds every position from 0 (decode.draft checks the context is contiguous with it), so the
+        # keys sit at 0 .. P+Q-1; reading positions[0] instead would cost a host sync per layer.
+        k_pos = torch.arange(k.shape[2], device=x.device)
         mask = self._mask(positions[c_len:], k_pos)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.head_dim ** -0.5)
         return self.o_proj(out.transpose(1, 2).reshape(1, q_len, -1))

@@ -152,7 +152,6 @@ def test_ar_reads_each_token_one_step_late_and_stops_at_the_same_token():
     assert len(calls) == 9                                  # prefill + 8 decode forwards, none wasted
 
 
-@pytest.mark.xfail(strict=True, reason="remote/drafter.py reads int(positions[0]) once per drafter layer per step")
 @torch.inference_mode()
 def test_drafter_reads_nothing():
     model, drafter, target, ids = _attention_pair()
@@ -164,8 +163,7 @@ def test_drafter_reads_nothing():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA sync debug mode needs a GPU")
 @pytest.mark.parametrize("method, budget", [("ar", 0), ("dflash", 0), ("ddtree", 16)])
 def test_cuda_loop_synchronises_only_at_the_read(method, budget, monkeypatch):
-    """Inside the loop every synchronising CUDA call warns, except the sanctioned `decode._to_host`. Known and
-    reported separately: drafter.py's read of positions[0]."""
+    """Inside the loop every synchronising CUDA call warns, except the sanctioned `decode._to_host`."""
     from remote.backends import build_target
     model, drafter, _ = tiny_pair("wide", block_size=8)
     model, drafter = model.cuda(), drafter.cuda()
