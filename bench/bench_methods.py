@@ -7,7 +7,8 @@
 One model load per temperature; every method decodes the same prompts with the same per-prompt seeds, after a
 warm-up per method and budget (each budget is a new shape). `--stock-generate` adds transformers' own
 `generate` as a row, to keep our AR honest. Writes summary.csv and the sweep plots (same functions as the
-orchestrator's sweep summary) to --out; the last stdout line is compact JSON. `--profile DIR` adds, after the
+orchestrator's sweep summary) to --out; every row is printed as one JSON line and saved to rows.json as soon as
+it is measured (a run stopped at a time limit keeps them), and the last stdout line is compact JSON. `--profile DIR` adds, after the
 timed runs of the first temperature (so no reported time is taken under the profiler), a torch.profiler chrome
 trace and a key_averages table of --profile-gens generations per method (ar, dflash, ddtree at the budget with the
 best speedup), with the decode phases (draft, tree_build, verify, commit) as named ranges.
@@ -138,21 +139,28 @@ def main(argv: list[str] | None = None) -> None:
     budgets = [int(b) for b in args.budgets.split(",")]
     temperatures = [float(t) for t in args.temperatures.split(",")]
     rows, out, traces = [], Path(args.out), []
+    out.mkdir(parents=True, exist_ok=True)
+
+    def record(r: dict) -> None:
+        """Each row is printed and saved as it finishes, so a run stopped at a time limit keeps what it measured."""
+        rows.append(r)
+        print(json.dumps({k: v for k, v in r.items() if k != "accept_by_depth"}), flush=True)
+        (out / "rows.json").write_text(json.dumps(rows, indent=1))
+
     for temperature in temperatures:
         run = Run(make_spec(args, temperature))
         ar_gens, ar_metrics = measure(run, "ar", 1)
-        rows.append(row("ar", None, temperature, ar_metrics, ar_metrics, ar_gens, ar_gens))
+        record(row("ar", None, temperature, ar_metrics, ar_metrics, ar_gens, ar_gens))
         if args.stock_generate and temperature == 0:
             tpot = stock_generate_tpot(run)
-            rows.append({"run": "hf_generate-T0", "status": "FINISHED", "model": "", "method": "hf_generate",
-                         "tree_budget": None, "temperature": 0.0, "tpot_ms": tpot,
-                         "speedup_vs_ar": ar_metrics["tpot_ms"] / tpot, "accept_by_depth": []})
+            record({"run": "hf_generate-T0", "status": "FINISHED", "model": "", "method": "hf_generate",
+                    "tree_budget": None, "temperature": 0.0, "tpot_ms": tpot,
+                    "speedup_vs_ar": ar_metrics["tpot_ms"] / tpot, "accept_by_depth": []})
         gens, metrics = measure(run, "dflash", 1)
-        rows.append(row("dflash", None, temperature, metrics, ar_metrics, gens, ar_gens))
+        record(row("dflash", None, temperature, metrics, ar_metrics, gens, ar_gens))
         for budget in budgets:
             gens, metrics = measure(run, "ddtree", budget)
-            rows.append(row("ddtree", budget, temperature, metrics, ar_metrics, gens, ar_gens))
-            print(json.dumps({k: v for k, v in rows[-1].items() if k != "accept_by_depth"}), flush=True)
+            record(row("ddtree", budget, temperature, metrics, ar_metrics, gens, ar_gens))
         if args.profile and temperature == temperatures[0]:
             best = max((r for r in rows if r["method"] == "ddtree" and r["temperature"] == temperature),
                        key=lambda r: r.get("speedup_vs_ar", 0))["tree_budget"]
@@ -167,7 +175,6 @@ def main(argv: list[str] | None = None) -> None:
               f"build={r.get('tree_build_ms', 0):.2f} verify={r.get('verify_ms', 0):.2f} "
               f"commit={r.get('commit_ms', 0):.2f}  exact={r.get('exact_match_vs_ar', '-')}")
     summarize(rows, out)
-    (out / "rows.json").write_text(json.dumps(rows, indent=1))
     print(json.dumps({"rows": len(rows), "out": str(out),
                       "best_ddtree": max((r for r in rows if r["method"] == "ddtree"),
                                          key=lambda r: r.get("speedup_vs_ar", 0), default={}).get("run"),
