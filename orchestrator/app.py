@@ -92,7 +92,7 @@ def run_job(cfg: DictConfig, console: Console | None = None) -> Outcome:
         tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment)
         job = Job(host, run_id, run_dir)
         outcome = Outcome(job)
-        opening: threading.Thread | None = None
+        opening: _Background | None = None
         open_run = None
         try:
             sync = BundleSync(host)
@@ -110,9 +110,8 @@ def run_job(cfg: DictConfig, console: Console | None = None) -> Outcome:
             # MLflow (its import and database work take seconds) opens the run once the runner is started, not
             # while the job is placed: its import holds the GIL, and the placement's round trips took 2-3x longer
             # beside it. In a thread, so that Ctrl-C cannot leave the run half-created (it is joined below).
-            opening = threading.Thread(target=open_run)
-            opening.start()
-            opening.join()
+            opening = _Background(open_run)
+            opening.wait()
             if tracker.warning:
                 console.print(f"[yellow]{tracker.warning}[/]")
             _save_job(run_dir, host_cfg, run_id, tracker, needs_results=not script)
@@ -132,12 +131,33 @@ def run_job(cfg: DictConfig, console: Console | None = None) -> Outcome:
             console.print_exception()
         finally:
             if opening is not None:
-                opening.join()   # also after an error or Ctrl-C: the run must exist before it is closed
+                opening.wait()   # also after an error or Ctrl-C: the run must exist before it is closed
             elif open_run is not None:
                 open_run()   # placing the job failed after preflight: that failure is logged in MLflow too
             host.close()
     report(outcome, tracker, run_dir, console, title=f"{cfg.method.name} on {cfg.model.name}")
     return outcome
+
+
+class _Background:
+    """`fn` running in a thread, waited for through an Event rather than `Thread.join`: on CPython 3.11 (seen here)
+    a join that Ctrl-C interrupts marks the thread stopped while it still runs (the interrupted wait releases the
+    lock the running thread holds), so the next join returns at once, and a Ctrl-C right after the launch closed
+    the job before MLflow had created its run: no KILLED run was logged."""
+
+    def __init__(self, fn):
+        self._done = threading.Event()
+
+        def body():
+            try:
+                fn()
+            finally:
+                self._done.set()
+
+        threading.Thread(target=body, name="mlflow-open").start()
+
+    def wait(self) -> None:
+        self._done.wait()
 
 
 def _open_run(tracker: Tracker, cfg: DictConfig, resolved: dict, tags: dict[str, str]) -> None:
