@@ -193,8 +193,10 @@ def test_details_parsed_from_real_text(produced):
 
 
 def _start(argv: list[str]) -> tuple[subprocess.Popen, int]:
-    """Start argv whose Python child prints its pid first; return the process and that pid."""
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env())
+    """Start argv whose Python child prints its pid first; return the process and that pid. SIGINT is reset to
+    its default in the child: a suite started in the background (`.ci/run &`) inherits it ignored."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(),
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     return proc, int(proc.stdout.readline())
 
 

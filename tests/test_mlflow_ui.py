@@ -60,8 +60,10 @@ def chromium(*args, timeout=120):
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
 def test_ui_shows_sweep_children_with_metrics(mlflow_server, tmp_path):
     sweep = subprocess.run(
-        [sys.executable, "-m", "orchestrator", "-m", "method=dflash,ddtree", "num_prompts=1", "max_new_tokens=4",
-         "baseline=none", f"tracking.uri={mlflow_server}", "tracking.experiment=ui-check"],
+        # The random pair's block-8 drafter: 7 per-depth metrics. With a block-16 drafter (the demo pair) the 15
+        # accept_rate_depth_* rows, sorted first, fill the compare view's rendered rows and push tau out of the DOM.
+        [sys.executable, "-m", "orchestrator", "-m", "method=dflash,ddtree", "model=tiny-qwen3", "num_prompts=1",
+         "max_new_tokens=4", "baseline=none", f"tracking.uri={mlflow_server}", "tracking.experiment=ui-check"],
         cwd=tmp_path, capture_output=True, text=True, timeout=600, env=os.environ.copy())
     assert sweep.returncode == 0, sweep.stderr[-2000:]
     from mlflow.tracking import MlflowClient

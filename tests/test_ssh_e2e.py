@@ -96,9 +96,11 @@ def test_unknown_host_key_fails_before_any_mlflow_run(sshd, tmp_path):
 def test_ctrl_c_stops_the_runner_on_the_host_and_logs_killed(sshd, tmp_path):
     workdir = tmp_path / "work"
     # Long enough to be interrupted mid-decode on any machine; never paid in full.
+    # SIGINT back to its default in the child: a suite started in the background inherits it ignored
     proc = subprocess.Popen(cli(["method=ddtree", *sshd.overrides(workdir=str(workdir)), "device=cpu",
                                  "num_prompts=24", "max_new_tokens=256"]),
-                            cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         run_dir = remote_run_dir(workdir, '"start"')   # the runner is up: models built, decoding begins
         pgid = int((run_dir / "pid").read_text())
