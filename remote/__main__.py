@@ -26,7 +26,10 @@ def main(argv: list[str]) -> int:
         print(f"error: cannot read the run spec: {exc}".splitlines()[0], file=sys.stderr)
         return 2
     try:
+        from transformers.utils import logging as hf_logging
+
         from .runner import run
+        hf_logging.disable_progress_bar()    # "Loading weights" bars are carriage-return noise in runner.log
         run(spec, run_dir)
     except SpecError as exc:
         print(f"error: {exc}".splitlines()[0], file=sys.stderr)
