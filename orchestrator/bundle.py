@@ -9,15 +9,14 @@ checks every file's sha256 before the bundle is marked complete.
 from __future__ import annotations
 
 import hashlib
-import io
 import shlex
-import tarfile
 import tempfile
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .hosts.base import CommandFailed, Host, HostError
+from .lifecycle import pack
 from .paths import REMOTE_PACKAGE
 
 MANIFEST = "MANIFEST.sha256"   # `sha256sum -c` format, paths relative to the bundle root
@@ -96,21 +95,13 @@ def sync_bundle(host: Host, package: Path = REMOTE_PACKAGE) -> str:
     return sync.complete(host.run(sync.probe_command()).stdout)
 
 
-def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
-    info = tarfile.TarInfo(name)
-    info.size, info.mode = len(data), 0o644
-    tar.addfile(info, io.BytesIO(data))
-
-
 def _upload(host: Host, bundle: Bundle, changed: list[str], target: str, previous: str) -> None:
     q = shlex.quote
     staging = f"{target}.tmp-{uuid.uuid4().hex[:8]}"   # concurrent syncs (parallel jobs) never share it
     with tempfile.TemporaryDirectory() as tmp:
         tar_path = Path(tmp) / "bundle.tar"
-        with tarfile.open(tar_path, "w") as tar:
-            for rel in changed:
-                _add(tar, rel, bundle.data[rel])
-            _add(tar, MANIFEST, bundle.manifest_text().encode())
+        files = {rel: bundle.data[rel] for rel in changed}
+        tar_path.write_bytes(pack({**files, MANIFEST: bundle.manifest_text().encode()}, mode=0o644))
         host.run(f"mkdir -p {q(staging)}")
         host.put(str(tar_path), f"{staging}/.upload.tar")
     seed = f"cp -a {q(previous)}/. {q(staging)}/ && rm -f {q(staging)}/{COMPLETE} && " if previous else ""

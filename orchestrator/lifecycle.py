@@ -36,14 +36,15 @@ def check_env_names(names) -> None:
             raise ValueError(f"environment variable name {name!r} is not a valid identifier")
 
 
-def pack(files: dict[str, bytes]) -> bytes:
-    """An uncompressed tar of `files` (name -> bytes), built in memory; owner-only modes, dated now."""
+def pack(files: dict[str, bytes], mode: int = 0o600) -> bytes:
+    """An uncompressed tar of `files` (name -> bytes), built in memory, dated now; owner-only unless `mode` says
+    otherwise (run files may hold secrets; the runner bundle is code)."""
     buf = io.BytesIO()
     now = time.time()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         for name, data in files.items():
             info = tarfile.TarInfo(name)
-            info.size, info.mode, info.mtime = len(data), 0o600, now
+            info.size, info.mode, info.mtime = len(data), mode, now
             tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
 
