@@ -16,6 +16,7 @@ best speedup), with the decode phases (draft, tree_build, verify, commit) as nam
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -47,7 +48,7 @@ def make_spec(args, temperature: float) -> RunSpec:
         model=ModelSpec(path=None if random else args.model, random=random, dtype=args.dtype),
         drafter=DrafterSpec(path=args.drafter, random=json.loads(args.random_drafter) if args.random_drafter else None),
         decoding=DecodingSpec(method="ddtree", max_new_tokens=args.max_new_tokens, temperature=temperature,
-                              warmup=1),
+                              warmup=1, cuda_graphs=not args.no_graphs),
         dataset=dataset,
     )
 
@@ -113,6 +114,8 @@ def row(method, budget, temperature, metrics, ar_metrics, gens, ar_gens) -> dict
         r["speedup_vs_ar"] = ar_metrics["tpot_ms"] / metrics["tpot_ms"]
         if temperature == 0:
             r.update(compare(gens, ar_gens))
+    steps = sum(len(g.committed) for g in gens)
+    r["step_ms"] = sum(g.times_ms["decode"] for g in gens) / steps if steps else metrics.get("tpot_ms")
     r["accept_by_depth"] = [metrics[k] for k in sorted(
         (k for k in metrics if k.startswith("accept_rate_depth_")), key=lambda k: int(k.rsplit("_", 1)[1]))]
     return r
@@ -132,6 +135,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--device", default="auto")
     p.add_argument("--stock-generate", action="store_true")
+    p.add_argument("--no-graphs", action="store_true", help="eager steps even where CUDA graphs are supported")
     p.add_argument("--out", default="bench_out")
     p.add_argument("--profile", help="directory for profiler traces and tables (after the timed runs)")
     p.add_argument("--profile-gens", type=int, default=2, help="generations per method under the profiler")
@@ -148,7 +152,11 @@ def main(argv: list[str] | None = None) -> None:
         (out / "rows.json").write_text(json.dumps(rows, indent=1))
 
     for temperature in temperatures:
-        run = Run(make_spec(args, temperature))
+        # a random target is initialised on the GPU: billions of CPU inits would take minutes
+        on_gpu = args.random and torch.cuda.is_available() and args.device != "cpu"
+        with torch.device("cuda") if on_gpu else contextlib.nullcontext():
+            run = Run(make_spec(args, temperature))
+        print(f"T={temperature:g}: decode_path {run.decode_path}", flush=True)
         ar_gens, ar_metrics = measure(run, "ar", 1)
         record(row("ar", None, temperature, ar_metrics, ar_metrics, ar_gens, ar_gens))
         if args.stock_generate and temperature == 0:
@@ -171,6 +179,7 @@ def main(argv: list[str] | None = None) -> None:
     Console(width=200).print(render_table(rows, "bench_methods"))
     for r in rows:
         print(f"{r['run']:>18}  tau={r.get('tau', 1) or 1:.2f}  tpot={r.get('tpot_ms', 0):.2f}ms  "
+              f"step={r.get('step_ms') or 0:.2f}ms  "
               f"speedup={r.get('speedup_vs_ar', 1) or 1:.2f}  draft={r.get('draft_ms', 0):.2f} "
               f"build={r.get('tree_build_ms', 0):.2f} verify={r.get('verify_ms', 0):.2f} "
               f"commit={r.get('commit_ms', 0):.2f}  exact={r.get('exact_match_vs_ar', '-')}")

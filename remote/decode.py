@@ -88,20 +88,25 @@ def generate_ar(model, input_ids: torch.Tensor, max_new: int, temperature: float
 
 
 def draft(drafter: DFlashDrafter, model, cache: DrafterCache, context: torch.Tensor, root: torch.Tensor | int,
-          start: int) -> torch.Tensor:
+          start: torch.Tensor | int, valid: torch.Tensor | None = None) -> torch.Tensor:
     """Drafter logits [B-1, V] for the positions after `root` ([1] on the device, or an int), which sits at
-    sequence position `start`.
+    sequence position `start` (an int, or a device scalar with a static cache: remote.graph_decode).
 
     `context` [1, C, F] holds target features of the C committed tokens the drafter has not seen yet; they sit
-    at positions start-C .. start-1, right after the cache's C' = start - C tokens.
+    at positions start-C .. start-1, right after the cache's C' = start - C tokens. With `valid` (a device
+    scalar, static caches only) only its first `valid` rows are real: they sit at start-valid .. start-1, and the
+    padding rows after them land at or past `start`, where the static cache masks them.
     """
-    assert cache.length + context.shape[1] == start, "drafter context must be contiguous with its cache"
-    block = drafter.block_size
+    block, c_len = drafter.block_size, context.shape[1]
+    assert not isinstance(start, int) or cache.length + c_len == start, "drafter context must follow its cache"
     weight = model.get_input_embeddings().weight
     ids = torch.full((1, block), drafter.mask_token_id, dtype=torch.long, device=weight.device)
     ids[:, :1] = root                                                                         # [1, B]
     noise = F.embedding(ids, weight).to(context.device) * drafter.embed_scale                # [1, B, H]
-    positions = torch.arange(start - context.shape[1], start + block, device=context.device)
+    real = c_len if valid is None else valid
+    positions = torch.cat([torch.arange(c_len, device=context.device) + (start - real),
+                           torch.arange(block, device=context.device) + start])                # [C + B]
+    cache.begin(positions[:c_len], start)
     hidden = drafter(noise, context, positions, cache)[:, 1:]                                # [1, B-1, H]
     return drafter.logits(hidden, model.get_output_embeddings())[0].float()                  # [B-1, V]
 
@@ -114,7 +119,7 @@ class Accepted:
     tokens: list[int]       # the L-1 accepted drafted tokens, then the bonus token
 
 
-def walk(tree: Ancestry, nodes: torch.Tensor, samples: torch.Tensor) -> Accepted:
+def accept(tree: Ancestry, nodes: torch.Tensor, samples: torch.Tensor):
     """Acceptance rule: the target's own token at a node (argmax at T=0, a sample at T>0, drawn at every node)
     is the next output token. If that token is a child of the node, the child is accepted and the walk goes on
     from it; otherwise it is the bonus token and the step ends. Every emitted token is therefore a target token
@@ -122,16 +127,29 @@ def walk(tree: Ancestry, nodes: torch.Tensor, samples: torch.Tensor) -> Accepted
 
     On the device, without a loop: a node is reached iff every node on its path (the root excepted) holds the
     token the target chose at its parent. Siblings hold distinct tokens, so the reached nodes form one chain
-    from the root and the deepest of them ends the walk. nodes, samples [N] (verify index space, one root at 0)."""
-    height = tree.height
+    from the root and the deepest of them ends the walk. nodes, samples [N] (verify index space, one root at 0).
+    Returns device tensors: the path [H] (root first, padded with its last node), the bonus token [1], the path
+    length [] and `read` [2H + 1] = path, its tokens, bonus: what the host needs (`accepted_tokens`)."""
     matched = nodes == samples.index_select(0, tree.parents.clamp(min=0))                   # [N] (root: unused)
     reached = torch.take(matched, tree.ancestors[:, 1:]).all(dim=1)                         # [N] path below the root
     last = (tree.depth * reached).argmax().view(1)        # deepest reached node; none reached: all 0, the root
-    path = tree.ancestors.index_select(0, last).view(height)     # [H]: the path, then `last` repeated
+    path = tree.ancestors.index_select(0, last).view(tree.height)     # [H]: the path, then `last` repeated
     bonus = samples.index_select(0, last)
-    read = _to_host(torch.cat([path, nodes.index_select(0, path), bonus]))                  # [2H + 1]
+    read = torch.cat([path, nodes.index_select(0, path), bonus])
+    return path, bonus, tree.depth.index_select(0, last)[0] + 1, read
+
+
+def accepted_tokens(read: list[int], height: int) -> list[int]:
+    """The accepted drafted tokens, then the bonus token, from `accept`'s `read` once on the host."""
     length = read.index(read[height - 1]) + 1                    # up to the first `last`
-    return Accepted(path=path[:length], bonus=bonus, tokens=read[height + 1:height + length] + [read[-1]])
+    return read[height + 1:height + length] + [read[-1]]
+
+
+def walk(tree: Ancestry, nodes: torch.Tensor, samples: torch.Tensor) -> Accepted:
+    """`accept`, with the step's one host read."""
+    path, bonus, _, read = accept(tree, nodes, samples)
+    tokens = accepted_tokens(_to_host(read), tree.height)
+    return Accepted(path=path[:len(tokens)], bonus=bonus, tokens=tokens)
 
 
 @torch.inference_mode()

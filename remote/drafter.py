@@ -55,6 +55,13 @@ class DrafterCache:
         self.keys[layer], self.values[layer] = k, v
         return k, v
 
+    def begin(self, slots: torch.Tensor, start: int) -> None:
+        """Called before each forward with the new context's positions; a growing cache needs neither."""
+
+    def context_mask(self) -> None:
+        """Every cached row is committed context (remote.static_cache.StaticDrafterKV masks its spare rows)."""
+        return None
+
 
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     # x [1, H, L, D]; cos/sin [1, L, D]
@@ -114,6 +121,10 @@ class DrafterAttention(nn.Module):
         # keys sit at 0 .. P+Q-1; reading positions[0] instead would cost a host sync per layer.
         k_pos = torch.arange(k.shape[2], device=x.device)
         mask = self._mask(positions[c_len:], k_pos)
+        context = cache.context_mask()                                 # None, or [P] bool for a static cache
+        if context is not None:
+            # static caches serve bidirectional drafters only (graph_decode checks), so `mask` is None here
+            mask = torch.cat([context, context.new_ones(q_len)])[None].expand(q_len, -1)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.head_dim ** -0.5)
         return self.o_proj(out.transpose(1, 2).reshape(1, q_len, -1))
 

@@ -26,6 +26,7 @@ from .drafter_io import check_pair
 from .errors import SpecError
 from .events import EventWriter, write_json_atomic
 from .files import RunFiles
+from .graph_decode import GraphDecoder, graph_support
 from .kernels import torch_gdn_path
 from .loading import load_drafter_for, load_target, load_tokenizer, pick_device
 from .metrics import DEFINITIONS, aggregate, compare, first_divergence, prompt_metrics
@@ -69,6 +70,11 @@ class Run:
         self.prompts = load_prompts(spec.dataset)
         self.inputs = encode(self.tokenizer, self.prompts, spec.dataset)
         self.target = build_target(self.model, self.drafter.target_layer_ids) if self.drafter else None
+        why_not = graph_support(self.model, self.drafter, self.device, spec.decoding.temperature) \
+            if spec.decoding.cuda_graphs else "cuda_graphs=false"
+        self.graphed = None if why_not else GraphDecoder(
+            self.model, self.drafter, self.drafter.target_layer_ids if self.drafter else None, graphs=True)
+        self.decode_path = "cuda_graph" if self.graphed else f"eager ({why_not})"
         self.stop_ids = set() if spec.model.random else _stop_ids(self.model, self.tokenizer)
 
     def generate(self, method: str, index: int, max_new: int | None = None) -> Generation:
@@ -83,6 +89,10 @@ class Run:
 
     def _generate(self, method, ids, max_new, generator, timer) -> Generation:
         d = self.spec.decoding
+        if self.graphed and method == "ar":
+            return self.graphed.generate_ar(ids, max_new, self.stop_ids, timer)
+        if self.graphed:
+            return self.graphed.generate_spec(ids, max_new, self.stop_ids, timer, method, d.tree_budget)
         if method == "ar":
             return generate_ar(self.model, ids, max_new, d.temperature, generator, self.stop_ids, timer)
         return generate_spec(self.target, self.drafter, self.model, ids, max_new, d.temperature, generator,
@@ -109,6 +119,7 @@ def environment(run: Run) -> dict:
         "gpu_count": torch.cuda.device_count() if cuda else 0,
         "dtype": run.spec.model.dtype, "attn_implementation": run.spec.model.attn_implementation,
         "kernel_path": str(getattr(run.target, "kernel_path", "torch")),
+        "decode_path": run.decode_path,
         "target_class": type(run.target).__name__ if run.target else "none",
         "model_params": _param_count(run.model), "drafter_params": _param_count(run.drafter),
         "block_size": run.drafter.block_size if run.drafter else 0,

@@ -46,6 +46,7 @@ class DecodingSpec:
     temperature: float = 0.0
     baseline: str = "ar"                   # "ar": run AR first on the same prompts; "none": skip it
     warmup: int = 1                        # warm-up generations per method before timing
+    cuda_graphs: bool = True               # replay each step as a CUDA graph where supported (remote.graph_decode)
 
 
 @dataclass

@@ -1,0 +1,196 @@
+"""AR, DFlash and DDTree with every decoding step captured once as a CUDA graph and replayed.
+
+Why: on small and mid-size targets a step is bound by host work (Python and hundreds of kernel launches per
+forward: ~460 top-level ops per AR token of the 6-layer demo target, ~1000 per DDTree step), not by the GPU.
+Here a step is a function of device state only: preallocated caches (remote.static_cache), the committed length,
+root token and drafter context as device tensors. AR's step is one forward and an argmax; a speculative step is
+draft, tree build, verify, walk and commit (the same functions as remote.decode). Each shape is captured once and
+replayed: one launch and one host read per step (the accepted tokens).
+
+Contract: `GraphDecoder(model, drafter, target_layer_ids, graphs)` has `generate_ar` / `generate_spec` with the
+results of remote.decode's at temperature 0 (argmax; sampling stays on the eager loop). With `graphs=False` the
+same step functions run eagerly (the CPU tests compare them token for token with remote.decode). The prompt's
+drafter context is absorbed during the prefill, so every step has the captured shape; a shape's first step runs
+eagerly: it is the warm-up before the capture. Caches grow (and captured graphs are dropped) when a generation
+needs more rows. `graph_support` says why a run cannot use it (None when it can): CUDA, one device, temperature
+0, full-attention target, bidirectional drafter. Timer phases: ttft and decode only (a replayed step has no inner
+boundaries).
+"""
+from __future__ import annotations
+
+import torch
+
+from .attention_target import AttentionTarget
+from .backends import is_hybrid
+from .compat import cache_kwarg, input_device
+from .decode import Generation, _append, _to_host, accept, accepted_tokens, draft
+from .drafter import DFlashDrafter
+from .static_cache import StaticDrafterKV, StaticKV, visibility_mask
+from .timing import PhaseTimer
+from .tree import Ancestry, argmax_chain, best_first_tree
+
+
+def graph_support(model, drafter: DFlashDrafter | None, device: torch.device, temperature: float) -> str | None:
+    """None if `GraphDecoder` can run this pair, else why not."""
+    if device.type != "cuda":
+        return "not on CUDA"
+    if temperature > 0:
+        return "temperature > 0 samples on the eager loop"
+    if is_hybrid(model):
+        return "hybrid (recurrent) target"
+    if len({p.device for p in model.parameters()}) > 1:
+        return "target split over devices"
+    if any("sliding" in str(kind) for kind in getattr(model.config, "layer_types", None) or []):
+        return "sliding-window target"
+    if drafter is not None and any(layer.self_attn.is_causal or layer.self_attn.window for layer in drafter.layers):
+        return "causal or windowed drafter layers"
+    return None
+
+
+class GraphDecoder:
+    def __init__(self, model, drafter: DFlashDrafter | None, target_layer_ids: list[int] | None, graphs: bool):
+        self.model, self.drafter, self.graphs = model, drafter, graphs
+        self.device, self._kw = input_device(model), cache_kwarg(model)
+        self.dtype = model.get_input_embeddings().weight.dtype
+        # their forwards (logits, and drafter features for `featured`) run on this decoder's static cache
+        self.featured, self.plain = AttentionTarget(model, target_layer_ids), AttentionTarget(model, None)
+        self.capacity = 0
+        self._graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+        as_long = dict(dtype=torch.long, device=self.device)
+        self.start = torch.zeros((), **as_long)          # committed length: the position of `root`
+        self.root = torch.zeros(1, **as_long)            # the last committed token, not yet run through the target
+        self.count = torch.zeros((), **as_long)          # AR: tokens decoded after the first
+        self.context_rows = torch.zeros((), **as_long)   # speculative: real rows of `context`
+
+    def _reserve(self, rows: int) -> None:
+        """Caches of at least `rows` rows; growing them drops the graphs captured on the old ones."""
+        if rows <= self.capacity:
+            return
+        self.capacity = max(rows, 2 * self.capacity)
+        self._graphs.clear()
+        self.kv = StaticKV(self.model, self.capacity)
+        self.featured._cache = self.plain._cache = self.kv
+        self._cols = torch.arange(self.capacity, device=self.device)
+        self.history = torch.zeros(self.capacity, dtype=torch.long, device=self.device)
+        if self.drafter is not None:
+            attn, weight = self.drafter.layers[0].self_attn, self.drafter.fc.weight
+            self.dkv = StaticDrafterKV(len(self.drafter.layers), attn.num_kv, attn.head_dim, self.capacity,
+                                       weight.dtype, weight.device)
+            self.context = torch.zeros(1, self.drafter.block_size, weight.shape[1], dtype=weight.dtype,
+                                       device=weight.device)
+
+    def _replay(self, key: tuple, step) -> torch.Tensor:
+        """`step()`'s result; on the first call for `key` it runs eagerly (the warm-up) and is then captured."""
+        if not self.graphs:
+            return step()
+        if key in self._graphs:
+            graph, out = self._graphs[key]
+            graph.replay()
+            return out
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            result = step()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):                # records without running: the state is not advanced twice
+            out = step()
+        self._graphs[key] = (graph, out)
+        return result
+
+    def _prefill(self, input_ids: torch.Tensor, target: AttentionTarget):
+        n = input_ids.shape[1]
+        rows = torch.arange(n, device=self.device)
+        self.kv.slots = rows
+        causal = visibility_mask(self._cols[None] <= rows[:, None], self.dtype)                # [1, 1, n, cap]
+        verified = target._forward(input_ids.to(self.device), rows[None], causal, last_only=True)
+        self.start.fill_(n)
+        self.root.copy_(verified.logits[-1:].argmax(dim=-1))
+        return verified
+
+    @torch.inference_mode()
+    def generate_ar(self, input_ids: torch.Tensor, max_new: int, stop_ids: set[int], timer: PhaseTimer) -> Generation:
+        gen = Generation(prompt_len=input_ids.shape[1])
+        self._reserve(input_ids.shape[1] + max_new + 1)
+        with timer.phase("ttft"):
+            self._prefill(input_ids, self.plain)
+            done = _append(gen, _to_host(self.root), max_new, stop_ids)
+        self.count.zero_()
+        with timer.phase("decode"):
+            unread = False           # the last decoded token is read after the next step is queued
+            while not done:
+                queued = len(gen.tokens) + unread < max_new
+                if queued:
+                    self._replay(("ar",), self._ar_step)
+                if unread:
+                    index = len(gen.tokens) - 1          # history[i] is the token after gen.tokens[i]
+                    done = _append(gen, _to_host(self.history[index:index + 1]), max_new, stop_ids)
+                unread = queued
+        return gen
+
+    def _ar_step(self) -> torch.Tensor:
+        self.kv.slots = self.start.view(1)
+        mask = visibility_mask((self._cols <= self.start)[None], self.dtype)
+        out = self.model(input_ids=self.root.view(1, 1), position_ids=self.start.view(1, 1), attention_mask=mask,
+                         use_cache=True, **{self._kw: self.kv})
+        self.root.copy_(out.logits[0, -1:].argmax(dim=-1))
+        self.history.index_copy_(0, self.count.view(1), self.root)
+        self.count.add_(1)
+        self.start.add_(1)
+        return self.root
+
+    def _tree_mask(self, tree: Ancestry) -> torch.Tensor:
+        """[1, 1, N, capacity]: the committed prefix (rows before `start`) and each node's ancestors and itself."""
+        n = tree.size
+        offset = self._cols - self.start                                                     # [cap]
+        in_tree = tree.visible.index_select(1, offset.clamp(0, n - 1)) & (offset >= 0) & (offset < n)
+        return visibility_mask(in_tree | (offset < 0), self.dtype)
+
+    def _spec_step(self, context: torch.Tensor, valid: torch.Tensor | None, method: str, budget: int):
+        logits = draft(self.drafter, self.model, self.dkv, context, self.root, self.start, valid)
+        built = best_first_tree(logits, budget) if method == "ddtree" else argmax_chain(logits)
+        tree, nodes = built.ancestry(), torch.cat([self.root, built.tokens])                  # nodes [N]
+        self.kv.slots = self.start + torch.arange(nodes.shape[0], device=self.device)
+        verified = self.featured._forward(nodes[None], (self.start + tree.depth)[None], self._tree_mask(tree))
+        path, bonus, length, read = accept(tree, nodes, verified.logits.argmax(dim=-1))
+        self.kv.compact(self.start, path)
+        self.context[0, :path.shape[0]] = verified.features.index_select(0, path)
+        self.context_rows.copy_(length)
+        self.start.add_(length)
+        self.root.copy_(bonus)
+        return read
+
+    def _absorb(self, features: torch.Tensor) -> None:
+        """Hand the prompt's features [P, F] to the drafter: its last rows (up to a block) become the first step's
+        context, so that every step has the captured shape; the rows before them go into the drafter cache now,
+        through a drafter forward whose block output is discarded (context K/V depend on row and position only)."""
+        rows = min(features.shape[0], self.drafter.block_size)
+        if features.shape[0] > rows:
+            draft(self.drafter, self.model, self.dkv, features[None, :-rows], self.root, self.start - rows)
+        self.context[0, :rows] = features[-rows:]
+        self.context_rows.fill_(rows)
+
+    @torch.inference_mode()
+    def generate_spec(self, input_ids: torch.Tensor, max_new: int, stop_ids: set[int], timer: PhaseTimer,
+                      method: str, budget: int) -> Generation:
+        gen = Generation(prompt_len=input_ids.shape[1])
+        width = max(self.drafter.block_size, budget + 1 if method == "ddtree" else 0)   # rows one step may write
+        length = input_ids.shape[1]
+        self._reserve(length + max_new + 2 * width)
+        with timer.phase("ttft"):
+            verified = self._prefill(input_ids, self.featured)
+            self._absorb(verified.features)
+            done = _append(gen, _to_host(self.root), max_new, stop_ids)
+        with timer.phase("decode"):
+            while not done:
+                if length + width > self.capacity:
+                    raise RuntimeError(f"static cache of {self.capacity} rows is full at {length}")
+                read = self._replay(("spec", method, budget), lambda: self._spec_step(
+                    self.context, self.context_rows, method, budget))
+                tokens = accepted_tokens(_to_host(read), read.shape[0] // 2)
+                before = len(gen.tokens)
+                done = _append(gen, tokens, max_new, stop_ids)
+                gen.accepted.append(len(tokens) - 1)
+                gen.committed.append(len(gen.tokens) - before)
+                length += len(tokens)
+        return gen

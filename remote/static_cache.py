@@ -1,0 +1,75 @@
+"""Preallocated K/V caches whose every update is a device-indexed write: nothing in a step depends on a host value,
+so a whole decoding step can be captured once as a CUDA graph and replayed (remote.graph_decode).
+
+Contract: `StaticKV(model, capacity)` stands in for a transformers cache in a pure-attention model's forward (it
+implements the two methods those forwards call: `update` and `get_seq_length`). Before each forward the caller sets
+`slots` ([n] long, on the device): the cache rows the n new tokens' K/V go to. `update` writes them there and
+returns all `capacity` rows, so the caller's 4-D mask (`visibility_mask`) decides which rows a query sees: rows past
+the committed length hold stale or padding K/V and must be masked. `StaticDrafterKV` is the same for the DFlash
+drafter's context K/V (remote.drafter calls `extend` and `context_mask`). `compact(start, path)` keeps the path's
+rows at `start..start+H-1` (the accepted path of a verify, padded to the tree height: rows past the accepted
+length are stale copies, masked later). Non-goal: sliding-window layers and recurrent (hybrid) layers.
+"""
+from __future__ import annotations
+
+import torch
+
+
+def _zeros(layers: int, heads: int, capacity: int, head_dim: int, dtype, device) -> list[torch.Tensor]:
+    return [torch.zeros(1, heads, capacity, head_dim, dtype=dtype, device=device) for _ in range(layers)]
+
+
+def visibility_mask(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Additive attention mask [1, 1, Q, K] from a bool [Q, K] (True = may attend)."""
+    mask = torch.zeros(visible.shape, dtype=dtype, device=visible.device)
+    return mask.masked_fill_(~visible, torch.finfo(dtype).min)[None, None]
+
+
+class StaticKV:
+    def __init__(self, model: torch.nn.Module, capacity: int):
+        config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        weight = model.get_input_embeddings().weight
+        args = (config.num_key_value_heads, capacity, head_dim, weight.dtype, weight.device)
+        self.keys = _zeros(config.num_hidden_layers, *args)
+        self.values = _zeros(config.num_hidden_layers, *args)
+        self.capacity = capacity
+        self.slots: torch.Tensor | None = None
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
+        self.keys[layer_idx].index_copy_(2, self.slots, key_states)
+        self.values[layer_idx].index_copy_(2, self.slots, value_states)
+        return self.keys[layer_idx], self.values[layer_idx]
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return 0      # only read by forwards given no position_ids; ours always pass them
+
+    def compact(self, start: torch.Tensor, path: torch.Tensor) -> None:
+        rows = start + torch.arange(path.shape[0], device=path.device)
+        source = start + path
+        for cache in (*self.keys, *self.values):
+            cache.index_copy_(2, rows, cache.index_select(2, source))
+
+
+class StaticDrafterKV:
+    """Context K/V of the drafter: rows below `limit` (a device scalar) are committed context."""
+
+    def __init__(self, layers: int, heads: int, head_dim: int, capacity: int, dtype, device):
+        self.keys = _zeros(layers, heads, capacity, head_dim, dtype, device)
+        self.values = _zeros(layers, heads, capacity, head_dim, dtype, device)
+        self._rows = torch.arange(capacity, device=device)
+        self.slots: torch.Tensor | None = None
+        self.limit: torch.Tensor | None = None
+
+    def begin(self, slots: torch.Tensor, start: torch.Tensor) -> None:
+        """The new context goes to rows `slots`; the block's queries sit at `start`, after the context."""
+        self.slots, self.limit = slots, start
+
+    def extend(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        self.keys[layer].index_copy_(2, self.slots, k)
+        self.values[layer].index_copy_(2, self.slots, v)
+        return self.keys[layer], self.values[layer]
+
+    def context_mask(self) -> torch.Tensor:
+        """[capacity] bool: which context rows a block query may see."""
+        return self._rows < self.limit

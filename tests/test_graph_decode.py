@@ -1,0 +1,74 @@
+"""The graph decoder's step functions (remote.graph_decode), run eagerly on the CPU in float32: token for token the
+same as the eager loop (remote.decode), per-step acceptance included, on two tiny Qwen3 shapes and against a stop
+id; on CUDA, the captured graphs replay the same tokens as the eager steps."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from remote.decode import generate_ar, generate_spec
+from remote.graph_decode import GraphDecoder, graph_support
+from remote.timing import PhaseTimer
+from tests.runner_fixtures import prompts, tiny_drafter, tiny_model, tiny_pair
+
+METHODS = [("dflash", 0), ("ddtree", 1), ("ddtree", 8), ("ddtree", 64)]
+
+
+def _both(decoder, target, drafter, model, ids, max_new, stop, method, budget):
+    timer = PhaseTimer(ids.device)
+    if method == "ar":
+        return generate_ar(model, ids, max_new, 0.0, None, stop, timer), decoder.generate_ar(ids, max_new, stop, timer)
+    return (generate_spec(target, drafter, model, ids, max_new, 0.0, None, stop, timer, method, budget),
+            decoder.generate_spec(ids, max_new, stop, timer, method, budget))
+
+
+@pytest.mark.parametrize("shape", ["narrow", "wide"])
+def test_static_steps_equal_the_eager_loop(shape):
+    model, drafter, target = tiny_pair(shape, block_size=8)
+    decoder = GraphDecoder(model, drafter, drafter.target_layer_ids, graphs=False)
+    deepest = 0
+    for ids in prompts(model, 6, seed=2):
+        for method, budget in [("ar", 0)] + METHODS:
+            eager, static = _both(decoder, target, drafter, model, ids, 40, set(), method, budget)
+            assert static.tokens == eager.tokens, (method, budget)
+            assert static.accepted == eager.accepted, (method, budget)
+            deepest = max([deepest] + static.accepted)
+    assert deepest >= 2          # multi-token acceptance, so compaction and padded drafter context were exercised
+
+
+def test_stop_id_and_cache_growth():
+    model, drafter, target = tiny_pair("narrow", block_size=8)
+    decoder = GraphDecoder(model, drafter, drafter.target_layer_ids, graphs=False)
+    ids = prompts(model, 1, seed=3)[0]
+    ar = generate_ar(model, ids, 30, 0.0, None, set(), PhaseTimer(ids.device)).tokens
+    stop = {ar[12]}
+    for method, budget in [("ar", 0), ("ddtree", 16)]:
+        decoder.generate_ar(ids, 4, set(), PhaseTimer(ids.device))      # small first: the caches grow later
+        eager, static = _both(decoder, target, drafter, model, ids, 30, stop, method, budget)
+        assert static.tokens == eager.tokens and static.tokens[-1] in stop
+
+
+def test_support_names_what_keeps_a_run_eager():
+    model = tiny_model("narrow")
+    drafter = tiny_drafter(model)
+    assert graph_support(model, drafter, torch.device("cpu"), 0.0) == "not on CUDA"
+    assert graph_support(model, drafter, torch.device("cuda"), 1.0).startswith("temperature")
+    assert graph_support(model, drafter, torch.device("cuda"), 0.0) is None
+    drafter.layers[0].self_attn.is_causal = True
+    assert "drafter" in graph_support(model, drafter, torch.device("cuda"), 0.0)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+@pytest.mark.parametrize("method,budget", [("ar", 0), ("dflash", 0), ("ddtree", 32)])
+def test_cuda_graph_replays_equal_eager_steps(method, budget):
+    model, drafter, _ = tiny_pair("wide", block_size=8)
+    model, drafter = model.cuda(), drafter.cuda()
+    eager = GraphDecoder(model, drafter, drafter.target_layer_ids, graphs=False)
+    graphed = GraphDecoder(model, drafter, drafter.target_layer_ids, graphs=True)
+    for ids in prompts(model, 4, seed=4):
+        ids = ids.cuda()
+        timer = PhaseTimer(ids.device)
+        run = (lambda d: d.generate_ar(ids, 48, set(), timer)) if method == "ar" else \
+            (lambda d: d.generate_spec(ids, 48, set(), timer, method, budget))
+        assert run(graphed).tokens == run(eager).tokens
+    assert graphed._graphs, "nothing was captured"
