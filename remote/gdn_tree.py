@@ -4,8 +4,9 @@ Contract: `gdn_sequence` runs a plain sequence from a state (prefill); `gdn_tree
 committed state so that every node sees exactly its ancestors: its causal-conv window is built from its ancestors'
 conv inputs (falling back to the committed conv state above the tree), and its recurrent state starts from its
 parent's state (the committed state for a node whose parent is the prefix). Nodes of one depth go through one
-batched recurrent step, so the sequential steps per layer equal the tree depth, not its size. Both return the
-state each node would leave behind (`NodeStates`), which is what commit installs.
+batched recurrent step, so the sequential steps per layer equal the tree depth, not its size; a chain runs as one
+sequence through the recurrent kernel (one call, not one per depth). Both return the state each node would leave
+behind (`NodeStates.after`), which is what commit installs.
 
 All weights are the model's own: projections, conv1d, A_log, dt_bias, the gated norm and out_proj of the layer's
 transformers module (`Qwen3_5GatedDeltaNet`, `Qwen3NextGatedDeltaNet`, `Qwen3_5MoeGatedDeltaNet`). Only the
@@ -35,6 +36,7 @@ class TreeLayout:
     level_parents: list[torch.Tensor]  # level_parents[d]: [n_d] their parents (unused for d == 0)
     visible: torch.Tensor            # [N, N] bool, visible[i, j] = j is i or an ancestor of i
     conv_index: torch.Tensor         # [N, K] columns of cat(conv_state [K], tree inputs [N]) forming each node's window
+    chain: bool = False              # parents == [-1, 0, 1, ...]: one sequence
 
     @classmethod
     def build(cls, tree: Ancestry, conv_kernel: int) -> "TreeLayout":
@@ -43,7 +45,7 @@ class TreeLayout:
         by_depth = torch.sort(tree.depth, stable=True).indices                   # node ids, depth-major
         levels = list(by_depth.split(tree.host_level_sizes()))
         level_parents = [tree.parents[ids].clamp(min=0) for ids in levels]
-        return cls(tree.depth, levels, level_parents, tree.visible, _conv_index(tree, conv_kernel))
+        return cls(tree.depth, levels, level_parents, tree.visible, _conv_index(tree, conv_kernel), tree.chain)
 
 
 def _conv_index(tree: Ancestry, k: int) -> torch.Tensor:
@@ -57,8 +59,21 @@ def _conv_index(tree: Ancestry, k: int) -> torch.Tensor:
 
 @dataclass
 class NodeStates:
-    conv: torch.Tensor       # [N, C, K] conv state after each node
-    recurrent: torch.Tensor  # [N, HV, Dk, Dv] float32 recurrent state after each node
+    conv: torch.Tensor                 # [N, C, K] conv state after each node
+    recurrent: torch.Tensor | None     # [N, HV, Dk, Dv] float32 recurrent state after each node; None for a chain
+    chain: tuple | None = None         # a chain's recurrence inputs (q, k, v, g, beta [1, N, ...], state, step fn)
+
+    def after(self, path: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(conv [1, C, K], recurrent [1, HV, Dk, Dv]) after the last node of the root-to-node `path` [L]. A chain
+        keeps no per-node states: its path is its first L nodes, whose recurrence is rerun from the committed
+        state in one kernel call (cheaper than L states of HV x Dk x Dv each, for any L)."""
+        last = path[-1:]
+        conv = self.conv.index_select(0, last)
+        if self.recurrent is not None:
+            return conv, self.recurrent.index_select(0, last)
+        q, k, v, g, beta, state, step = self.chain
+        n = path.shape[0]
+        return conv, step(q[:, :n], k[:, :n], v[:, :n], g[:, :n], beta[:, :n], state)[1].float()
 
 
 def project(gdn: torch.nn.Module, h: torch.Tensor):
@@ -123,6 +138,10 @@ def gdn_tree(gdn: torch.nn.Module, h: torch.Tensor, layout: TreeLayout, conv_sta
     weight = gdn.conv1d.weight                                                                # [C, 1, K]
     conv_out = torch.nn.functional.conv1d(windows.to(weight.dtype), weight, gdn.conv1d.bias, groups=weight.shape[0])
     conv_out = activate(conv_out, gdn.activation).to(mixed.dtype)[..., -1]                  # [N, C]
+    if layout.chain:        # one sequence: the recurrent kernel runs all of it in one call
+        q, k, v, g, beta = _qkv_gates(gdn, conv_out[None], b, a)                              # [1, N, ...]
+        core = kernels.step(q, k, v, g, beta, recurrent)[0]
+        return _output(gdn, core, z), NodeStates(windows, None, (q, k, v, g, beta, recurrent, kernels.step))
     q, k, v, g, beta = _qkv_gates(gdn, conv_out[:, None], b[0, :, None], a[0, :, None])      # batch = nodes, T = 1
 
     hv, dk, dv = gdn.num_v_heads, gdn.head_k_dim, gdn.head_v_dim

@@ -193,9 +193,7 @@ class HybridTarget(Target):
             if path.shape[0] > 1:                            # the root alone is already in place
                 kv.compact(self._len, path.to(kv.keys.device))
         for layer, states in node_states.items():
-            last = path[-1:].to(states.conv.device)
-            self._conv[layer] = states.conv.index_select(0, last)
-            self._rec[layer] = states.recurrent.index_select(0, last)
+            self._conv[layer], self._rec[layer] = states.after(path.to(states.conv.device))
         self._len += path.shape[0]
 
     # ---- the layer loop --------------------------------------------------------------------------------------
@@ -273,4 +271,4 @@ def _on(layout: TreeLayout, device: torch.device) -> TreeLayout:
         return layout
     move = lambda t: t.to(device)  # noqa: E731
     return TreeLayout(move(layout.depth), [move(t) for t in layout.levels], [move(t) for t in layout.level_parents],
-                      move(layout.visible), move(layout.conv_index))
+                      move(layout.visible), move(layout.conv_index), layout.chain)
