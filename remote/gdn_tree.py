@@ -19,6 +19,7 @@ Non-goals: batch > 1, padding masks.
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import torch
@@ -29,11 +30,14 @@ from .tree import Ancestry
 
 @dataclass
 class TreeLayout:
-    """Index tensors derived once per verify from the tree's `Ancestry` (shared by every layer)."""
+    """Index tensors derived once per verify from the tree's `Ancestry` (shared by every layer). The recurrence
+    runs over the nodes in depth-major order, so that each depth is a contiguous slice (no gathers per depth)."""
 
     depth: torch.Tensor              # [N] long, 0 for nodes attached to the prefix
-    levels: list[torch.Tensor]       # levels[d]: [n_d] node ids at depth d
-    level_parents: list[torch.Tensor]  # level_parents[d]: [n_d] their parents (unused for d == 0)
+    order: torch.Tensor              # [N] node ids, depth-major (stable)
+    position: torch.Tensor           # [N] each node's place in `order`
+    parent_position: torch.Tensor    # [N] in `order`: the place of the parent of the node at that place (0 at depth 0)
+    bounds: list[tuple[int, int]]    # host: [start, end) of each depth in `order`
     visible: torch.Tensor            # [N, N] bool, visible[i, j] = j is i or an ancestor of i
     conv_index: torch.Tensor         # [N, K] columns of cat(conv_state [K], tree inputs [N]) forming each node's window
     chain: bool = False              # parents == [-1, 0, 1, ...]: one sequence
@@ -42,10 +46,21 @@ class TreeLayout:
     def build(cls, tree: Ancestry, conv_kernel: int) -> "TreeLayout":
         """Everything on the device; the only host value needed is the node count per depth (batch shapes),
         which `tree` knows for chains and host-given trees and otherwise copies once."""
-        by_depth = torch.sort(tree.depth, stable=True).indices                   # node ids, depth-major
-        levels = list(by_depth.split(tree.host_level_sizes()))
-        level_parents = [tree.parents[ids].clamp(min=0) for ids in levels]
-        return cls(tree.depth, levels, level_parents, tree.visible, _conv_index(tree, conv_kernel), tree.chain)
+        order = torch.sort(tree.depth, stable=True).indices
+        position = torch.empty_like(order)
+        position[order] = torch.arange(order.shape[0], device=order.device)
+        parent_position = position.index_select(0, tree.parents.index_select(0, order).clamp(min=0))
+        ends = list(itertools.accumulate(tree.host_level_sizes()))
+        return cls(tree.depth, order, position, parent_position, list(zip([0] + ends[:-1], ends)), tree.visible,
+                   _conv_index(tree, conv_kernel), tree.chain)
+
+    def to(self, device: torch.device) -> "TreeLayout":
+        """The layout on `device` (layers of a device_map model may sit on several)."""
+        if self.depth.device == device:
+            return self
+        move = lambda t: t.to(device)  # noqa: E731
+        return TreeLayout(move(self.depth), move(self.order), move(self.position), move(self.parent_position),
+                          self.bounds, move(self.visible), move(self.conv_index), self.chain)
 
 
 def _conv_index(tree: Ancestry, k: int) -> torch.Tensor:
@@ -60,7 +75,8 @@ def _conv_index(tree: Ancestry, k: int) -> torch.Tensor:
 @dataclass
 class NodeStates:
     conv: torch.Tensor                 # [N, C, K] conv state after each node
-    recurrent: torch.Tensor | None     # [N, HV, Dk, Dv] float32 recurrent state after each node; None for a chain
+    recurrent: torch.Tensor | None     # [N, HV, Dk, Dv] float32 state after each node, depth-major; None for a chain
+    position: torch.Tensor | None = None   # [N] each node's row in `recurrent`
     chain: tuple | None = None         # a chain's recurrence inputs (q, k, v, g, beta [1, N, ...], state, step fn)
 
     def after(self, path: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -70,7 +86,7 @@ class NodeStates:
         last = path[-1:]
         conv = self.conv.index_select(0, last)
         if self.recurrent is not None:
-            return conv, self.recurrent.index_select(0, last)
+            return conv, self.recurrent.index_select(0, self.position.index_select(0, last))
         q, k, v, g, beta, state, step = self.chain
         n = path.shape[0]
         return conv, step(q[:, :n], k[:, :n], v[:, :n], g[:, :n], beta[:, :n], state)[1].float()
@@ -141,16 +157,19 @@ def gdn_tree(gdn: torch.nn.Module, h: torch.Tensor, layout: TreeLayout, conv_sta
     if layout.chain:        # one sequence: the recurrent kernel runs all of it in one call
         q, k, v, g, beta = _qkv_gates(gdn, conv_out[None], b, a)                              # [1, N, ...]
         core = kernels.step(q, k, v, g, beta, recurrent)[0]
-        return _output(gdn, core, z), NodeStates(windows, None, (q, k, v, g, beta, recurrent, kernels.step))
-    q, k, v, g, beta = _qkv_gates(gdn, conv_out[:, None], b[0, :, None], a[0, :, None])      # batch = nodes, T = 1
-
+        return _output(gdn, core, z), NodeStates(windows, None, chain=(q, k, v, g, beta, recurrent, kernels.step))
+    # batch = nodes in depth-major order, T = 1
+    q, k, v, g, beta = _qkv_gates(gdn, *(x.index_select(0, layout.order)[:, None] for x in (conv_out, b[0], a[0])))
     hv, dk, dv = gdn.num_v_heads, gdn.head_k_dim, gdn.head_v_dim
     states = recurrent.new_empty(n, hv, dk, dv)                                               # [N, HV, Dk, Dv]
     core = v.new_empty(n, 1, hv, dv)
-    for d, (ids, pars) in enumerate(zip(layout.levels, layout.level_parents)):
+    for start, end in layout.bounds:
         # Every node starts from its parent's state; depth-0 nodes from the committed one.
-        init = recurrent.expand(len(ids), -1, -1, -1) if d == 0 else states.index_select(0, pars)
-        out, new = kernels.step(q[ids], k[ids], v[ids], g[ids], beta[ids], init.contiguous())
-        states.index_copy_(0, ids, new.to(states.dtype))
-        core.index_copy_(0, ids, out.to(core.dtype))
-    return _output(gdn, core.transpose(0, 1), z), NodeStates(conv=windows, recurrent=states)
+        init = recurrent.expand(end - start, -1, -1, -1) if start == 0 else \
+            states.index_select(0, layout.parent_position[start:end])
+        out, new = kernels.step(q[start:end], k[start:end], v[start:end], g[start:end], beta[start:end],
+                                init.contiguous())
+        states[start:end] = new
+        core[start:end] = out
+    core = core.index_select(0, layout.position)                                             # back to node order
+    return _output(gdn, core.transpose(0, 1), z), NodeStates(windows, states, layout.position)

@@ -62,7 +62,7 @@ class GraphDecoder:
         self.count = torch.zeros((), **as_long)          # AR: tokens decoded after the first
         self.context_rows = torch.zeros((), **as_long)   # speculative: real rows of `context`
 
-    def _reserve(self, rows: int) -> None:
+    def reserve(self, rows: int) -> None:
         """Caches of at least `rows` rows; growing them drops the graphs captured on the old ones."""
         if rows <= self.capacity:
             return
@@ -111,7 +111,7 @@ class GraphDecoder:
     @torch.inference_mode()
     def generate_ar(self, input_ids: torch.Tensor, max_new: int, stop_ids: set[int], timer: PhaseTimer) -> Generation:
         gen = Generation(prompt_len=input_ids.shape[1])
-        self._reserve(input_ids.shape[1] + max_new + 1)
+        self.reserve(input_ids.shape[1] + max_new + 1)
         with timer.phase("ttft"):
             self._prefill(input_ids, self.plain)
             done = _append(gen, _to_host(self.root), max_new, stop_ids)
@@ -176,7 +176,7 @@ class GraphDecoder:
         gen = Generation(prompt_len=input_ids.shape[1])
         width = max(self.drafter.block_size, budget + 1 if method == "ddtree" else 0)   # rows one step may write
         length = input_ids.shape[1]
-        self._reserve(length + max_new + 2 * width)
+        self.reserve(length + max_new + 2 * width)
         with timer.phase("ttft"):
             verified = self._prefill(input_ids, self.featured)
             self._absorb(verified.features)

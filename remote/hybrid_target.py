@@ -235,7 +235,7 @@ class HybridTarget(Target):
             out, self._conv[i], self._rec[i] = gdn_sequence(gdn, h, self.kernels)
             return out
         layout, node_states = tree
-        out, node_states[i] = gdn_tree(gdn, h, _on(layout, h.device), self._conv[i], self._rec[i], self.kernels)
+        out, node_states[i] = gdn_tree(gdn, h, layout.to(h.device), self._conv[i], self._rec[i], self.kernels)
         return out
 
     def _attention(self, i: int, attn: torch.nn.Module, h: torch.Tensor, rope, tree) -> torch.Tensor:
@@ -256,19 +256,10 @@ class HybridTarget(Target):
             # Prefill (no past after a reset): plain causal attention.
             o = F.scaled_dot_product_attention(q, keys, values, is_causal=True, scale=attn.scaling, enable_gqa=True)
         else:
-            layout = _on(tree[0], h.device)
+            layout = tree[0].to(h.device)
             # Past fully visible; inside the tree a node sees its ancestors and itself. mask [1, 1, N, len + N]
             past = torch.ones(t, self._len, dtype=torch.bool, device=h.device)
             mask = torch.cat([past, layout.visible], dim=-1)[None, None]
             o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=attn.scaling, enable_gqa=True)
         o = o.transpose(1, 2).reshape(1, t, -1) * torch.sigmoid(gate)
         return attn.o_proj(o)
-
-
-def _on(layout: TreeLayout, device: torch.device) -> TreeLayout:
-    """The layout on `device` (a no-op on one device; layers of a device_map model may sit on several)."""
-    if layout.depth.device == device:
-        return layout
-    move = lambda t: t.to(device)  # noqa: E731
-    return TreeLayout(move(layout.depth), [move(t) for t in layout.levels], [move(t) for t in layout.level_parents],
-                      move(layout.visible), move(layout.conv_index), layout.chain)

@@ -126,7 +126,7 @@ def test_methods_profile_writes_traces(runs):
     out, last = runs["methods"]
     assert (out / "rows.json").exists() and (out / "summary.csv").exists()       # the unprofiled outputs stay
     traces = [Path(p) for p in last["profile"]]
-    assert {p.name.split(".")[0] for p in traces} == {"ar", "dflash", "ddtree-4"}
+    assert {p.name.split(".")[0] for p in traces} == {"ar", "dflash", "ddtree-4", "hf_generate"}
     assert all(p.exists() and p.stat().st_size > 0 for p in traces)
     trace = next(p for p in traces if p.name.startswith("ddtree") and ".json" in p.name)
     text = trace.read_bytes()
