@@ -8,7 +8,9 @@ applied with depth positions and nodes never see siblings, each node's logits an
 a plain forward along its ancestor path. `commit(path)` compacts the KV of the accepted nodes to the front of
 the appended window and truncates the rest (`compact_kv`); the path may stay on the device, so nothing in verify or
 commit reads a value back to the host. The cache is built from the model config
-(`DynamicCache(config=...)`). Non-goal: sliding-window or recurrent layers (refused / routed elsewhere).
+(`DynamicCache(config=...)`) by `prefill`; `forward(ids, positions, mask)` runs tokens on whatever `cache` holds
+and returns logits and drafter features (remote.graph_decode gives it a static cache and its own masks).
+Non-goal: sliding-window or recurrent layers (refused / routed elsewhere).
 """
 from __future__ import annotations
 
@@ -37,10 +39,10 @@ class AttentionTarget(Target):
     def __init__(self, model: torch.nn.Module, target_layer_ids: list[int] | None):
         self.model = model
         self.layer_ids = list(target_layer_ids or [])
-        self._cache_kw = cache_kwarg(model)
+        self.cache_kw = cache_kwarg(model)
         self._in, self._out = input_device(model), output_device(model)
         self._dtype = model.get_input_embeddings().weight.dtype
-        self._cache = None
+        self.cache = None
         self._length = 0
         self._pending = 0                           # nodes appended by the last verify, not yet committed
         self._pending_chain = False                 # the last verify was a chain: any accepted path is a prefix
@@ -53,12 +55,12 @@ class AttentionTarget(Target):
     def length(self) -> int:
         return self._length
 
-    def _forward(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None,
+    def forward(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None,
                  last_only: bool = False) -> Verified:
         # ids, positions [1, N]; mask None or [1, 1, N, prefix + N]
         out = self.model(input_ids=ids, position_ids=positions, attention_mask=mask, use_cache=True,
                          output_hidden_states=bool(self.layer_ids), logits_to_keep=1 if last_only else 0,
-                         **{self._cache_kw: self._cache})
+                         **{self.cache_kw: self.cache})
         logits = out.logits[0].float()                                          # [N, V] ([1, V] if last_only)
         if self.layer_ids:
             feats = torch.cat([out.hidden_states[i + 1][0].to(self._out) for i in self.layer_ids], dim=-1)
@@ -67,10 +69,10 @@ class AttentionTarget(Target):
         return Verified(logits=logits, features=feats)                         # features [N, len(ids) * H]
 
     def prefill(self, input_ids: torch.Tensor) -> Verified:
-        self._cache = make_cache(self.model)
+        self.cache = make_cache(self.model)
         n = input_ids.shape[1]
         positions = torch.arange(n, device=self._in)[None]
-        verified = self._forward(input_ids.to(self._in), positions, None, last_only=True)
+        verified = self.forward(input_ids.to(self._in), positions, None, last_only=True)
         self._length, self._pending = n, 0
         return verified
 
@@ -90,7 +92,7 @@ class AttentionTarget(Target):
             positions, mask = torch.arange(start, start + n, device=self._in), None
         else:
             positions, mask = start + tree.depth, self.tree_mask(tree)
-        verified = self._forward(tokens.to(self._in).view(1, n), positions[None], mask)
+        verified = self.forward(tokens.to(self._in).view(1, n), positions[None], mask)
         self._pending, self._pending_chain = n, tree.chain
         return verified
 
@@ -99,6 +101,6 @@ class AttentionTarget(Target):
         if isinstance(path, list):
             in_place = in_place or path == list(range(len(path)))
             path = torch.tensor(path, dtype=torch.long, device=self._in)
-        compact_kv(self._cache, self._length, path, in_place)
+        compact_kv(self.cache, self._length, path, in_place)
         self._length += path.shape[0]
         self._pending = 0

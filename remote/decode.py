@@ -17,7 +17,7 @@ Drafts are never sampled (argmax chain / top-k tree at every temperature): lossl
 target's own token at every node (`walk`), not from rejection sampling against draft probabilities.
 
 Host synchronisation: the tree, its verify mask and positions, the walk and the commit stay on the device; a spec
-step reads the device once (`_to_host`: the accepted tokens and their count, which the host needs to know how far
+step reads the device once (`to_host`: the accepted tokens and their count, which the host needs to know how far
 the sequence moved). The hybrid target adds one small read per tree verify (see remote.target). AR reads each
 token once, for the stop check, one token late so that the next forward is already queued on the device.
 """
@@ -44,19 +44,26 @@ class Generation:
     times_ms: dict[str, float] = field(default_factory=dict)   # ttft, decode, draft, tree_build, verify, commit
     prompt_len: int = 0
 
+    def extend(self, new: list[int], max_new: int, stop_ids: set[int]) -> bool:
+        """Append `new`, capped at `max_new` and after the first stop id; True when generation is over."""
+        for token in new:
+            self.tokens.append(token)
+            if token in stop_ids or len(self.tokens) >= max_new:
+                return True
+        return False
 
-def _to_host(t: torch.Tensor) -> list[int]:
+    def extend_step(self, new: list[int], max_new: int, stop_ids: set[int]) -> bool:
+        """`extend` with one verify step's tokens (accepted drafts, then the bonus), recording its acceptance."""
+        before = len(self.tokens)
+        done = self.extend(new, max_new, stop_ids)
+        self.accepted.append(len(new) - 1)
+        self.committed.append(len(self.tokens) - before)
+        return done
+
+
+def to_host(t: torch.Tensor) -> list[int]:
     """The one device->host read of a decoding step (tests count the calls)."""
     return t.tolist()
-
-
-def _append(gen: Generation, new: list[int], max_new: int, stop_ids: set[int]) -> bool:
-    """Append `new`, capped at `max_new` and after the first stop id; True when generation is over."""
-    for token in new:
-        gen.tokens.append(token)
-        if token in stop_ids or len(gen.tokens) >= max_new:
-            return True
-    return False
 
 
 @torch.inference_mode()
@@ -69,7 +76,7 @@ def generate_ar(model, input_ids: torch.Tensor, max_new: int, temperature: float
     with timer.phase("ttft"):
         out = model(input_ids=input_ids.to(dev), use_cache=True, logits_to_keep=1, **{kw: cache})
         token = sample(out.logits[0, -1:].float(), temperature, generator)              # [1]
-        done = _append(gen, _to_host(token), max_new, stop_ids)
+        done = gen.extend(to_host(token), max_new, stop_ids)
     position = torch.full((1, 1), n, dtype=torch.long, device=dev)                      # of `token`, kept on device
     with timer.phase("decode"):
         unread = None              # the last sampled token, not yet read: read after the next forward is queued
@@ -82,7 +89,7 @@ def generate_ar(model, input_ids: torch.Tensor, max_new: int, temperature: float
                 token = queued = sample(out.logits[0, -1:].float(), temperature, generator)
             if unread is not None:
                 # If `unread` is a stop id, the queued forward was wasted: one forward per generation.
-                done = _append(gen, _to_host(unread), max_new, stop_ids)
+                done = gen.extend(to_host(unread), max_new, stop_ids)
             unread = queued
     return gen
 
@@ -148,7 +155,7 @@ def accepted_tokens(read: list[int], height: int) -> list[int]:
 def walk(tree: Ancestry, nodes: torch.Tensor, samples: torch.Tensor) -> Accepted:
     """`accept`, with the step's one host read."""
     path, bonus, _, read = accept(tree, nodes, samples)
-    tokens = accepted_tokens(_to_host(read), tree.height)
+    tokens = accepted_tokens(to_host(read), tree.height)
     return Accepted(path=path[:len(tokens)], bonus=bonus, tokens=tokens)
 
 
@@ -161,7 +168,7 @@ def generate_spec(target: Target, drafter: DFlashDrafter, model, input_ids: torc
     with timer.phase("ttft"):
         verified = target.prefill(input_ids)
         root = sample(verified.logits[-1:], temperature, generator)                         # [1]
-        done = _append(gen, _to_host(root), max_new, stop_ids)
+        done = gen.extend(to_host(root), max_new, stop_ids)
     context, cache = verified.features[None].to(output_device(model)), drafter.new_cache()   # [1, P, F]
     with timer.phase("decode"):
         while not done:
@@ -180,8 +187,5 @@ def generate_spec(target: Target, drafter: DFlashDrafter, model, input_ids: torc
                 path = step.path.to(verified.features.device)
                 context = verified.features.index_select(0, path)[None].to(output_device(model))  # [1, L, F]
                 root = step.bonus
-            before = len(gen.tokens)
-            done = _append(gen, step.tokens, max_new, stop_ids)
-            gen.accepted.append(len(step.tokens) - 1)
-            gen.committed.append(len(gen.tokens) - before)
+            done = gen.extend_step(step.tokens, max_new, stop_ids)
     return gen

@@ -23,7 +23,8 @@ import torch
 from .attention_target import AttentionTarget
 from .backends import is_hybrid
 from .compat import cache_kwarg, input_device
-from .decode import Generation, _append, _to_host, accept, accepted_tokens, draft
+from . import decode
+from .decode import Generation, accept, accepted_tokens, draft
 from .drafter import DFlashDrafter
 from .static_cache import StaticDrafterKV, StaticKV, visibility_mask
 from .timing import PhaseTimer
@@ -62,14 +63,15 @@ class GraphDecoder:
         self.count = torch.zeros((), **as_long)          # AR: tokens decoded after the first
         self.context_rows = torch.zeros((), **as_long)   # speculative: real rows of `context`
 
-    def reserve(self, rows: int) -> None:
-        """Caches of at least `rows` rows; growing them drops the graphs captured on the old ones."""
+    def reserve(self, prompt_len: int, max_new: int, method: str, budget: int) -> None:
+        """Caches for a generation of this size; growing them drops the graphs captured on the old ones."""
+        rows = prompt_len + max_new + 2 * self._width(method, budget)
         if rows <= self.capacity:
             return
         self.capacity = max(rows, 2 * self.capacity)
         self._graphs.clear()
         self.kv = StaticKV(self.model, self.capacity)
-        self.featured._cache = self.plain._cache = self.kv
+        self.featured.cache = self.plain.cache = self.kv
         self._cols = torch.arange(self.capacity, device=self.device)
         self.history = torch.zeros(self.capacity, dtype=torch.long, device=self.device)
         if self.drafter is not None:
@@ -78,6 +80,12 @@ class GraphDecoder:
                                        weight.dtype, weight.device)
             self.context = torch.zeros(1, self.drafter.block_size, weight.shape[1], dtype=weight.dtype,
                                        device=weight.device)
+
+    def _width(self, method: str, budget: int) -> int:
+        """Cache rows one step may write at or past the committed length."""
+        if method == "ar":
+            return 1
+        return max(self.drafter.block_size, budget + 1 if method == "ddtree" else 0)
 
     def _replay(self, key: tuple, step) -> torch.Tensor:
         """`step()`'s result; on the first call for `key` it runs eagerly (the warm-up) and is then captured."""
@@ -103,7 +111,7 @@ class GraphDecoder:
         rows = torch.arange(n, device=self.device)
         self.kv.slots = rows
         causal = visibility_mask(self._cols[None] <= rows[:, None], self.dtype)                # [1, 1, n, cap]
-        verified = target._forward(input_ids.to(self.device), rows[None], causal, last_only=True)
+        verified = target.forward(input_ids.to(self.device), rows[None], causal, last_only=True)
         self.start.fill_(n)
         self.root.copy_(verified.logits[-1:].argmax(dim=-1))
         return verified
@@ -111,10 +119,10 @@ class GraphDecoder:
     @torch.inference_mode()
     def generate_ar(self, input_ids: torch.Tensor, max_new: int, stop_ids: set[int], timer: PhaseTimer) -> Generation:
         gen = Generation(prompt_len=input_ids.shape[1])
-        self.reserve(input_ids.shape[1] + max_new + 1)
+        self.reserve(input_ids.shape[1], max_new, "ar", 0)
         with timer.phase("ttft"):
             self._prefill(input_ids, self.plain)
-            done = _append(gen, _to_host(self.root), max_new, stop_ids)
+            done = gen.extend(decode.to_host(self.root), max_new, stop_ids)
         self.count.zero_()
         with timer.phase("decode"):
             unread = False           # the last decoded token is read after the next step is queued
@@ -124,7 +132,7 @@ class GraphDecoder:
                     self._replay(("ar",), self._ar_step)
                 if unread:
                     index = len(gen.tokens) - 1          # history[i] is the token after gen.tokens[i]
-                    done = _append(gen, _to_host(self.history[index:index + 1]), max_new, stop_ids)
+                    done = gen.extend(decode.to_host(self.history[index:index + 1]), max_new, stop_ids)
                 unread = queued
         return gen
 
@@ -151,7 +159,7 @@ class GraphDecoder:
         built = best_first_tree(logits, budget) if method == "ddtree" else argmax_chain(logits)
         tree, nodes = built.ancestry(), torch.cat([self.root, built.tokens])                  # nodes [N]
         self.kv.slots = self.start + torch.arange(nodes.shape[0], device=self.device)
-        verified = self.featured._forward(nodes[None], (self.start + tree.depth)[None], self._tree_mask(tree))
+        verified = self.featured.forward(nodes[None], (self.start + tree.depth)[None], self._tree_mask(tree))
         path, bonus, length, read = accept(tree, nodes, verified.logits.argmax(dim=-1))
         self.kv.compact(self.start, path)
         self.context[0, :path.shape[0]] = verified.features.index_select(0, path)
@@ -174,23 +182,19 @@ class GraphDecoder:
     def generate_spec(self, input_ids: torch.Tensor, max_new: int, stop_ids: set[int], timer: PhaseTimer,
                       method: str, budget: int) -> Generation:
         gen = Generation(prompt_len=input_ids.shape[1])
-        width = max(self.drafter.block_size, budget + 1 if method == "ddtree" else 0)   # rows one step may write
-        length = input_ids.shape[1]
-        self.reserve(length + max_new + 2 * width)
+        width, length = self._width(method, budget), input_ids.shape[1]
+        self.reserve(length, max_new, method, budget)
         with timer.phase("ttft"):
             verified = self._prefill(input_ids, self.featured)
             self._absorb(verified.features)
-            done = _append(gen, _to_host(self.root), max_new, stop_ids)
+            done = gen.extend(decode.to_host(self.root), max_new, stop_ids)
         with timer.phase("decode"):
             while not done:
                 if length + width > self.capacity:
                     raise RuntimeError(f"static cache of {self.capacity} rows is full at {length}")
                 read = self._replay(("spec", method, budget), lambda: self._spec_step(
                     self.context, self.context_rows, method, budget))
-                tokens = accepted_tokens(_to_host(read), read.shape[0] // 2)
-                before = len(gen.tokens)
-                done = _append(gen, tokens, max_new, stop_ids)
-                gen.accepted.append(len(tokens) - 1)
-                gen.committed.append(len(gen.tokens) - before)
+                tokens = accepted_tokens(decode.to_host(read), read.shape[0] // 2)
+                done = gen.extend_step(tokens, max_new, stop_ids)
                 length += len(tokens)
         return gen

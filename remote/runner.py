@@ -75,8 +75,8 @@ class Run:
         self.graphed = None if why_not else GraphDecoder(
             self.model, self.drafter, self.drafter.target_layer_ids if self.drafter else None, graphs=True)
         if self.graphed:     # sized once for every prompt: growing mid-run would re-capture inside a timing
-            width = max(self.drafter.block_size if self.drafter else 1, spec.decoding.tree_budget + 1)
-            self.graphed.reserve(max(ids.shape[1] for ids in self.inputs) + spec.decoding.max_new_tokens + 2 * width)
+            self.graphed.reserve(max(ids.shape[1] for ids in self.inputs), spec.decoding.max_new_tokens,
+                                 "ddtree" if self.drafter else "ar", spec.decoding.tree_budget)
         self.decode_path = "cuda_graph" if self.graphed else f"eager ({why_not})"
         self.stop_ids = set() if spec.model.random else _stop_ids(self.model, self.tokenizer)
 

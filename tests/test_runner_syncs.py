@@ -163,13 +163,13 @@ def test_drafter_reads_nothing():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA sync debug mode needs a GPU")
 @pytest.mark.parametrize("method, budget", [("ar", 0), ("dflash", 0), ("ddtree", 16)])
 def test_cuda_loop_synchronises_only_at_the_read(method, budget, monkeypatch):
-    """Inside the loop every synchronising CUDA call warns, except the sanctioned `decode._to_host`."""
+    """Inside the loop every synchronising CUDA call warns, except the sanctioned `decode.to_host`."""
     from remote.backends import build_target
     model, drafter, _ = tiny_pair("wide", block_size=8)
     model, drafter = model.cuda(), drafter.cuda()
     target = build_target(model, drafter.target_layer_ids)
     ids = prompts(model, 1, seed=1)[0].cuda()
-    read = decode._to_host
+    read = decode.to_host
 
     def sanctioned(t):
         torch.cuda.set_sync_debug_mode(0)
@@ -181,14 +181,14 @@ def test_cuda_loop_synchronises_only_at_the_read(method, budget, monkeypatch):
     class Timer(PhaseTimer):
         @contextmanager
         def phase(self, name):
-            if name == "decode":
-                torch.cuda.set_sync_debug_mode("warn")
-            try:
-                with super().phase(name):
-                    yield
-            finally:
+            with super().phase(name):             # the timer's own events stay outside the watched window
                 if name == "decode":
-                    torch.cuda.set_sync_debug_mode(0)
+                    torch.cuda.set_sync_debug_mode("warn")
+                try:
+                    yield
+                finally:
+                    if name == "decode":
+                        torch.cuda.set_sync_debug_mode(0)
 
     def run(timer):
         if method == "ar":
@@ -196,7 +196,7 @@ def test_cuda_loop_synchronises_only_at_the_read(method, budget, monkeypatch):
         return generate_spec(target, drafter, model, ids, 24, 0.0, None, set(), timer, method, budget)
 
     run(PhaseTimer(torch.device("cuda")))
-    monkeypatch.setattr(decode, "_to_host", sanctioned)
+    monkeypatch.setattr(decode, "to_host", sanctioned)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         run(Timer(torch.device("cuda")))
