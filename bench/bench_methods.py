@@ -154,6 +154,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--device", default="auto")
     p.add_argument("--stock-generate", action="store_true")
+    p.add_argument("--no-cudnn-sdpa", action="store_true",
+                   help="keep torch's SDPA off cuDNN (which builds an execution plan for every new sequence length)")
     p.add_argument("--ar-again", action="store_true", help="measure AR again after the other methods (drift check)")
     p.add_argument("--no-graphs", action="store_true", help="eager steps even where CUDA graphs are supported")
     p.add_argument("--out", default="bench_out")
@@ -161,6 +163,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--profile-gens", type=int, default=2, help="generations per method under the profiler")
     args = p.parse_args(argv)
     budgets = [int(b) for b in args.budgets.split(",")]
+    if args.no_cudnn_sdpa:
+        torch.backends.cuda.enable_cudnn_sdp(False)
     temperatures = [float(t) for t in args.temperatures.split(",")]
     rows, out, traces = [], Path(args.out), []
     out.mkdir(parents=True, exist_ok=True)
