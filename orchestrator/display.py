@@ -61,7 +61,7 @@ class LiveDisplay:
         elif kind == "warning":
             self.note(f"warning: {event.get('message')}", "yellow")
         elif kind == "start":
-            facts = {k: event.get(k) for k in ("device", "gpu_name", "dtype", "kernel_path") if event.get(k)}
+            facts = {k: event.get(k) for k in ("device", "gpu_name", "dtype", "kernel_path", "decode_path") if event.get(k)}
             self.note("runner started: " + ", ".join(f"{k}={v}" for k, v in facts.items()))
 
 

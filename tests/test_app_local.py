@@ -44,6 +44,7 @@ def test_ddtree_run_logs_params_metrics_artifacts(tmp_path):
     tags = run.data.tags
     for tag in ("method", "host", "torch_version", "transformers_version", "kernel_path", "project_commit"):
         assert tag in tags, tag
+    assert tags["decode_path"] == "eager (not on CUDA)"
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"config.yaml", "spec.json", "runner.log", "results.json", "outputs.jsonl", "events.jsonl"} <= artifacts
     # Nothing lost without MLflow: the local run dir holds the same results.

@@ -21,6 +21,7 @@ CASES = [
     ("gpus=3", "gpus"),
     ("model.path=./missing-model-dir", "model.path"),
     ("baseline=maybe", "baseline"),
+    ("cuda_graphs=maybe", "cuda_graphs"),
     ("drafter.path=assets:models/no-such-drafter", "drafter.path"),             # shipped files: checked for any host
     ("model.path=assets:../../etc", "model.path"),                                # outside the assets
 ]
