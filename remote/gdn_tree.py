@@ -4,9 +4,9 @@ Contract: `gdn_sequence` runs a plain sequence from a state (prefill); `gdn_tree
 committed state so that every node sees exactly its ancestors: its causal-conv window is built from its ancestors'
 conv inputs (falling back to the committed conv state above the tree), and its recurrent state starts from its
 parent's state (the committed state for a node whose parent is the prefix). Nodes of one depth go through one
-batched recurrent step, so the sequential steps per layer equal the tree depth, not its size; a chain runs as one
-sequence through the recurrent kernel (one call, not one per depth). Both return the state each node would leave
-behind (`NodeStates.after`), which is what commit installs.
+batched recurrent step, so the sequential steps per layer equal the tree depth, not its size (only the states of
+one depth are alive at a time); a chain runs as one sequence through the recurrent kernel (one call, not one per
+depth). Both return `NodeStates`, from which commit gets the state after the accepted path (`NodeStates.after`).
 
 All weights are the model's own: projections, conv1d, A_log, dt_bias, the gated norm and out_proj of the layer's
 transformers module (`Qwen3_5GatedDeltaNet`, `Qwen3NextGatedDeltaNet`, `Qwen3_5MoeGatedDeltaNet`). Only the
@@ -20,6 +20,7 @@ Non-goals: batch > 1, padding masks.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -74,22 +75,23 @@ def _conv_index(tree: Ancestry, k: int) -> torch.Tensor:
 
 @dataclass
 class NodeStates:
-    conv: torch.Tensor                 # [N, C, K] conv state after each node
-    recurrent: torch.Tensor | None     # [N, HV, Dk, Dv] float32 state after each node, depth-major; None for a chain
-    position: torch.Tensor | None = None   # [N] each node's row in `recurrent`
-    chain: tuple | None = None         # a chain's recurrence inputs (q, k, v, g, beta [1, N, ...], state, step fn)
+    """What commit needs to install the state after any root-to-node path of a verified tree. No per-node
+    recurrent state is kept (HV x Dk x Dv float32 each: 3 MiB per node and layer at Qwen3.6-27B widths): the state
+    after the path is recomputed from the committed one in one recurrent-kernel call over the path's inputs (a
+    path is at most a drafter block long)."""
+
+    conv: torch.Tensor                 # [N, C, K] conv state after each node (its window)
+    inputs: tuple                      # q, k, v, g, beta [1, N, ...] of every node, in `position` order
+    state: torch.Tensor                # [1, HV, Dk, Dv] the committed recurrent state the tree started from
+    step: Callable                     # the kernels' recurrent step (remote.kernels.GdnKernels.step)
+    position: torch.Tensor | None = None   # [N] each node's place in `inputs`; None: node order
 
     def after(self, path: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(conv [1, C, K], recurrent [1, HV, Dk, Dv]) after the last node of the root-to-node `path` [L]. A chain
-        keeps no per-node states: its path is its first L nodes, whose recurrence is rerun from the committed
-        state in one kernel call (cheaper than L states of HV x Dk x Dv each, for any L)."""
-        last = path[-1:]
-        conv = self.conv.index_select(0, last)
-        if self.recurrent is not None:
-            return conv, self.recurrent.index_select(0, self.position.index_select(0, last))
-        q, k, v, g, beta, state, step = self.chain
-        n = path.shape[0]
-        return conv, step(q[:, :n], k[:, :n], v[:, :n], g[:, :n], beta[:, :n], state)[1].float()
+        """(conv [1, C, K], recurrent [1, HV, Dk, Dv]) after the last node of the root-to-node `path` [L]."""
+        conv = self.conv.index_select(0, path[-1:])
+        places = path if self.position is None else self.position.index_select(0, path)
+        q, k, v, g, beta = (x.index_select(1, places) for x in self.inputs)
+        return conv, self.step(q, k, v, g, beta, self.state)[1].float()
 
 
 def project(gdn: torch.nn.Module, h: torch.Tensor):
@@ -157,19 +159,18 @@ def gdn_tree(gdn: torch.nn.Module, h: torch.Tensor, layout: TreeLayout, conv_sta
     if layout.chain:        # one sequence: the recurrent kernel runs all of it in one call
         q, k, v, g, beta = _qkv_gates(gdn, conv_out[None], b, a)                              # [1, N, ...]
         core = kernels.step(q, k, v, g, beta, recurrent)[0]
-        return _output(gdn, core, z), NodeStates(windows, None, chain=(q, k, v, g, beta, recurrent, kernels.step))
-    # batch = nodes in depth-major order, T = 1
+        return _output(gdn, core, z), NodeStates(windows, (q, k, v, g, beta), recurrent, kernels.step)
+    # batch = nodes in depth-major order, T = 1; each depth is a slice, its parents are in the slice before
     q, k, v, g, beta = _qkv_gates(gdn, *(x.index_select(0, layout.order)[:, None] for x in (conv_out, b[0], a[0])))
-    hv, dk, dv = gdn.num_v_heads, gdn.head_k_dim, gdn.head_v_dim
-    states = recurrent.new_empty(n, hv, dk, dv)                                               # [N, HV, Dk, Dv]
-    core = v.new_empty(n, 1, hv, dv)
+    core = v.new_empty(n, 1, gdn.num_v_heads, gdn.head_v_dim)
+    above, above_start = recurrent, 0           # states after the previous depth (the committed one above depth 0)
     for start, end in layout.bounds:
-        # Every node starts from its parent's state; depth-0 nodes from the committed one.
-        init = recurrent.expand(end - start, -1, -1, -1) if start == 0 else \
-            states.index_select(0, layout.parent_position[start:end])
-        out, new = kernels.step(q[start:end], k[start:end], v[start:end], g[start:end], beta[start:end],
-                                init.contiguous())
-        states[start:end] = new
+        init = above.expand(end, -1, -1, -1) if start == 0 else \
+            above.index_select(0, layout.parent_position[start:end] - above_start)
+        out, above = kernels.step(q[start:end], k[start:end], v[start:end], g[start:end], beta[start:end],
+                                  init.contiguous())
         core[start:end] = out
+        above, above_start = above.float(), start
     core = core.index_select(0, layout.position)                                             # back to node order
-    return _output(gdn, core.transpose(0, 1), z), NodeStates(windows, states, layout.position)
+    inputs = tuple(x.transpose(0, 1) for x in (q, k, v, g, beta))                            # [1, N, ...]
+    return _output(gdn, core.transpose(0, 1), z), NodeStates(windows, inputs, recurrent, kernels.step, layout.position)

@@ -14,10 +14,11 @@ shared, nothing copied) and holds the per-layer state itself:
   K/V after the committed prefix and attends with an ancestor-only mask at positions prefix_len + depth; commit moves
   the accepted rows to the front of that window (compaction), so rejected rows are simply overwritten next time.
 - GDN layers: conv state [1, C, K] and recurrent state [1, HV, Dk, Dv] float32 (transformers' layouts). Verify
-  computes every node's own states (`remote.gdn_tree`), commit installs the accepted node's.
+  runs every node from its parent's state (`remote.gdn_tree`), commit installs the accepted node's.
 
-Cost: verify keeps every node's GDN state until commit, N x HV x Dk x Dv float32 per GDN layer (Qwen3.6-27B:
-3 MiB per node and layer, ~38 GiB at 257 nodes); the recurrence takes one batched step per tree depth and layer.
+Cost: the recurrence takes one batched step per tree depth and GDN layer (a chain: one call); verify holds the
+states of one depth at a time (HV x Dk x Dv float32 per node: 3 MiB per node and layer at Qwen3.6-27B widths) and
+commit recomputes the accepted node's state from the committed one over the accepted path, in one call per layer.
 
 Features are the outputs of decoder layers `target_layer_ids` (0-based), i.e. HF `hidden_states[layer_id + 1]`
 (for the last layer that is the final-norm output, as in HF). Logits are float32.
