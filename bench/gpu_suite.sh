@@ -11,7 +11,7 @@
 # SDPA_FLAGS (optional): extra bench_methods flags for every run, e.g. "--no-cudnn-sdpa".
 set -u
 OUT=${OUT:?set OUT to a directory for the results}
-mkdir -p "$OUT"
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)   # absolute: the script changes directory
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 if [ -n "${WHEELS:-}" ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/suite-site "$WHEELS"/*.whl || exit 1
