@@ -28,23 +28,26 @@ def main() -> None:
         from .attach import main as attach_main
 
         _exit_now(attach_main(sys.argv[2:]))
-    from .validate import ConfigError, check_group_choices
+    from omegaconf import OmegaConf
 
+    from .paths import runs_dir
+    from .validate import ConfigError, check_group_choices, check_sweep
+
+    # Run dirs are absolute (<project>/runs or SPECBENCH_RUNS_DIR) whatever the working directory.
+    OmegaConf.register_new_resolver("runs_dir", lambda: str(runs_dir()), replace=True)
+    multirun = bool({"-m", "--multirun"} & set(sys.argv[1:]))
     overrides = [a for a in sys.argv[1:] if not a.startswith("-") and "=" in a]
     try:
         check_group_choices(overrides)
+        if multirun:
+            check_sweep(overrides)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2)
     except Exception:
-        pass  # a malformed override: Hydra's own parser reports it with context
-    from omegaconf import OmegaConf
-
+        pass  # a malformed override or an exotic sweep: Hydra's own parser and sweeper report it with context
     from .app import hydra_main
-    from .paths import runs_dir
 
-    # Run dirs are absolute (<project>/runs or SPECBENCH_RUNS_DIR) whatever the working directory.
-    OmegaConf.register_new_resolver("runs_dir", lambda: str(runs_dir()), replace=True)
     code = 0
     try:
         hydra_main()
@@ -54,7 +57,7 @@ def main() -> None:
         from .sweep import close_orphan_parent
 
         close_orphan_parent()
-    if not {"-m", "--multirun"} & set(sys.argv[1:]):
+    if not multirun:
         _exit_now(code)
     raise SystemExit(code)
 

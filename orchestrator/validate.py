@@ -1,8 +1,9 @@
 """Checks on the composed config before anything starts: one line naming the key and what is allowed.
 
 Contract: `validate(cfg)` raises ConfigError for the first bad value; `check_group_choices(argv)` refuses an
-unknown option of a config group (method=foo) before Hydra composes anything. Both happen before a host is
-contacted or an MLflow run exists, so bad input loses nothing.
+unknown option of a config group (method=foo) before Hydra composes anything; `check_sweep(argv)` composes and
+validates every job of a multirun before the first starts (a bad value in job 3 would otherwise stop the sweep
+after jobs 1-2 ran). All happen before a host is contacted or an MLflow run exists, so bad input loses nothing.
 """
 from __future__ import annotations
 
@@ -42,6 +43,31 @@ def check_group_choices(overrides: list[str], conf_dir: Path = CONF_DIR) -> None
             if str(value) not in group_options(group, conf_dir):
                 allowed = ", ".join(group_options(group, conf_dir))
                 raise ConfigError(group, f"unknown option {value!r}; choose one of {allowed}")
+
+
+def check_sweep(overrides: list[str], conf_dir: Path = CONF_DIR) -> None:
+    """Compose every job of the multirun `overrides` (Hydra's basic-sweeper expansion) and `validate` it; the
+    error names the key and the job's overrides. Hydra's own settings (hydra.*, hydra/...) are left to Hydra."""
+    import itertools
+
+    from hydra import compose, initialize_config_dir
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    axes = []
+    for override in OverridesParser.create().parse_overrides(overrides):
+        if override.key_or_group.startswith("hydra"):
+            continue
+        if override.is_sweep_override():
+            prefix = override.get_key_element()
+            axes.append([f"{prefix}={value}" for value in override.sweep_string_iterator()])
+        else:
+            axes.append([override.input_line])
+    with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
+        for job in itertools.product(*axes):
+            try:
+                validate(compose(config_name="config", overrides=list(job)))
+            except ConfigError as exc:
+                raise ConfigError(exc.key, f"{str(exc).split(': ', 1)[1]} (sweep job: {' '.join(job)})") from None
 
 
 def _int(cfg: DictConfig, key: str, minimum: int) -> None:

@@ -47,3 +47,17 @@ def test_unknown_option_lists_the_valid_ones(tmp_path):
     proc = run_cli("method=foo", cwd=tmp_path)
     for option in group_options("method"):
         assert option in proc.stderr
+
+
+def test_sweep_checks_every_job_before_the_first_starts(tmp_path):
+    """A bad value in the second job of a multirun stops the sweep before the first job runs."""
+    env = {**os.environ, "SPECBENCH_RUNS_DIR": str(tmp_path / "runs")}
+    proc = subprocess.run([sys.executable, "-m", "orchestrator", "-m", "method=ddtree", "tree_budget=16,0",
+                           "model=tiny-qwen3", "num_prompts=1", "max_new_tokens=4", "baseline=none"],
+                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: tree_budget:"), proc.stderr
+    assert "tree_budget=0" in lines[0]                    # names the job
+    assert "Launching" not in proc.stdout + proc.stderr   # Hydra never started a job
+    assert not (tmp_path / "runs").exists()
