@@ -44,7 +44,7 @@ class DecodingSpec:
     tree_budget: int = 64
     max_new_tokens: int = 64
     temperature: float = 0.0
-    baseline: str = "ar"                   # "ar": run AR first on the same prompts; "none": skip it
+    baseline: str = "ar"                   # "ar": also run AR on the same prompts (in turns); "none": skip it
     warmup: int = 1                        # warm-up generations per method before timing
     cuda_graphs: bool = True               # replay each step as a CUDA graph where supported (remote.graph_decode)
 
