@@ -13,8 +13,8 @@ same step functions run eagerly (the CPU tests compare them token for token with
 drafter context is absorbed during the prefill, so every step has the captured shape; a shape's first step runs
 eagerly: it is the warm-up before the capture. Caches grow (and captured graphs are dropped) when a generation
 needs more rows. `graph_support` says why a run cannot use it (None when it can): CUDA, one device, temperature
-0, full-attention target, bidirectional drafter. Timer phases: ttft and decode only (a replayed step has no inner
-boundaries).
+0, full-attention target, bidirectional drafter; a step that fails to capture turns graphs off for the rest of the
+run (`fallback`). Timer phases: ttft and decode only (a replayed step has no inner boundaries).
 """
 from __future__ import annotations
 
@@ -56,6 +56,7 @@ class GraphDecoder:
         # their forwards (logits, and drafter features for `featured`) run on this decoder's static cache
         self.featured, self.plain = AttentionTarget(model, target_layer_ids), AttentionTarget(model, None)
         self.capacity = 0
+        self.fallback: str | None = None             # why graphs were turned off mid-run, if they were
         self._graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         as_long = dict(dtype=torch.long, device=self.device)
         self.start = torch.zeros((), **as_long)          # committed length: the position of `root`
@@ -88,23 +89,38 @@ class GraphDecoder:
         return max(self.drafter.block_size, budget + 1 if method == "ddtree" else 0)
 
     def _replay(self, key: tuple, step) -> torch.Tensor:
-        """`step()`'s result; on the first call for `key` it runs eagerly (the warm-up) and is then captured."""
+        """`step()`'s result; on the first call for `key` it runs eagerly (the warm-up) and is then captured. A
+        step that cannot be captured (say a transformers version that reads a device value inside its forward)
+        turns graphs off for every shape, so that all methods stay on the same path; `fallback` says why."""
         if not self.graphs:
             return step()
         if key in self._graphs:
             graph, out = self._graphs[key]
             graph.replay()
             return out
-        side = torch.cuda.Stream()
+        result = self._warm_up(step)
+        try:
+            self._graphs[key] = self._capture(step)
+        except Exception as exc:                     # noqa: BLE001 - any capture failure: decode eagerly instead
+            self.graphs, self._graphs = False, {}
+            self.fallback = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+        return result
+
+    @staticmethod
+    def _warm_up(step) -> torch.Tensor:
+        side = torch.cuda.Stream()                   # capture wants its warm-up on a side stream
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             result = step()
         torch.cuda.current_stream().wait_stream(side)
+        return result
+
+    @staticmethod
+    def _capture(step) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):                # records without running: the state is not advanced twice
             out = step()
-        self._graphs[key] = (graph, out)
-        return result
+        return graph, out
 
     def _prefill(self, input_ids: torch.Tensor, target: AttentionTarget):
         n = input_ids.shape[1]

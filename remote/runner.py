@@ -78,8 +78,16 @@ class Run:
         if self.graphed:     # sized once for every prompt: growing mid-run would re-capture inside a timing
             self.graphed.reserve(max(ids.shape[1] for ids in self.inputs), spec.decoding.max_new_tokens,
                                  "ddtree" if self.drafter else "ar", spec.decoding.tree_budget)
-        self.decode_path = "cuda_graph" if self.graphed else f"eager ({why_not})"
+        self._eager_because = why_not
         self.stop_ids = set() if spec.model.random else _stop_ids(self.model, self.tokenizer)
+
+    @property
+    def decode_path(self) -> str:
+        """`cuda_graph`, or `eager (why)`: graphs unsupported for this run, or a capture that failed."""
+        if self.graphed and self.graphed.graphs:
+            return "cuda_graph"
+        why = self._eager_because or f"graph capture failed: {self.graphed.fallback}"
+        return f"eager ({why})"
 
     def generate(self, method: str, index: int, max_new: int | None = None) -> Generation:
         timer = PhaseTimer(self.device)
@@ -231,6 +239,9 @@ def _run(spec: RunSpec, files: RunFiles, events: EventWriter) -> dict:
     methods = (["ar"] if d.baseline == "ar" or d.method == "ar" else []) + ([d.method] if d.method != "ar" else [])
     with open(files.outputs, "w", encoding="utf-8") as outputs:
         measured = run_methods(r, methods, events, outputs)     # method=ar: one AR pass serves as both
+    if r.decode_path != env["decode_path"]:
+        events.emit("warning", message=f"decode path changed during the run: {r.decode_path}")
+        env = environment(r)
     for method, (gens, peak) in measured.items():
         method_metrics = aggregate(gens, peak, (r.drafter.block_size - 1) if method != "ar" else 0)
         per_prompt += [{"method": method, "prompt_index": i, **prompt_metrics(g)} for i, g in enumerate(gens)]

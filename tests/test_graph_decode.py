@@ -72,3 +72,19 @@ def test_cuda_graph_replays_equal_eager_steps(method, budget):
             (lambda d: d.generate_spec(ids, 48, set(), timer, method, budget))
         assert run(graphed).tokens == run(eager).tokens
     assert graphed._graphs, "nothing was captured"
+
+
+def test_a_step_that_cannot_be_captured_turns_graphs_off(monkeypatch):
+    """The capture fails (as a forward that reads a device value would): the warm-up step's result stands, every
+    later step runs eagerly, the tokens are the eager loop's, and `fallback` says why."""
+    model, drafter, target = tiny_pair("wide", block_size=8)
+    decoder = GraphDecoder(model, drafter, drafter.target_layer_ids, graphs=True)
+    monkeypatch.setattr(decoder, "_warm_up", lambda step: step())           # no CUDA stream on this machine
+
+    def refuse(step):
+        raise RuntimeError("operation not permitted when stream is capturing\nmore detail")
+    monkeypatch.setattr(decoder, "_capture", refuse)
+    ids = prompts(model, 1, seed=2)[0]                   # a prompt whose continuation does not repeat one token
+    eager, static = _both(decoder, target, drafter, model, ids, 30, set(), "ddtree", 16)
+    assert not decoder.graphs and decoder.fallback == "RuntimeError: operation not permitted when stream is capturing"
+    assert static.tokens == eager.tokens and len(set(eager.tokens)) > 3
