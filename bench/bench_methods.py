@@ -8,10 +8,11 @@ One model load per temperature; every method decodes the same prompts with the s
 warm-up per method and budget (each budget is a new shape). `--stock-generate` adds transformers' own
 `generate` as a row, to keep our AR honest. Writes summary.csv and the sweep plots (same functions as the
 orchestrator's sweep summary) to --out; every row is printed as one JSON line and saved to rows.json as soon as
-it is measured (a run stopped at a time limit keeps them), and the last stdout line is compact JSON. `--profile DIR` adds, after the
-timed runs of the first temperature (so no reported time is taken under the profiler), a torch.profiler chrome
-trace and a key_averages table of --profile-gens generations per method (ar, dflash, ddtree at the budget with the
-best speedup), with the decode phases (draft, tree_build, verify, commit) as named ranges.
+it is measured (a run stopped at a time limit keeps them), and the last stdout line is compact JSON.
+`--profile DIR` adds, after the timed runs of the first temperature (so no reported time is taken under the
+profiler), a torch.profiler chrome trace and a key_averages table of --profile-gens generations per method (ar,
+dflash, ddtree at the budget with the best speedup, stock `generate`), with the decode phases (draft, tree_build,
+verify, commit) as named ranges.
 """
 from __future__ import annotations
 
@@ -196,7 +197,8 @@ def main(argv: list[str] | None = None) -> None:
             record(row("ddtree", budget, temperature, metrics, ar_metrics, gens, ar_gens))
         if args.ar_again:         # order effects (clocks, allocator, caches) show as a drift between the two AR rows
             gens, metrics = measure(run, "ar", 1)
-            record({**row("ar", None, temperature, metrics, ar_metrics, gens, ar_gens), "run": f"ar-again-T{temperature:g}",
+            again = row("ar", None, temperature, metrics, ar_metrics, gens, ar_gens)
+            record({**again, "run": f"ar-again-T{temperature:g}",
                     "speedup_vs_ar": ar_metrics["tpot_ms"] / metrics["tpot_ms"]})
         if args.profile and temperature == temperatures[0]:
             best = max((r for r in rows if r["method"] == "ddtree" and r["temperature"] == temperature),

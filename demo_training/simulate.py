@@ -10,7 +10,7 @@ drafter's output for each root position, so it can be replayed:
                       build the chain (`remote.tree.chain_tree`) or the tree (`remote.tree.build_tree`, budget b);
                       accepted a = depth of the deepest node on the path y[r+1], y[r+2], ... (the runner's `walk`
                       at T=0: a child is accepted iff it is the target's argmax);
-                      committed = min(a + 1, n - count) (bonus token included, capped like `Generation.extend`); r += a + 1
+                      committed = min(a + 1, n - count) (bonus included, capped like `Generation.extend`); r += a + 1
 
 with y ending at max_new_tokens or at its first stop token, inclusive. Drafts for all roots of a sequence come
 from one `block_forward` (the runtime drafter's math, tests/test_train_smoke.py), features from one teacher-forced

@@ -61,7 +61,8 @@ class LiveDisplay:
         elif kind == "warning":
             self.note(f"warning: {event.get('message')}", "yellow")
         elif kind == "start":
-            facts = {k: event.get(k) for k in ("device", "gpu_name", "dtype", "kernel_path", "decode_path") if event.get(k)}
+            keys = ("device", "gpu_name", "dtype", "kernel_path", "decode_path")
+            facts = {k: event.get(k) for k in keys if event.get(k)}
             self.note("runner started: " + ", ".join(f"{k}={v}" for k, v in facts.items()))
 
 

@@ -22,7 +22,7 @@ import torch
 
 from .attention_target import AttentionTarget
 from .backends import is_hybrid
-from .compat import cache_kwarg, input_device
+from .compat import input_device
 from . import decode
 from .decode import Generation, accept, accepted_tokens, draft
 from .drafter import DFlashDrafter
@@ -51,7 +51,7 @@ def graph_support(model, drafter: DFlashDrafter | None, device: torch.device, te
 class GraphDecoder:
     def __init__(self, model, drafter: DFlashDrafter | None, target_layer_ids: list[int] | None, graphs: bool):
         self.model, self.drafter, self.graphs = model, drafter, graphs
-        self.device, self._kw = input_device(model), cache_kwarg(model)
+        self.device = input_device(model)
         self.dtype = model.get_input_embeddings().weight.dtype
         # their forwards (logits, and drafter features for `featured`) run on this decoder's static cache
         self.featured, self.plain = AttentionTarget(model, target_layer_ids), AttentionTarget(model, None)
@@ -103,7 +103,7 @@ class GraphDecoder:
             self._graphs[key] = self._capture(step)
         except Exception as exc:                     # noqa: BLE001 - any capture failure: decode eagerly instead
             self.graphs, self._graphs = False, {}
-            self.fallback = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+            self.fallback = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"
         return result
 
     @staticmethod
@@ -156,7 +156,7 @@ class GraphDecoder:
         self.kv.slots = self.start.view(1)
         mask = visibility_mask((self._cols <= self.start)[None], self.dtype)
         out = self.model(input_ids=self.root.view(1, 1), position_ids=self.start.view(1, 1), attention_mask=mask,
-                         use_cache=True, **{self._kw: self.kv})
+                         use_cache=True, **{self.plain.cache_kw: self.kv})
         self.root.copy_(out.logits[0, -1:].argmax(dim=-1))
         self.history.index_copy_(0, self.count.view(1), self.root)
         self.count.add_(1)

@@ -239,8 +239,9 @@ def _conv_window_reference(parents: list[int], node: int, k: int) -> list[int]:
 
 @pytest.mark.parametrize("seed", range(6))
 def test_tree_layout_on_the_device_equals_the_host_walk(seed):
-    """Conv windows, the depth-major order, its per-depth slices and parent places of the device-built layout, on trees and forests, against a
-    host walk up the parents, for conv kernels shorter and longer than the tree is deep."""
+    """Conv windows, the depth-major order, its per-depth slices and parent places of the device-built layout,
+    on trees and forests, against a host walk up the parents, for conv kernels shorter and longer than the tree is
+    deep."""
     from remote.gdn_tree import TreeLayout
     from remote.tree import Ancestry
 
