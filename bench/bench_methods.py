@@ -49,13 +49,16 @@ def make_spec(args, temperature: float) -> RunSpec:
         model=ModelSpec(path=None if random else args.model, random=random, dtype=args.dtype),
         drafter=DrafterSpec(path=args.drafter, random=json.loads(args.random_drafter) if args.random_drafter else None),
         decoding=DecodingSpec(method="ddtree", max_new_tokens=args.max_new_tokens, temperature=temperature,
-                              warmup=1, cuda_graphs=not args.no_graphs),
+                              warmup=1, cuda_graphs=not args.no_graphs, compile_steps=args.compile),
         dataset=dataset,
     )
 
 
 def measure(run: Run, method: str, budget: int) -> tuple[list, dict]:
     run.spec.decoding.tree_budget = budget
+    if run.graphed:      # static caches as a run of this method and budget alone sizes them
+        run.graphed.reserve(max(ids.shape[1] for ids in run.inputs), run.spec.decoding.max_new_tokens, method,
+                            budget, exact=True)
     # A full-length warm-up: a short one leaves first-time costs of longer sequences (allocator growth, new
     # shapes) inside the first timed generations, which made the first method measured (AR) look 1.4-3x slower.
     run.generate(method, 0)
@@ -159,6 +162,7 @@ def main(argv: list[str] | None = None) -> None:
                    help="keep torch's SDPA off cuDNN (which builds an execution plan for every new sequence length)")
     p.add_argument("--ar-again", action="store_true", help="measure AR again after the other methods (drift check)")
     p.add_argument("--no-graphs", action="store_true", help="eager steps even where CUDA graphs are supported")
+    p.add_argument("--compile", action="store_true", help="torch.compile each graphed step (compile_steps=true)")
     p.add_argument("--out", default="bench_out")
     p.add_argument("--profile", help="directory for profiler traces and tables (after the timed runs)")
     p.add_argument("--profile-gens", type=int, default=2, help="generations per method under the profiler")

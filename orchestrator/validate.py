@@ -88,8 +88,9 @@ def validate(cfg: DictConfig) -> None:
     _int(cfg, "seed", 0)
     if cfg.get("num_prompts") is not None:
         _int(cfg, "num_prompts", 1)
-    if not isinstance(cfg.get("cuda_graphs", True), bool):
-        raise ConfigError("cuda_graphs", f"must be true or false, got {cfg.get('cuda_graphs')!r}")
+    for key in ("cuda_graphs", "compile_steps"):
+        if not isinstance(cfg.get(key, False), bool):
+            raise ConfigError(key, f"must be true or false, got {cfg.get(key)!r}")
     temperature = cfg.get("temperature")
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature < 0:
         raise ConfigError("temperature", f"must be a number >= 0, got {temperature!r}")

@@ -7,6 +7,7 @@ parent's state (the committed state for a node whose parent is the prefix). Node
 batched recurrent step, so the sequential steps per layer equal the tree depth, not its size (only the states of
 one depth are alive at a time); a chain runs as one sequence through the recurrent kernel (one call, not one per
 depth). Both return `NodeStates`, from which commit gets the state after the accepted path (`NodeStates.after`).
+`gdn_step` runs one token and updates the states in place (static addresses: a CUDA graph can replay it).
 
 All weights are the model's own: projections, conv1d, A_log, dt_bias, the gated norm and out_proj of the layer's
 transformers module (`Qwen3_5GatedDeltaNet`, `Qwen3NextGatedDeltaNet`, `Qwen3_5MoeGatedDeltaNet`). Only the
@@ -141,6 +142,25 @@ def gdn_sequence(gdn: torch.nn.Module, h: torch.Tensor, kernels: GdnKernels):
     return _output(gdn, core, z), conv_state, state.float()
 
 
+def _conv_window(gdn: torch.nn.Module, windows: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The depthwise conv of K-wide pre-conv windows [N, C, K], activated: [N, C] in `dtype`."""
+    weight = gdn.conv1d.weight                                                                # [C, 1, K]
+    out = torch.nn.functional.conv1d(windows.to(weight.dtype), weight, gdn.conv1d.bias, groups=weight.shape[0])
+    return activate(out, gdn.activation).to(dtype)[..., -1]
+
+
+def gdn_step(gdn: torch.nn.Module, h: torch.Tensor, conv_state: torch.Tensor, recurrent: torch.Tensor,
+             kernels: GdnKernels) -> torch.Tensor:
+    """One token after (conv_state [1, C, K], recurrent [1, HV, Dk, Dv]), both advanced in place.
+    h [1, 1, H] -> out [1, 1, H]."""
+    mixed, z, b, a = project(gdn, h)
+    conv_state.copy_(torch.cat([conv_state[..., 1:], mixed.transpose(1, 2).to(conv_state.dtype)], dim=-1))
+    q, k, v, g, beta = _qkv_gates(gdn, _conv_window(gdn, conv_state, mixed.dtype)[:, None], b, a)   # [1, 1, ...]
+    core, state = kernels.step(q, k, v, g, beta, recurrent)
+    recurrent.copy_(state)
+    return _output(gdn, core, z)
+
+
 def gdn_tree(gdn: torch.nn.Module, h: torch.Tensor, layout: TreeLayout, conv_state: torch.Tensor,
              recurrent: torch.Tensor, kernels: GdnKernels):
     """N tree nodes on top of the committed (conv_state [1, C, K], recurrent [1, HV, Dk, Dv]).
@@ -153,9 +173,7 @@ def gdn_tree(gdn: torch.nn.Module, h: torch.Tensor, layout: TreeLayout, conv_sta
     # depthwise conv once to all windows: windows [N, C, K] -> conv_out [N, C].
     bank = torch.cat([conv_state[0], mixed[0].transpose(0, 1).to(conv_state.dtype)], dim=-1)  # [C, K + N]
     windows = bank[:, layout.conv_index].permute(1, 0, 2).contiguous()                      # [N, C, K]
-    weight = gdn.conv1d.weight                                                                # [C, 1, K]
-    conv_out = torch.nn.functional.conv1d(windows.to(weight.dtype), weight, gdn.conv1d.bias, groups=weight.shape[0])
-    conv_out = activate(conv_out, gdn.activation).to(mixed.dtype)[..., -1]                  # [N, C]
+    conv_out = _conv_window(gdn, windows, mixed.dtype)                                       # [N, C]
     if layout.chain:        # one sequence: the recurrent kernel runs all of it in one call
         q, k, v, g, beta = _qkv_gates(gdn, conv_out[None], b, a)                              # [1, N, ...]
         core = kernels.step(q, k, v, g, beta, recurrent)[0]

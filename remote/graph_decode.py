@@ -13,8 +13,13 @@ same step functions run eagerly (the CPU tests compare them token for token with
 drafter context is absorbed during the prefill, so every step has the captured shape; a shape's first step runs
 eagerly: it is the warm-up before the capture. Caches grow (and captured graphs are dropped) when a generation
 needs more rows. `graph_support` says why a run cannot use it (None when it can): CUDA, one device, temperature
-0, full-attention target, bidirectional drafter; a step that fails to capture turns graphs off for the rest of the
-run (`fallback`). Timer phases: ttft and decode only (a replayed step has no inner boundaries).
+0, bidirectional drafter (`spec_graph_support`: a full-attention target, for the speculative steps); a step
+that fails to capture turns graphs off for the rest of the run (`fallback`). Timer phases: ttft and decode only (a replayed step has no inner boundaries).
+
+While a step is warmed up and captured, transformers' RMSNorms run as one fused kernel (remote.fused_norm); with
+`compiled=True` each step is also torch.compile'd first (inductor fuses the rest; a compile failure falls back to
+the plain step and `compile_failed` says why). Hybrid targets get `HybridARDecoder`: AR only (`speculative` is
+False), through HybridTarget's layer loop on reserved state; their DFlash / DDTree steps stay on the eager loop.
 """
 from __future__ import annotations
 
@@ -26,6 +31,8 @@ from .compat import input_device
 from . import decode
 from .decode import Generation, accept, accepted_tokens, draft
 from .drafter import DFlashDrafter
+from .fused_norm import fused_norms
+from .hybrid_target import Decode, HybridTarget
 from .static_cache import StaticDrafterKV, StaticKV, visibility_mask
 from .timing import PhaseTimer
 from .tree import Ancestry, argmax_chain, best_first_tree
@@ -37,8 +44,6 @@ def graph_support(model, drafter: DFlashDrafter | None, device: torch.device, te
         return "not on CUDA"
     if temperature > 0:
         return "temperature > 0 samples on the eager loop"
-    if is_hybrid(model):
-        return "hybrid (recurrent) target"
     if len({p.device for p in model.parameters()}) > 1:
         return "target split over devices"
     if any("sliding" in str(kind) for kind in getattr(model.config, "layer_types", None) or []):
@@ -48,15 +53,48 @@ def graph_support(model, drafter: DFlashDrafter | None, device: torch.device, te
     return None
 
 
+def spec_graph_support(model) -> str | None:
+    """None if speculative steps can be graphed too (`GraphDecoder`), else why only AR is (`HybridARDecoder`)."""
+    return "hybrid target: tree verify is not graphed" if is_hybrid(model) else None
+
+
+def graph_decoder(model, drafter: DFlashDrafter | None, target_layer_ids: list[int] | None,
+                  compiled: bool = False) -> "GraphDecoder":
+    """The graph decoder for a pair `graph_support` accepted."""
+    kind = HybridARDecoder if spec_graph_support(model) else GraphDecoder
+    return kind(model, drafter, target_layer_ids, compiled=compiled)
+
+
+def _first_line(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"
+
+
+def _compile_steps(decoder: "GraphDecoder") -> None:
+    """Put torch.compile'd steps on the instance (its class keeps the plain ones): inductor fuses a step's small
+    kernels (transformers' RMSNorm alone is six per call), then the fused step is captured as before. One compile
+    per (method, budget): the recompile limit is raised for sweeps over many budgets."""
+    config = torch._dynamo.config
+    for name in ("recompile_limit", "cache_size_limit"):
+        if hasattr(config, name):
+            setattr(config, name, max(getattr(config, name), 64))
+    decoder._ar_step = torch.compile(decoder._ar_step, dynamic=False)
+    decoder._spec_step = torch.compile(decoder._spec_step, dynamic=False)
+
+
 class GraphDecoder:
-    def __init__(self, model, drafter: DFlashDrafter | None, target_layer_ids: list[int] | None, graphs: bool):
+    speculative = True           # also decodes `generate_spec` (HybridARDecoder: AR only)
+
+    def __init__(self, model, drafter: DFlashDrafter | None, target_layer_ids: list[int] | None,
+                 graphs: bool = True, compiled: bool = False):
         self.model, self.drafter, self.graphs = model, drafter, graphs
         self.device = input_device(model)
         self.dtype = model.get_input_embeddings().weight.dtype
-        # their forwards (logits, and drafter features for `featured`) run on this decoder's static cache
-        self.featured, self.plain = AttentionTarget(model, target_layer_ids), AttentionTarget(model, None)
+        self._targets(target_layer_ids)
         self.capacity = 0
         self.fallback: str | None = None             # why graphs were turned off mid-run, if they were
+        self.compiled, self.compile_failed = compiled, None
+        if compiled:
+            _compile_steps(self)
         self._graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         as_long = dict(dtype=torch.long, device=self.device)
         self.start = torch.zeros((), **as_long)          # committed length: the position of `root`
@@ -64,17 +102,27 @@ class GraphDecoder:
         self.count = torch.zeros((), **as_long)          # AR: tokens decoded after the first
         self.context_rows = torch.zeros((), **as_long)   # speculative: real rows of `context`
 
-    def reserve(self, prompt_len: int, max_new: int, method: str, budget: int) -> None:
-        """Caches for a generation of this size; growing them drops the graphs captured on the old ones."""
+    def _targets(self, target_layer_ids: list[int] | None) -> None:
+        # their forwards (logits, and drafter features for `featured`) run on this decoder's static cache
+        self.featured, self.plain = AttentionTarget(self.model, target_layer_ids), AttentionTarget(self.model, None)
+
+    def reserve(self, prompt_len: int, max_new: int, method: str, budget: int, exact: bool = False) -> None:
+        """Caches for a generation of this size; growing them drops the graphs captured on the old ones. `exact`:
+        exactly this size, also smaller (attention runs over every row, so a cache sized for a larger budget slows
+        a smaller one down; bench/bench_methods.py sizes them per budget)."""
         rows = prompt_len + max_new + 2 * self._width(method, budget)
-        if rows <= self.capacity:
+        if rows == self.capacity or (rows < self.capacity and not exact):
             return
-        self.capacity = max(rows, 2 * self.capacity)
+        self.capacity = rows if exact else max(rows, 2 * self.capacity)
         self._graphs.clear()
-        self.kv = StaticKV(self.model, self.capacity)
-        self.featured.cache = self.plain.cache = self.kv
         self._cols = torch.arange(self.capacity, device=self.device)
         self.history = torch.zeros(self.capacity, dtype=torch.long, device=self.device)
+        self._allocate()
+
+    def _allocate(self) -> None:
+        """The static caches of `capacity` rows."""
+        self.kv = StaticKV(self.model, self.capacity)
+        self.featured.cache = self.plain.cache = self.kv
         if self.drafter is not None:
             attn, weight = self.drafter.layers[0].self_attn, self.drafter.fc.weight
             self.dkv = StaticDrafterKV(len(self.drafter.layers), attn.num_kv, attn.head_dim, self.capacity,
@@ -98,12 +146,20 @@ class GraphDecoder:
             graph, out = self._graphs[key]
             graph.replay()
             return out
-        result = self._warm_up(step)
-        try:
-            self._graphs[key] = self._capture(step)
-        except Exception as exc:                     # noqa: BLE001 - any capture failure: decode eagerly instead
-            self.graphs, self._graphs = False, {}
-            self.fallback = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"
+        with fused_norms(self.model, self.drafter):  # the captured step keeps the fused norm kernels
+            try:
+                result = self._warm_up(step)
+            except Exception as exc:                 # noqa: BLE001 - a compile failure: the plain step instead
+                if not self.compiled:
+                    raise
+                self.compiled, self.compile_failed = False, _first_line(exc)
+                del self._ar_step, self._spec_step   # the class's own, uncompiled
+                result = self._warm_up(step)
+            try:
+                self._graphs[key] = self._capture(step)
+            except Exception as exc:                 # noqa: BLE001 - any capture failure: decode eagerly instead
+                self.graphs, self._graphs = False, {}
+                self.fallback = _first_line(exc)
         return result
 
     @staticmethod
@@ -122,7 +178,9 @@ class GraphDecoder:
             out = step()
         return graph, out
 
-    def _prefill(self, input_ids: torch.Tensor, target: AttentionTarget):
+    def _prefill(self, input_ids: torch.Tensor, featured: bool = False):
+        """Run the prompt; `featured`: with the drafter's features (speculative methods)."""
+        target = self.featured if featured else self.plain
         n = input_ids.shape[1]
         rows = torch.arange(n, device=self.device)
         self.kv.slots = rows
@@ -137,7 +195,7 @@ class GraphDecoder:
         gen = Generation(prompt_len=input_ids.shape[1])
         self.reserve(input_ids.shape[1], max_new, "ar", 0)
         with timer.phase("ttft"):
-            self._prefill(input_ids, self.plain)
+            self._prefill(input_ids)
             done = gen.extend(decode.to_host(self.root), max_new, stop_ids)
         self.count.zero_()
         with timer.phase("decode"):
@@ -145,7 +203,7 @@ class GraphDecoder:
             while not done:
                 queued = len(gen.tokens) + unread < max_new
                 if queued:
-                    self._replay(("ar",), self._ar_step)
+                    self._replay(("ar",), lambda: self._ar_step())
                 if unread:
                     index = len(gen.tokens) - 1          # history[i] is the token after gen.tokens[i]
                     done = gen.extend(decode.to_host(self.history[index:index + 1]), max_new, stop_ids)
@@ -157,7 +215,11 @@ class GraphDecoder:
         mask = visibility_mask((self._cols <= self.start)[None], self.dtype)
         out = self.model(input_ids=self.root.view(1, 1), position_ids=self.start.view(1, 1), attention_mask=mask,
                          use_cache=True, **{self.plain.cache_kw: self.kv})
-        self.root.copy_(out.logits[0, -1:].argmax(dim=-1))
+        return self._advance(out.logits[0, -1:])
+
+    def _advance(self, logits: torch.Tensor) -> torch.Tensor:
+        """AR bookkeeping after a token's logits [1, V]: its argmax is the next root and goes into `history`."""
+        self.root.copy_(logits.argmax(dim=-1))
         self.history.index_copy_(0, self.count.view(1), self.root)
         self.count.add_(1)
         self.start.add_(1)
@@ -201,7 +263,7 @@ class GraphDecoder:
         width, length = self._width(method, budget), input_ids.shape[1]
         self.reserve(length, max_new, method, budget)
         with timer.phase("ttft"):
-            verified = self._prefill(input_ids, self.featured)
+            verified = self._prefill(input_ids, featured=True)
             self._absorb(verified.features)
             done = gen.extend(decode.to_host(self.root), max_new, stop_ids)
         with timer.phase("decode"):
@@ -214,3 +276,29 @@ class GraphDecoder:
                 done = gen.extend_step(tokens, max_new, stop_ids)
                 length += len(tokens)
         return gen
+
+
+class HybridARDecoder(GraphDecoder):
+    """AR on a hybrid (Gated DeltaNet + attention) target, one captured step per token: `HybridTarget`'s own layer
+    loop on reserved state (K/V rows, conv and recurrent states updated in place). Speculative steps on hybrids
+    stay on the eager loop: a tree verify batches the nodes of each depth, whose counts the host must know."""
+
+    speculative = False
+
+    def _targets(self, target_layer_ids: list[int] | None) -> None:
+        self.target = HybridTarget(self.model, None)
+
+    def _width(self, method: str, budget: int) -> int:
+        return 1
+
+    def _allocate(self) -> None:
+        self.target.reserve(self.capacity)
+
+    def _prefill(self, input_ids: torch.Tensor, featured: bool = False):
+        verified = self.target.prefill(input_ids)
+        self.start.fill_(input_ids.shape[1])
+        self.root.copy_(verified.logits[-1:].argmax(dim=-1))
+        return verified
+
+    def _ar_step(self) -> torch.Tensor:
+        return self._advance(self.target.decode(self.root, Decode(self.start, self._cols <= self.start)))

@@ -20,6 +20,10 @@ Cost: the recurrence takes one batched step per tree depth and GDN layer (a chai
 states of one depth at a time (HV x Dk x Dv float32 per node: 3 MiB per node and layer at Qwen3.6-27B widths) and
 commit recomputes the accepted node's state from the committed one over the accepted path, in one call per layer.
 
+AR on reserved state (remote.graph_decode.HybridARDecoder): after `reserve(capacity)` every state keeps its storage
+(prefills and commits copy into it) and `decode(token, Decode(start, visible))` runs one token at a device-side
+position with no host value, so the step can be captured as a CUDA graph once and replayed for every token.
+
 Features are the outputs of decoder layers `target_layer_ids` (0-based), i.e. HF `hidden_states[layer_id + 1]`
 (for the last layer that is the final-norm output, as in HF). Logits are float32.
 Non-goals: batch > 1; prompts with images or video (the multimodal model is driven as a text decoder, so positions
@@ -29,12 +33,13 @@ that layer's device).
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 from .errors import SpecError
-from .gdn_tree import TreeLayout, gdn_sequence, gdn_tree
+from .gdn_tree import TreeLayout, gdn_sequence, gdn_step, gdn_tree
 from .kernels import select_gdn_kernels
 from .target import Target, Verified
 from .tree import Ancestry
@@ -64,10 +69,14 @@ def check_transformers_version(version: str | None = None) -> None:
 class _KV:
     """One full-attention layer's K/V, written by position. keys/values [1, Hkv, capacity, D]."""
 
-    def __init__(self, like: torch.Tensor, capacity: int):
-        shape = (1, like.shape[1], capacity, like.shape[-1])
-        self.keys = like.new_zeros(shape)
-        self.values = like.new_zeros(shape)
+    def __init__(self, heads: int, head_dim: int, capacity: int, dtype: torch.dtype, device: torch.device):
+        self.keys = torch.zeros(1, heads, capacity, head_dim, dtype=dtype, device=device)
+        self.values = torch.zeros_like(self.keys)
+
+    @classmethod
+    def for_layer(cls, attn: torch.nn.Module, capacity: int) -> "_KV":
+        weight = attn.k_proj.weight
+        return cls(weight.shape[0] // attn.head_dim, attn.head_dim, capacity, weight.dtype, weight.device)
 
     def write(self, start: int, k: torch.Tensor, v: torch.Tensor) -> None:
         end = start + k.shape[2]
@@ -78,10 +87,24 @@ class _KV:
         self.keys[:, :, start:end] = k
         self.values[:, :, start:end] = v
 
+    def put(self, slot: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Write one token's K/V at the device position `slot` [1] (no host value: graph-capturable)."""
+        self.keys.index_copy_(2, slot, k)
+        self.values.index_copy_(2, slot, v)
+
     def compact(self, start: int, rows: torch.Tensor) -> None:
         """Move the tree rows `rows` (offsets from `start`) to start, start+1, ... (index_select copies first)."""
         self.keys[:, :, start:start + len(rows)] = self.keys[:, :, start:].index_select(2, rows)
         self.values[:, :, start:start + len(rows)] = self.values[:, :, start:].index_select(2, rows)
+
+
+@dataclass
+class Decode:
+    """One AR token on reserved state (`HybridTarget.reserve`): its position `start` ([] long) and which cache rows
+    it sees (`visible` [capacity] bool), both on the device."""
+
+    start: torch.Tensor
+    visible: torch.Tensor
 
 
 class HybridTarget(Target):
@@ -119,15 +142,35 @@ class HybridTarget(Target):
         first = self.decoder.layers[gdn_layers[0]]
         self.kernels = select_gdn_kernels(first.linear_attn, first.linear_attn.A_log.device, kernels)
         self.kernel_path = self.kernels.path
+        self.capacity = 0                               # reserved K/V rows (0: grown on demand)
         self._reset()
 
     # ---- state -----------------------------------------------------------------------------------------------
     def _reset(self) -> None:
         self._len = 0
+        self._pending = None                            # (Ancestry, {layer: NodeStates}) of the last verify
+        if self.capacity:                               # reserved: every state keeps its storage (`reserve`)
+            return
         self._kv: dict[int, _KV] = {}
         self._conv: dict[int, torch.Tensor] = {}        # layer -> [1, C, K]
         self._rec: dict[int, torch.Tensor] = {}         # layer -> [1, HV, Dk, Dv] float32
-        self._pending = None                            # (Ancestry, {layer: NodeStates}) of the last verify
+
+    def reserve(self, capacity: int) -> None:
+        """Fix the storage of every state from now on: K/V of `capacity` rows, and GDN states that later prompts
+        and commits overwrite in place, so that a captured `decode` step stays valid (remote.graph_decode)."""
+        self.capacity = capacity
+        layers = enumerate(self.decoder.layers[: len(self.layer_types)])
+        self._kv = {i: _KV.for_layer(layer.self_attn, capacity) for i, layer in layers
+                    if self.layer_types[i] != "linear_attention"}
+        self._conv, self._rec = {}, {}
+
+    def _install(self, layer: int, conv: torch.Tensor, recurrent: torch.Tensor) -> None:
+        """Make (conv, recurrent) the committed state of GDN `layer`: in place once reserved."""
+        if self.capacity and layer in self._conv:
+            self._conv[layer].copy_(conv)
+            self._rec[layer].copy_(recurrent)
+        else:
+            self._conv[layer], self._rec[layer] = conv, recurrent
 
     @property
     def length(self) -> int:
@@ -194,8 +237,15 @@ class HybridTarget(Target):
             if path.shape[0] > 1:                            # the root alone is already in place
                 kv.compact(self._len, path.to(kv.keys.device))
         for layer, states in node_states.items():
-            self._conv[layer], self._rec[layer] = states.after(path.to(states.conv.device))
+            self._install(layer, *states.after(path.to(states.conv.device)))
         self._len += path.shape[0]
+
+    @torch.inference_mode()
+    def decode(self, token: torch.Tensor, step: Decode) -> torch.Tensor:
+        """Logits [1, V] of one token ([1], on the device) at `step.start`, advancing the committed state in place
+        without a host value (capture-safe). Needs `reserve`; the caller keeps its own length."""
+        hidden, _ = self._forward(token.view(1, 1), step.start.view(1), tree=step)
+        return self._logits(hidden)
 
     # ---- the layer loop --------------------------------------------------------------------------------------
     def _conv_kernel(self) -> int:
@@ -233,8 +283,11 @@ class HybridTarget(Target):
 
     def _gdn(self, i: int, gdn: torch.nn.Module, h: torch.Tensor, tree) -> torch.Tensor:
         if tree is None:
-            out, self._conv[i], self._rec[i] = gdn_sequence(gdn, h, self.kernels)
+            out, conv, recurrent = gdn_sequence(gdn, h, self.kernels)
+            self._install(i, conv, recurrent)
             return out
+        if isinstance(tree, Decode):
+            return gdn_step(gdn, h, self._conv[i], self._rec[i], self.kernels)
         layout, node_states = tree
         out, node_states[i] = gdn_tree(gdn, h, layout.to(h.device), self._conv[i], self._rec[i], self.kernels)
         return out
@@ -249,8 +302,13 @@ class HybridTarget(Target):
         v = attn.v_proj(h).view(1, t, -1, d).transpose(1, 2)
         q, k = self._rotary_fn(q, k, *rope)                                           # partial rotary handled there
         if i not in self._kv:
-            self._kv[i] = _KV(k, capacity=max(2 * (self._len + t), 256))
+            self._kv[i] = _KV.for_layer(attn, capacity=max(2 * (self._len + t), 256))
         kv = self._kv[i]
+        if isinstance(tree, Decode):        # all reserved rows, masked to the committed ones and this token
+            kv.put(tree.start.view(1), k, v)
+            o = F.scaled_dot_product_attention(q, kv.keys, kv.values, attn_mask=tree.visible[None, None, None],
+                                               scale=attn.scaling, enable_gqa=True)
+            return attn.o_proj(o.transpose(1, 2).reshape(1, t, -1) * torch.sigmoid(gate))
         kv.write(self._len, k, v)
         keys, values = kv.keys[:, :, : self._len + t], kv.values[:, :, : self._len + t]
         if tree is None:

@@ -27,7 +27,7 @@ from .drafter_io import check_pair
 from .errors import SpecError
 from .events import EventWriter, write_json_atomic
 from .files import RunFiles
-from .graph_decode import GraphDecoder, graph_support
+from .graph_decode import graph_decoder, graph_support, spec_graph_support
 from .kernels import torch_gdn_path
 from .loading import load_drafter_for, load_target, load_tokenizer, pick_device
 from .metrics import DEFINITIONS, aggregate, compare, first_divergence, prompt_metrics
@@ -73,21 +73,30 @@ class Run:
         self.target = build_target(self.model, self.drafter.target_layer_ids) if self.drafter else None
         why_not = graph_support(self.model, self.drafter, self.device, spec.decoding.temperature) \
             if spec.decoding.cuda_graphs else "cuda_graphs=false"
-        self.graphed = None if why_not else GraphDecoder(
-            self.model, self.drafter, self.drafter.target_layer_ids if self.drafter else None, graphs=True)
+        self.graphed = None if why_not else graph_decoder(
+            self.model, self.drafter, self.drafter.target_layer_ids if self.drafter else None,
+            compiled=spec.decoding.compile_steps)
         if self.graphed:     # sized once for every prompt: growing mid-run would re-capture inside a timing
             self.graphed.reserve(max(ids.shape[1] for ids in self.inputs), spec.decoding.max_new_tokens,
                                  "ddtree" if self.drafter else "ar", spec.decoding.tree_budget)
         self._eager_because = why_not
+        # AR-only graphs (hybrids): the method's steps stay eager, and decode_path says so
+        self._spec_eager_because = why_not or (spec_graph_support(self.model) if self.drafter else None)
         self.stop_ids = set() if spec.model.random else _stop_ids(self.model, self.tokenizer)
 
     @property
     def decode_path(self) -> str:
-        """`cuda_graph`, or `eager (why)`: graphs unsupported for this run, or a capture that failed."""
-        if self.graphed and self.graphed.graphs:
-            return "cuda_graph"
-        why = self._eager_because or f"graph capture failed: {self.graphed.fallback}"
-        return f"eager ({why})"
+        """`cuda_graph` (`cuda_graph+compile` with compile_steps), or `eager (why)`: graphs unsupported for this
+        run, or a capture that failed; with AR-only graphs (hybrid targets) `cuda_graph for ar; eager for <method>
+        (why)`; a failed compile is named in parentheses."""
+        if not (self.graphed and self.graphed.graphs):
+            return f"eager ({self._eager_because or f'graph capture failed: {self.graphed.fallback}'})"
+        path = "cuda_graph+compile" if self.graphed.compiled else "cuda_graph"
+        if self._spec_eager_because:
+            path = f"{path} for ar; eager for {self.spec.decoding.method} ({self._spec_eager_because})"
+        if self.graphed.compile_failed:
+            path += f" (torch.compile failed: {self.graphed.compile_failed})"
+        return path
 
     def generate(self, method: str, index: int, max_new: int | None = None) -> Generation:
         timer = PhaseTimer(self.device)
@@ -103,7 +112,7 @@ class Run:
         d = self.spec.decoding
         if self.graphed and method == "ar":
             return self.graphed.generate_ar(ids, max_new, self.stop_ids, timer)
-        if self.graphed:
+        if self.graphed and self.graphed.speculative:
             return self.graphed.generate_spec(ids, max_new, self.stop_ids, timer, method, d.tree_budget)
         if method == "ar":
             return generate_ar(self.model, ids, max_new, d.temperature, generator, self.stop_ids, timer)

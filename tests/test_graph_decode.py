@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from remote.decode import generate_ar, generate_spec
-from remote.graph_decode import GraphDecoder, graph_support
+from remote.fused_norm import fused_norms
+from remote.graph_decode import GraphDecoder, HybridARDecoder, graph_support
 from remote.timing import PhaseTimer
 from tests.runner_fixtures import prompts, tiny_drafter, tiny_model, tiny_pair
 
@@ -88,3 +89,60 @@ def test_a_step_that_cannot_be_captured_turns_graphs_off(monkeypatch):
     eager, static = _both(decoder, target, drafter, model, ids, 30, set(), "ddtree", 16)
     assert not decoder.graphs and decoder.fallback == "RuntimeError: operation not permitted when stream is capturing"
     assert static.tokens == eager.tokens and len(set(eager.tokens)) > 3
+
+
+@pytest.mark.parametrize("shape", ["3to1", "1to1"])
+def test_hybrid_ar_steps_equal_the_model_own_decoding(shape):
+    """HybridARDecoder's step (HybridTarget's layer loop on reserved state, updated in place) gives the tokens of
+    the model's own cached forward, also when prompts of several lengths reuse the same reserved state."""
+    from tests.test_hybrid_lossless import tiny_hybrid_pair
+
+    model, _, _ = tiny_hybrid_pair(shape)
+    decoder = HybridARDecoder(model, None, None, graphs=False)
+    decoder.reserve(12, 40, "ar", 0)
+    g = torch.Generator().manual_seed(3)
+    storage = None
+    for length in (2, 9, 5):                      # shorter and longer than the conv kernel
+        ids = torch.randint(0, model.config.vocab_size - 1, (1, length), generator=g)
+        timer = PhaseTimer(ids.device)
+        eager = generate_ar(model, ids, 40, 0.0, None, set(), timer).tokens
+        assert decoder.generate_ar(ids, 40, set(), timer).tokens == eager
+        assert len(set(eager)) > 2
+        state = decoder.target
+        now = [t.data_ptr() for t in (*state._conv.values(), *state._rec.values(),
+                                      *(kv.keys for kv in state._kv.values()))]
+        assert storage in (None, now), "a captured step would read state from storage a new prompt replaced"
+        storage = now
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+def test_hybrid_ar_graph_replays_equal_eager_steps():
+    from tests.test_hybrid_lossless import tiny_hybrid_pair
+
+    model = tiny_hybrid_pair("3to1")[0].cuda()
+    eager, graphed = HybridARDecoder(model, None, None, graphs=False), HybridARDecoder(model, None, None)
+    for ids in prompts(model, 3, seed=5):
+        ids = ids.cuda() % (model.config.vocab_size - 1)
+        timer = PhaseTimer(ids.device)
+        assert graphed.generate_ar(ids, 40, set(), timer).tokens == eager.generate_ar(ids, 40, set(), timer).tokens
+    assert graphed._graphs and graphed.graphs, graphed.fallback
+
+
+def test_fused_norms_compute_the_model_norms_and_are_undone():
+    model, drafter, _ = tiny_pair("wide", block_size=8)
+    ids = prompts(model, 1, seed=6)[0]
+
+    def forward():
+        with torch.profiler.profile() as prof:
+            logits = model(ids).logits
+        return logits, sum(e.count for e in prof.key_averages() if e.key == "aten::rms_norm")
+
+    with torch.inference_mode():
+        plain, plain_calls = forward()
+        with fused_norms(model, drafter) as count:
+            fused, fused_calls = forward()
+        again, again_calls = forward()
+    per_layer = 4                                  # input, post-attention, q and k norms
+    assert count == per_layer * (len(model.model.layers) + len(drafter.layers)) + 1 + 2   # + final, drafter's 2
+    assert fused_calls == per_layer * len(model.model.layers) + 1 and plain_calls == again_calls == 0
+    assert (fused - plain).abs().max() < 1e-5 and torch.equal(again, plain)

@@ -1,0 +1,161 @@
+"""Micro-benchmarks of the building blocks of one decoding step, each timed inside a CUDA graph (as the runner's
+graph decoder replays them), to choose how a step computes them.
+
+    python bench/bench_kernels.py --preset demo-qwen3 --caps 1024,2048 --out kernels.json
+    python bench/bench_kernels.py --preset qwen3-8b --caps 2048
+
+What is timed (microseconds per call: --calls calls captured in one graph, median of --repeats replays):
+- `attention/<variant>` for queries Q (1 = AR, 16 = drafter block, 17/65/129/257 = verify) over a static cache of
+  C rows with an additive [Q, C] mask, shaped as the preset's attention layers:
+    repeat-<backend>   transformers' SDPA path with a mask: K/V repeated to every query head, then SDPA
+    packed-<backend>   the query heads of one K/V head stacked along the query axis (one K/V read, no copy)
+  with <backend> default (torch's choice), cudnn, efficient or math.
+- `norm/<variant>` over [Q, hidden]: transformers' Qwen3RMSNorm (six kernels) vs F.rms_norm.
+- `select/<variant>`: one level of the best-first tree build (remote.tree): top-`budget` of the candidate scores,
+  torch.topk vs a stable descending sort.
+The last stdout line is compact JSON; --out writes the rows.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch  # noqa: E402
+from torch.nn import functional as F  # noqa: E402
+from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
+from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm  # noqa: E402
+
+from remote.tree import _plan  # noqa: E402
+
+SHAPES = {   # (query heads, K/V heads, head dim, hidden size)
+    "demo-qwen3": (4, 2, 64, 256),
+    "qwen3-8b": (32, 8, 128, 4096),
+    "qwen3.6-27b": (24, 4, 256, 5120),
+}
+BACKENDS = {"default": None, "cudnn": SDPBackend.CUDNN_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
+            "math": SDPBackend.MATH}
+
+
+def graph_us(fn, calls: int, repeats: int) -> float | None:
+    """Median microseconds per call of `fn` replayed in a CUDA graph of `calls` calls; None if it cannot run."""
+    try:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            fn()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(calls):
+                fn()
+    except RuntimeError:
+        return None
+    graph.replay()
+    times = []
+    for _ in range(repeats):
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(begin.elapsed_time(end) * 1000 / calls)
+    return statistics.median(times)
+
+
+def attention_fns(heads: int, kv_heads: int, dim: int, q: int, cap: int, backend) -> dict:
+    groups = heads // kv_heads
+    query = torch.randn(1, heads, q, dim, device="cuda", dtype=torch.bfloat16)
+    key, value = (torch.randn(1, kv_heads, cap, dim, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    visible = torch.rand(q, cap, device="cuda") < 0.6
+    visible[:, 0] = True
+    mask = torch.zeros(q, cap, device="cuda", dtype=torch.bfloat16).masked_fill_(~visible, -3e38)[None, None]
+
+    def repeat():
+        k = key[:, :, None].expand(1, kv_heads, groups, cap, dim).reshape(1, heads, cap, dim)
+        v = value[:, :, None].expand(1, kv_heads, groups, cap, dim).reshape(1, heads, cap, dim)
+        with sdpa_kernel(backend) if backend else _null():
+            return F.scaled_dot_product_attention(query, k, v, attn_mask=mask)
+
+    def packed():
+        stacked = query.view(1, kv_heads, groups * q, dim)
+        tiled = mask.expand(1, groups, q, cap).reshape(1, 1, groups * q, cap)
+        with sdpa_kernel(backend) if backend else _null():
+            out = F.scaled_dot_product_attention(stacked, key, value, attn_mask=tiled)
+        return out.view(1, heads, q, dim)
+
+    return {"repeat": repeat, "packed": packed}
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def norm_fns(hidden: int, q: int) -> dict:
+    module = Qwen3RMSNorm(hidden, eps=1e-6).to("cuda", torch.bfloat16)
+    x = torch.randn(1, q, hidden, device="cuda", dtype=torch.bfloat16)
+    return {"qwen3": lambda: module(x),
+            "rms_norm": lambda: F.rms_norm(x, (hidden,), module.weight, module.variance_epsilon)}
+
+
+def select_fns(budget: int) -> dict:
+    plan = _plan(15, budget, budget, torch.device("cuda"))
+    scores = torch.randn(plan.parent.shape[0], device="cuda")
+    return {"topk": lambda: torch.topk(scores, budget),
+            "sort": lambda: torch.sort(scores, descending=True, stable=True)[0][:budget]}
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--preset", default="demo-qwen3", choices=sorted(SHAPES))
+    p.add_argument("--caps", default="1024,2048", help="static cache rows, comma-separated")
+    p.add_argument("--queries", default="1,16,17,65,129,257")
+    p.add_argument("--budgets", default="16,64,128,256,512")
+    p.add_argument("--calls", type=int, default=20)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--out")
+    args = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        raise SystemExit("bench_kernels needs a CUDA device")
+    heads, kv_heads, dim, hidden = SHAPES[args.preset]
+    rows = []
+
+    def record(kind: str, variant: str, us: float | None, **shape):
+        rows.append({"kind": kind, "variant": variant, "us": us, **shape})
+        print(f"{kind:10s} {variant:18s} {json.dumps(shape):34s} {'-' if us is None else f'{us:8.2f}'}", flush=True)
+
+    with torch.inference_mode():
+        for cap in map(int, args.caps.split(",")):
+            for q in map(int, args.queries.split(",")):
+                for name, backend in BACKENDS.items():
+                    for layout, fn in attention_fns(heads, kv_heads, dim, q, cap, backend).items():
+                        record("attention", f"{layout}-{name}", graph_us(fn, args.calls, args.repeats), q=q, cap=cap)
+        for q in map(int, args.queries.split(",")):
+            for name, fn in norm_fns(hidden, q).items():
+                record("norm", name, graph_us(fn, args.calls, args.repeats), q=q)
+        for budget in map(int, args.budgets.split(",")):
+            for name, fn in select_fns(budget).items():
+                record("select", name, graph_us(fn, args.calls, args.repeats), budget=budget)
+    meta = {"preset": args.preset, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
+    if args.out:
+        Path(args.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    best = {}
+    for row in rows:
+        if row["kind"] == "attention" and row["us"] is not None:
+            key = f"q{row['q']}-c{row['cap']}"
+            if key not in best or row["us"] < best[key][1]:
+                best[key] = (row["variant"], round(row["us"], 2))
+    print(json.dumps({"meta": meta, "fastest_attention": best}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
