@@ -68,6 +68,20 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
     return x * cos.unsqueeze(1) + rotate_half(x) * sin.unsqueeze(1)
 
 
+def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+                      scale: float) -> torch.Tensor:
+    """SDPA with fewer K/V heads than query heads, without repeating K/V (a copy of the whole context per layer):
+    the query heads that share a K/V head are stacked along the query axis, and a per-query mask with them.
+    q [1, Hq, Q, D], k / v [1, Hkv, K, D], mask None or bool [Q or 1, K] -> [1, Hq, Q, D]."""
+    _, heads, q_len, dim = q.shape
+    groups = heads // k.shape[1]
+    if mask is not None and mask.shape[0] > 1:
+        mask = mask.repeat(groups, 1)                                  # row g * Q + i: query i of group member g
+    out = F.scaled_dot_product_attention(q.reshape(1, k.shape[1], groups * q_len, dim), k, v, attn_mask=mask,
+                                         scale=scale)
+    return out.view(1, heads, q_len, dim)
+
+
 class DrafterAttention(nn.Module):
     def __init__(self, config, layer_idx: int):
         super().__init__()
@@ -115,17 +129,15 @@ class DrafterAttention(nn.Module):
         k_ctx, v_ctx = cache.extend(self.layer_idx, k[:, :, :c_len], v[:, :, :c_len])
         k = torch.cat([k_ctx, k[:, :, c_len:]], dim=2)                                     # [1, Hkv, P+Q, D]
         v = torch.cat([v_ctx, v[:, :, c_len:]], dim=2)
-        groups = self.num_heads // self.num_kv
-        k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
         # The cache holds every position from 0 (decode.draft checks the context is contiguous with it), so the
         # keys sit at 0 .. P+Q-1; reading positions[0] instead would cost a host sync per layer.
         k_pos = torch.arange(k.shape[2], device=x.device)
-        mask = self._mask(positions[c_len:], k_pos)
+        mask = self._mask(positions[c_len:], k_pos)                    # None, or [Q, P+Q] bool
         context = cache.context_mask()                                 # None, or [P] bool for a static cache
         if context is not None:
             # static caches serve bidirectional drafters only (graph_decode checks), so `mask` is None here
-            mask = torch.cat([context, context.new_ones(q_len)])[None].expand(q_len, -1)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.head_dim ** -0.5)
+            mask = torch.cat([context, context.new_ones(q_len)])[None]                   # [1, P+Q]: every query
+        out = grouped_attention(q, k, v, mask, self.head_dim ** -0.5)
         return self.o_proj(out.transpose(1, 2).reshape(1, q_len, -1))
 
 

@@ -16,7 +16,7 @@ import torch
 
 
 def _zeros(layers: int, heads: int, capacity: int, head_dim: int, dtype, device) -> list[torch.Tensor]:
-    return [torch.zeros(1, heads, capacity, head_dim, dtype=dtype, device=device) for _ in range(layers)]
+    return list(torch.zeros(layers, 1, heads, capacity, head_dim, dtype=dtype, device=device))
 
 
 def visibility_mask(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -29,10 +29,12 @@ class StaticKV:
     def __init__(self, model: torch.nn.Module, capacity: int):
         config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-        weight = model.get_input_embeddings().weight
-        args = (config.num_key_value_heads, capacity, head_dim, weight.dtype, weight.device)
-        self.keys = _zeros(config.num_hidden_layers, *args)
-        self.values = _zeros(config.num_hidden_layers, *args)
+        weight, layers = model.get_input_embeddings().weight, config.num_hidden_layers
+        # keys, then values, of every layer in one tensor: a commit moves the accepted rows of all in two kernels
+        self.store = torch.zeros(2 * layers, config.num_key_value_heads, capacity, head_dim, dtype=weight.dtype,
+                                 device=weight.device)
+        self.keys = list(self.store[:layers, None])          # per layer [1, Hkv, capacity, D], views of `store`
+        self.values = list(self.store[layers:, None])
         self.capacity = capacity
         self.slots: torch.Tensor | None = None
 
@@ -46,9 +48,7 @@ class StaticKV:
 
     def compact(self, start: torch.Tensor, path: torch.Tensor) -> None:
         rows = start + torch.arange(path.shape[0], device=path.device)
-        source = start + path
-        for cache in (*self.keys, *self.values):
-            cache.index_copy_(2, rows, cache.index_select(2, source))
+        self.store.index_copy_(2, rows, self.store.index_select(2, start + path))
 
 
 class StaticDrafterKV:
