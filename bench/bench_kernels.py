@@ -12,7 +12,7 @@ What is timed (microseconds per call: --calls calls captured in one graph, media
   with <backend> default (torch's choice), cudnn, efficient or math.
 - `norm/<variant>` over [Q, hidden]: transformers' Qwen3RMSNorm (six kernels) vs F.rms_norm.
 - `select/<variant>`: one level of the best-first tree build (remote.tree): top-`budget` of the candidate scores,
-  torch.topk vs a stable descending sort.
+  torch.topk, a stable descending sort, or pairwise ranking (`remote.tree._best`), also torch.compile'd.
 The last stdout line is compact JSON; --out writes the rows.
 """
 from __future__ import annotations
@@ -30,7 +30,7 @@ from torch.nn import functional as F  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm  # noqa: E402
 
-from remote.tree import _plan  # noqa: E402
+from remote.tree import _best, _plan  # noqa: E402
 
 SHAPES = {   # (query heads, K/V heads, head dim, hidden size)
     "demo-qwen3": (4, 2, 64, 256),
@@ -110,7 +110,9 @@ def select_fns(budget: int) -> dict:
     plan = _plan(15, budget, budget, torch.device("cuda"))
     scores = torch.randn(plan.parent.shape[0], device="cuda")
     return {"topk": lambda: torch.topk(scores, budget),
-            "sort": lambda: torch.sort(scores, descending=True, stable=True)[0][:budget]}
+            "sort": lambda: torch.sort(scores, descending=True, stable=True)[0][:budget],
+            "rank": lambda: _best(scores, budget),
+            "rank-compiled": torch.compile(lambda: _best(scores, budget))}
 
 
 def main(argv: list[str]) -> int:
@@ -121,6 +123,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--budgets", default="16,64,128,256,512")
     p.add_argument("--calls", type=int, default=20)
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--kinds", default="attention,norm,select", help="which blocks to time")
     p.add_argument("--out")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
@@ -132,16 +135,17 @@ def main(argv: list[str]) -> int:
         rows.append({"kind": kind, "variant": variant, "us": us, **shape})
         print(f"{kind:10s} {variant:18s} {json.dumps(shape):34s} {'-' if us is None else f'{us:8.2f}'}", flush=True)
 
+    kinds = args.kinds.split(",")
     with torch.inference_mode():
-        for cap in map(int, args.caps.split(",")):
+        for cap in map(int, args.caps.split(",")) if "attention" in kinds else ():
             for q in map(int, args.queries.split(",")):
                 for name, backend in BACKENDS.items():
                     for layout, fn in attention_fns(heads, kv_heads, dim, q, cap, backend).items():
                         record("attention", f"{layout}-{name}", graph_us(fn, args.calls, args.repeats), q=q, cap=cap)
-        for q in map(int, args.queries.split(",")):
+        for q in map(int, args.queries.split(",")) if "norm" in kinds else ():
             for name, fn in norm_fns(hidden, q).items():
                 record("norm", name, graph_us(fn, args.calls, args.repeats), q=q)
-        for budget in map(int, args.budgets.split(",")):
+        for budget in map(int, args.budgets.split(",")) if "select" in kinds else ():
             for name, fn in select_fns(budget).items():
                 record("select", name, graph_us(fn, args.calls, args.repeats), budget=budget)
     meta = {"preset": args.preset, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__}

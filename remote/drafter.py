@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP, Qwen3RMSNorm, Qwen3RotaryEmbedding, rotate_half
+
+from .step_kernels import grouped_attention
 
 
 def dflash_value(config, name: str, default=None):
@@ -66,20 +67,6 @@ class DrafterCache:
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     # x [1, H, L, D]; cos/sin [1, L, D]
     return x * cos.unsqueeze(1) + rotate_half(x) * sin.unsqueeze(1)
-
-
-def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
-                      scale: float) -> torch.Tensor:
-    """SDPA with fewer K/V heads than query heads, without repeating K/V (a copy of the whole context per layer):
-    the query heads that share a K/V head are stacked along the query axis, and a per-query mask with them.
-    q [1, Hq, Q, D], k / v [1, Hkv, K, D], mask None or bool [Q or 1, K] -> [1, Hq, Q, D]."""
-    _, heads, q_len, dim = q.shape
-    groups = heads // k.shape[1]
-    if mask is not None and mask.shape[0] > 1:
-        mask = mask.repeat(groups, 1)                                  # row g * Q + i: query i of group member g
-    out = F.scaled_dot_product_attention(q.reshape(1, k.shape[1], groups * q_len, dim), k, v, attn_mask=mask,
-                                         scale=scale)
-    return out.view(1, heads, q_len, dim)
 
 
 class DrafterAttention(nn.Module):

@@ -16,7 +16,7 @@ needs more rows. `graph_support` says why a run cannot use it (None when it can)
 0, bidirectional drafter (`spec_graph_support`: a full-attention target, for the speculative steps); a step
 that fails to capture turns graphs off for the rest of the run (`fallback`). Timer phases: ttft and decode only (a replayed step has no inner boundaries).
 
-While a step is warmed up and captured, transformers' RMSNorms run as one fused kernel (remote.fused_norm); with
+While a step is warmed up and captured, it uses remote.step_kernels (one-kernel RMSNorm, grouped attention); with
 `compiled=True` each step is also torch.compile'd first (inductor fuses the rest; a compile failure falls back to
 the plain step and `compile_failed` says why). Hybrid targets get `HybridARDecoder`: AR only (`speculative` is
 False), through HybridTarget's layer loop on reserved state; their DFlash / DDTree steps stay on the eager loop.
@@ -31,7 +31,7 @@ from .compat import input_device
 from . import decode
 from .decode import Generation, accept, accepted_tokens, draft
 from .drafter import DFlashDrafter
-from .fused_norm import fused_norms
+from .step_kernels import step_kernels
 from .hybrid_target import Decode, HybridTarget
 from .static_cache import StaticDrafterKV, StaticKV, visibility_mask
 from .timing import PhaseTimer
@@ -146,7 +146,7 @@ class GraphDecoder:
             graph, out = self._graphs[key]
             graph.replay()
             return out
-        with fused_norms(self.model, self.drafter):  # the captured step keeps the fused norm kernels
+        with step_kernels(self.model, self.drafter):   # the captured step keeps these kernels
             try:
                 result = self._warm_up(step)
             except Exception as exc:                 # noqa: BLE001 - a compile failure: the plain step instead

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from remote.decode import generate_ar, generate_spec
-from remote.fused_norm import fused_norms
+from remote.step_kernels import step_kernels
 from remote.graph_decode import GraphDecoder, HybridARDecoder, graph_support
 from remote.timing import PhaseTimer
 from tests.runner_fixtures import prompts, tiny_drafter, tiny_model, tiny_pair
@@ -128,21 +128,26 @@ def test_hybrid_ar_graph_replays_equal_eager_steps():
     assert graphed._graphs and graphed.graphs, graphed.fallback
 
 
-def test_fused_norms_compute_the_model_norms_and_are_undone():
-    model, drafter, _ = tiny_pair("wide", block_size=8)
-    ids = prompts(model, 1, seed=6)[0]
+def test_step_kernels_compute_the_model_norms_and_attention_and_are_undone():
+    """Inside `step_kernels` the norms are one `rms_norm` op each and masked attention with grouped K/V heads runs
+    without repeating K/V (the mask is stacked per group instead); the logits are the model's own."""
+    model, drafter, _ = tiny_pair("narrow", block_size=8)          # 2 query heads share 1 K/V head
+    ids = prompts(model, 1, length=7, seed=6)[0]
+    causal = torch.full((7, 7), float("-inf")).triu(1)[None, None]  # a 4-D mask, as the graphed steps pass
 
     def forward():
         with torch.profiler.profile() as prof:
-            logits = model(ids).logits
-        return logits, sum(e.count for e in prof.key_averages() if e.key == "aten::rms_norm")
+            logits = model(ids, attention_mask=causal).logits
+        ops = {e.key: e.count for e in prof.key_averages()}
+        return logits, ops.get("aten::rms_norm", 0), ops.get("aten::repeat", 0)
 
     with torch.inference_mode():
-        plain, plain_calls = forward()
-        with fused_norms(model, drafter) as count:
-            fused, fused_calls = forward()
-        again, again_calls = forward()
-    per_layer = 4                                  # input, post-attention, q and k norms
-    assert count == per_layer * (len(model.model.layers) + len(drafter.layers)) + 1 + 2   # + final, drafter's 2
-    assert fused_calls == per_layer * len(model.model.layers) + 1 and plain_calls == again_calls == 0
+        plain, plain_norms, plain_repeats = forward()
+        with step_kernels(model, drafter) as count:
+            fused, fused_norms, fused_repeats = forward()
+        again, *again_ops = forward()
+    layers = len(model.model.layers)
+    assert count == 4 * (layers + len(drafter.layers)) + 1 + 2     # input, post-attention, q, k; final; drafter's
+    assert fused_norms == 4 * layers + 1 and fused_repeats == layers
+    assert plain_norms == plain_repeats == 0 and again_ops == [0, 0]
     assert (fused - plain).abs().max() < 1e-5 and torch.equal(again, plain)
