@@ -12,7 +12,7 @@ What is timed (microseconds per call: --calls calls captured in one graph, media
   with <backend> default (torch's choice), cudnn, efficient or math.
 - `norm/<variant>` over [Q, hidden]: transformers' Qwen3RMSNorm (six kernels) vs F.rms_norm.
 - `select/<variant>`: one level of the best-first tree build (remote.tree): top-`budget` of the candidate scores,
-  torch.topk, a stable descending sort, or pairwise ranking (`remote.tree._best`), also torch.compile'd.
+  torch.topk, a stable descending sort, or pairwise ranking (`remote.tree.ranked`), also torch.compile'd.
 The last stdout line is compact JSON; --out writes the rows.
 """
 from __future__ import annotations
@@ -30,7 +30,7 @@ from torch.nn import functional as F  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm  # noqa: E402
 
-from remote.tree import _best, _plan  # noqa: E402
+from remote.tree import _plan, ranked  # noqa: E402
 
 SHAPES = {   # (query heads, K/V heads, head dim, hidden size)
     "demo-qwen3": (4, 2, 64, 256),
@@ -111,8 +111,8 @@ def select_fns(budget: int) -> dict:
     scores = torch.randn(plan.parent.shape[0], device="cuda")
     return {"topk": lambda: torch.topk(scores, budget),
             "sort": lambda: torch.sort(scores, descending=True, stable=True)[0][:budget],
-            "rank": lambda: _best(scores, budget),
-            "rank-compiled": torch.compile(lambda: _best(scores, budget))}
+            "rank": lambda: ranked(scores, budget),
+            "rank-compiled": torch.compile(lambda: ranked(scores, budget))}
 
 
 def main(argv: list[str]) -> int:

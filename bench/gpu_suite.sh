@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The GPU measurements behind docs/PERFORMANCE.md, in one call that fits a 10-minute slot on one H200: the CUDA
-# tests, both demo pairs (graphs and eager, T=0 and T=1), one step at Qwen3-8B widths, the hybrid verify at
-# Qwen3.6-27B widths. Each step has its own time limit, so a slow one cannot starve the rest; every log and
-# result lands under OUT.
+# tests, the step building blocks, demo-qwen3 (graphs, graphs + torch.compile), the hybrid demo pair (graphed AR,
+# eager trees), one step at Qwen3-8B widths, the hybrid verify at Qwen3.6-27B widths. Each step has its own time
+# limit, so a slow one cannot starve the rest; every log and result lands under OUT.
 #
 #   OUT=/tmp/out WHEELS=/path/to/wheels bash bench/gpu_suite.sh
 #
@@ -35,12 +35,12 @@ methods() {  # name seconds args...
 }
 
 date +%T
-step tests 60 python3 -m pytest -q -p no:cacheprovider -k cuda tests/test_graph_decode.py tests/test_runner_syncs.py
-methods q3_graph 100 $Q3 --temperatures 0 --num-prompts 6 --budgets 64,128,256,512,16,32 --stock-generate --ar-again
-methods q3_eager 60 $Q3 --temperatures 0 --num-prompts 4 --budgets 64,512 --no-graphs --stock-generate --ar-again
-methods q3_T1 60 $Q3 --temperatures 1 --num-prompts 3 --max-new-tokens 96 --budgets 64,256 --ar-again
-methods q35 110 $Q35 --temperatures 0 --num-prompts 3 --max-new-tokens 64 --budgets 16,64,256 --stock-generate --ar-again
-methods q8b 90 --random "$Q8" --dataset builtin --num-prompts 2 --max-new-tokens 48 --budgets 64 --temperatures 0 \
+step tests 70 python3 -m pytest -q -p no:cacheprovider -k cuda tests/test_graph_decode.py tests/test_runner_syncs.py
+step kernels 40 python3 bench/bench_kernels.py --preset demo-qwen3 --caps 1024 --out "$OUT/kernels.json"
+methods q3_graph 75 $Q3 --temperatures 0 --num-prompts 6 --budgets 64,128,256 --stock-generate --ar-again
+methods q3_compile 150 $Q3 --temperatures 0 --num-prompts 6 --budgets 128,64 --compile --ar-again
+methods q35 100 $Q35 --temperatures 0 --num-prompts 3 --max-new-tokens 64 --budgets 64,256 --stock-generate --ar-again
+methods q8b 75 --random "$Q8" --dataset builtin --num-prompts 2 --max-new-tokens 48 --budgets 64 --temperatures 0 \
   --random-drafter '{"num_hidden_layers":5,"block_size":16}' --stock-generate --ar-again
-step verify_27b 100 python3 bench/bench_verify.py --preset qwen3.6-27b --layers 16 --ar-tokens 8 \
-  --budgets 16,64,256 --repeats 3 --min-repeats 2 --measure-s 1 --time-limit 85 --out "$OUT/verify_27b.json"
+step verify_27b 90 python3 bench/bench_verify.py --preset qwen3.6-27b --layers 16 --ar-tokens 8 \
+  --budgets 16,64,256 --repeats 3 --min-repeats 2 --measure-s 1 --time-limit 80 --out "$OUT/verify_27b.json"

@@ -190,13 +190,19 @@ def _plan(depth_limit: int, k: int, budget: int, device: torch.device) -> _Plan:
 
 
 def _best(scores: torch.Tensor, budget: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """`torch.topk(scores, budget)` with ties kept in index order, by ranking every candidate against every other
-    (a [c, c] comparison) and scattering the first `budget` ranks into place: a handful of elementwise kernels that
-    torch.compile fuses, where a sorted topk is two kernels of 13-18 us each and runs once per tree level. Above
-    RANK_LIMIT candidates (budgets over ~600) the [c, c] matrix outgrows its use and topk serves."""
-    n = scores.shape[0]
-    if n > RANK_LIMIT:
+    """`torch.topk(scores, budget)`; under torch.compile by ranking every candidate against every other (a [c, c]
+    comparison) and scattering the first `budget` ranks into place (ties in index order), which inductor fuses
+    into 7-17 us per tree level at budgets 16-512 against topk's 8-35 us (H200, bench/bench_kernels.py). Not
+    compiled, the ranking's separate kernels are slower than topk (18-167 us); above RANK_LIMIT candidates (budgets
+    over ~600) its [c, c] matrix outgrows its use."""
+    if scores.shape[0] > RANK_LIMIT or not torch.compiler.is_compiling():
         return torch.topk(scores, budget)
+    return ranked(scores, budget)
+
+
+def ranked(scores: torch.Tensor, budget: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The best `budget` of `scores` [c >= budget] and their indices, best first, equal scores in index order."""
+    n = scores.shape[0]
     index = torch.arange(n, device=scores.device)
     above = (scores[None, :] > scores[:, None]) | ((scores[None, :] == scores[:, None]) & (index[None] < index[:, None]))
     rank = above.sum(dim=1).clamp_(max=budget)                   # rank >= budget: dropped into the spare slot

@@ -151,3 +151,19 @@ def test_step_kernels_compute_the_model_norms_and_attention_and_are_undone():
     assert fused_norms == 4 * layers + 1 and fused_repeats == layers
     assert plain_norms == plain_repeats == 0 and again_ops == [0, 0]
     assert (fused - plain).abs().max() < 1e-5 and torch.equal(again, plain)
+
+
+def test_compiled_steps_decode_the_eager_tokens():
+    """compile_steps: the torch.compile'd steps (inductor, C++ on a CPU) emit the plain steps' tokens."""
+    model, drafter, _ = tiny_pair("narrow", block_size=8)
+    from torch._dynamo.utils import counters
+
+    plain = GraphDecoder(model, drafter, drafter.target_layer_ids, graphs=False)
+    compiled = GraphDecoder(model, drafter, drafter.target_layer_ids, graphs=False, compiled=True)
+    ids = prompts(model, 1, seed=2)[0]
+    timer = PhaseTimer(ids.device)
+    graphs_before = counters["stats"]["unique_graphs"]
+    assert compiled.generate_ar(ids, 24, set(), timer).tokens == plain.generate_ar(ids, 24, set(), timer).tokens
+    spec = [d.generate_spec(ids, 24, set(), timer, "ddtree", 8) for d in (compiled, plain)]
+    assert spec[0].tokens == spec[1].tokens and spec[0].accepted == spec[1].accepted
+    assert counters["stats"]["unique_graphs"] >= graphs_before + 2      # the AR step and the DDTree step compiled

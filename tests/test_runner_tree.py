@@ -191,3 +191,17 @@ def test_device_walk_equals_the_python_walk(seed):
     path, bonus = _walk_reference(host.verify_parents(), nodes, samples)
     assert accepted.path.tolist() == path and accepted.bonus.tolist() == [bonus]
     assert accepted.tokens == [nodes[i] for i in path[1:]] + [bonus]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_ranked_selection_is_topk_with_ties_in_index_order(seed):
+    """The compiled tree build's selection (`ranked`) against a stable sort, on scores with many ties and -inf."""
+    from remote.tree import ranked
+
+    g = torch.Generator().manual_seed(seed)
+    scores = torch.randint(-6, 0, (300,), generator=g).float()
+    scores[torch.randperm(300, generator=g)[:40]] = float("-inf")
+    budget = [1, 16, 128, 300][seed]
+    best, pick = ranked(scores, budget)
+    order = torch.sort(scores, descending=True, stable=True)
+    assert torch.equal(best, order.values[:budget]) and torch.equal(pick, order.indices[:budget])
