@@ -197,9 +197,12 @@ def test_cuda_loop_synchronises_only_at_the_read(method, budget, monkeypatch):
 
     run(PhaseTimer(torch.device("cuda")))
     monkeypatch.setattr(decode, "to_host", sanctioned)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        run(Timer(torch.device("cuda")))
+    # Steady state: a first watched run pays torch's once-per-process lazy checks (on the H200 the first AR case
+    # met one sync in torch/cuda/__init__.py, the first case to run; later cases did not): the second must have none.
+    for _ in range(2):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            run(Timer(torch.device("cuda")))
     syncs = [f"{w.filename}:{w.lineno}" for w in caught if "synchroniz" in str(w.message)]
     others = [s for s in syncs if not Path(s).name.startswith(DRAFTER)]
     print(f"\n{method}: synchronising calls in the loop: {collections.Counter(syncs)}")
