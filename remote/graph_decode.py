@@ -14,7 +14,8 @@ drafter context is absorbed during the prefill, so every step has the captured s
 eagerly: it is the warm-up before the capture. Caches grow (and captured graphs are dropped) when a generation
 needs more rows. `graph_support` says why a run cannot use it (None when it can): CUDA, one device, temperature
 0, bidirectional drafter (`spec_graph_support`: a full-attention target, for the speculative steps); a step
-that fails to capture turns graphs off for the rest of the run (`fallback`). Timer phases: ttft and decode only (a replayed step has no inner boundaries).
+that fails to capture turns graphs off for the rest of the run (`fallback`). Timer phases: ttft and decode only
+(a replayed step has no inner boundaries).
 
 While a step is warmed up and captured, it uses remote.step_kernels (one-kernel RMSNorm, grouped attention); with
 `compiled=True` each step is also torch.compile'd first (inductor fuses the rest; a compile failure falls back to
@@ -31,9 +32,9 @@ from .compat import input_device
 from . import decode
 from .decode import Generation, accept, accepted_tokens, draft
 from .drafter import DFlashDrafter
-from .step_kernels import step_kernels
 from .hybrid_target import Decode, HybridTarget
 from .static_cache import StaticDrafterKV, StaticKV, visibility_mask
+from .step_kernels import step_kernels
 from .timing import PhaseTimer
 from .tree import Ancestry, argmax_chain, best_first_tree
 

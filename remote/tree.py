@@ -204,7 +204,8 @@ def ranked(scores: torch.Tensor, budget: int) -> tuple[torch.Tensor, torch.Tenso
     """The best `budget` of `scores` [c >= budget] and their indices, best first, equal scores in index order."""
     n = scores.shape[0]
     index = torch.arange(n, device=scores.device)
-    above = (scores[None, :] > scores[:, None]) | ((scores[None, :] == scores[:, None]) & (index[None] < index[:, None]))
+    other, this = scores[None, :], scores[:, None]
+    above = (other > this) | ((other == this) & (index[None] < index[:, None]))      # [c, c]: j outranks i
     rank = above.sum(dim=1).clamp_(max=budget)                   # rank >= budget: dropped into the spare slot
     best = scores.new_empty(budget + 1).scatter_(0, rank, scores)[:budget]
     pick = index.new_empty(budget + 1).scatter_(0, rank, index)[:budget]
