@@ -87,11 +87,16 @@ class NodeStates:
     step: Callable                     # the kernels' recurrent step (remote.kernels.GdnKernels.step)
     position: torch.Tensor | None = None   # [N] each node's place in `inputs`; None: node order
 
-    def after(self, path: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(conv [1, C, K], recurrent [1, HV, Dk, Dv]) after the last node of the root-to-node `path` [L]."""
+    def after(self, path: torch.Tensor, length: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(conv [1, C, K], recurrent [1, HV, Dk, Dv]) after the last node of the root-to-node `path` [L]. With
+        `length` (a device scalar) only the first `length` steps count: `path` is padded with its last node to a
+        static length, and a padding step (gate 0, beta 0) leaves the recurrent state as it is."""
         conv = self.conv.index_select(0, path[-1:])
         places = path if self.position is None else self.position.index_select(0, path)
         q, k, v, g, beta = (x.index_select(1, places) for x in self.inputs)
+        if length is not None:
+            real = (torch.arange(path.shape[0], device=path.device) < length)[None, :, None]      # [1, L, 1]
+            g, beta = g * real, beta * real
         return conv, self.step(q, k, v, g, beta, self.state)[1].float()
 
 

@@ -13,14 +13,14 @@ same step functions run eagerly (the CPU tests compare them token for token with
 drafter context is absorbed during the prefill, so every step has the captured shape; a shape's first step runs
 eagerly: it is the warm-up before the capture. Caches grow (and captured graphs are dropped) when a generation
 needs more rows. `graph_support` says why a run cannot use it (None when it can): CUDA, one device, temperature
-0, bidirectional drafter (`spec_graph_support`: a full-attention target, for the speculative steps); a step
-that fails to capture turns graphs off for the rest of the run (`fallback`). Timer phases: ttft and decode only
+0, bidirectional drafter (`method_graph_support`: not ddtree on a hybrid target); a step that fails to capture
+turns graphs off for the rest of the run (`fallback`). Timer phases: ttft and decode only
 (a replayed step has no inner boundaries).
 
 While a step is warmed up and captured, it uses remote.step_kernels (one-kernel RMSNorm, grouped attention); with
 `compiled=True` each step is also torch.compile'd first (inductor fuses the rest; a compile failure falls back to
-the plain step and `compile_failed` says why). Hybrid targets get `HybridARDecoder`: AR only (`speculative` is
-False), through HybridTarget's layer loop on reserved state; their DFlash / DDTree steps stay on the eager loop.
+the plain step and `compile_failed` says why). Hybrid targets get `HybridGraphDecoder`: AR and DFlash through
+HybridTarget's layer loop on reserved state; their DDTree steps stay on the eager loop (`supports`).
 """
 from __future__ import annotations
 
@@ -32,7 +32,8 @@ from .compat import input_device
 from . import decode
 from .decode import Generation, accept, accepted_tokens, draft
 from .drafter import DFlashDrafter
-from .hybrid_target import Decode, HybridTarget
+from .gdn_tree import TreeLayout
+from .hybrid_target import HybridTarget, Static
 from .static_cache import StaticDrafterKV, StaticKV, visibility_mask
 from .step_kernels import step_kernels
 from .timing import PhaseTimer
@@ -54,15 +55,15 @@ def graph_support(model, drafter: DFlashDrafter | None, device: torch.device, te
     return None
 
 
-def spec_graph_support(model) -> str | None:
-    """None if speculative steps can be graphed too (`GraphDecoder`), else why only AR is (`HybridARDecoder`)."""
-    return "hybrid target: tree verify is not graphed" if is_hybrid(model) else None
+def method_graph_support(model, method: str) -> str | None:
+    """None if `method`'s steps are graphed too where `graph_support` accepts the pair, else why not."""
+    return "hybrid target: tree verify is not graphed" if is_hybrid(model) and method == "ddtree" else None
 
 
 def graph_decoder(model, drafter: DFlashDrafter | None, target_layer_ids: list[int] | None,
                   compiled: bool = False) -> "GraphDecoder":
     """The graph decoder for a pair `graph_support` accepted."""
-    kind = HybridARDecoder if spec_graph_support(model) else GraphDecoder
+    kind = HybridGraphDecoder if is_hybrid(model) else GraphDecoder
     return kind(model, drafter, target_layer_ids, compiled=compiled)
 
 
@@ -83,7 +84,9 @@ def _compile_steps(decoder: "GraphDecoder") -> None:
 
 
 class GraphDecoder:
-    speculative = True           # also decodes `generate_spec` (HybridARDecoder: AR only)
+    def supports(self, method: str) -> bool:
+        """Whether `method`'s steps run here (else on the eager loop: HybridGraphDecoder and ddtree)."""
+        return True
 
     def __init__(self, model, drafter: DFlashDrafter | None, target_layer_ids: list[int] | None,
                  graphs: bool = True, compiled: bool = False):
@@ -124,6 +127,9 @@ class GraphDecoder:
         """The static caches of `capacity` rows."""
         self.kv = StaticKV(self.model, self.capacity)
         self.featured.cache = self.plain.cache = self.kv
+        self._allocate_drafter()
+
+    def _allocate_drafter(self) -> None:
         if self.drafter is not None:
             attn, weight = self.drafter.layers[0].self_attn, self.drafter.fc.weight
             self.dkv = StaticDrafterKV(len(self.drafter.layers), attn.num_kv, attn.head_dim, self.capacity,
@@ -237,15 +243,20 @@ class GraphDecoder:
         logits = draft(self.drafter, self.model, self.dkv, context, self.root, self.start, valid)
         built = best_first_tree(logits, budget) if method == "ddtree" else argmax_chain(logits)
         tree, nodes = built.ancestry(), torch.cat([self.root, built.tokens])                  # nodes [N]
-        self.kv.slots = self.start + torch.arange(nodes.shape[0], device=self.device)
-        verified = self.featured.forward(nodes[None], (self.start + tree.depth)[None], self._tree_mask(tree))
+        verified, commit = self._verify(tree, nodes)
         path, bonus, length, read = accept(tree, nodes, verified.logits.argmax(dim=-1))
-        self.kv.compact(self.start, path)
+        commit(path, length)
         self.context[0, :path.shape[0]] = verified.features.index_select(0, path)
         self.context_rows.copy_(length)
         self.start.add_(length)
         self.root.copy_(bonus)
         return read
+
+    def _verify(self, tree: Ancestry, nodes: torch.Tensor):
+        """The target's verify of `nodes` at `start`, and the commit to call with the accepted (path, length)."""
+        self.kv.slots = self.start + torch.arange(nodes.shape[0], device=self.device)
+        verified = self.featured.forward(nodes[None], (self.start + tree.depth)[None], self._tree_mask(tree))
+        return verified, lambda path, length: self.kv.compact(self.start, path)
 
     def _absorb(self, features: torch.Tensor) -> None:
         """Hand the prompt's features [P, F] to the drafter: its last rows (up to a block) become the first step's
@@ -279,21 +290,23 @@ class GraphDecoder:
         return gen
 
 
-class HybridARDecoder(GraphDecoder):
-    """AR on a hybrid (Gated DeltaNet + attention) target, one captured step per token: `HybridTarget`'s own layer
-    loop on reserved state (K/V rows, conv and recurrent states updated in place). Speculative steps on hybrids
-    stay on the eager loop: a tree verify batches the nodes of each depth, whose counts the host must know."""
+class HybridGraphDecoder(GraphDecoder):
+    """AR and DFlash on a hybrid (Gated DeltaNet + attention) target, each step captured once: `HybridTarget`'s
+    own layer loop on reserved state (K/V rows, conv and recurrent states updated in place). DDTree stays on the
+    eager loop: a tree verify batches the nodes of each depth, and those counts vary from step to step."""
 
-    speculative = False
-
-    def _targets(self, target_layer_ids: list[int] | None) -> None:
-        self.target = HybridTarget(self.model, None)
+    def supports(self, method: str) -> bool:
+        return method_graph_support(self.model, method) is None
 
     def _width(self, method: str, budget: int) -> int:
-        return 1
+        return 1 if method == "ar" else self.drafter.block_size
+
+    def _targets(self, target_layer_ids: list[int] | None) -> None:
+        self.target = HybridTarget(self.model, target_layer_ids)
 
     def _allocate(self) -> None:
         self.target.reserve(self.capacity)
+        self._allocate_drafter()
 
     def _prefill(self, input_ids: torch.Tensor, featured: bool = False):
         verified = self.target.prefill(input_ids)
@@ -302,4 +315,11 @@ class HybridARDecoder(GraphDecoder):
         return verified
 
     def _ar_step(self) -> torch.Tensor:
-        return self._advance(self.target.decode(self.root, Decode(self.start, self._cols <= self.start)))
+        step = Static(self.start, (self._cols <= self.start)[None])
+        return self._advance(self.target.decode(self.root, step))
+
+    def _verify(self, tree: Ancestry, nodes: torch.Tensor):
+        rows = self.start + torch.arange(nodes.shape[0], device=self.device)
+        step = Static(self.start, self._cols[None] <= rows[:, None], TreeLayout.build(tree, self.target.conv_kernel))
+        verified = self.target.verify_chain(nodes, step)
+        return verified, lambda path, length: self.target.commit_chain(step, path, length)

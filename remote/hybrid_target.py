@@ -20,9 +20,10 @@ Cost: the recurrence takes one batched step per tree depth and GDN layer (a chai
 states of one depth at a time (HV x Dk x Dv float32 per node: 3 MiB per node and layer at Qwen3.6-27B widths) and
 commit recomputes the accepted node's state from the committed one over the accepted path, in one call per layer.
 
-AR on reserved state (remote.graph_decode.HybridARDecoder): after `reserve(capacity)` every state keeps its storage
-(prefills and commits copy into it) and `decode(token, Decode(start, visible))` runs one token at a device-side
-position with no host value, so the step can be captured as a CUDA graph once and replayed for every token.
+Decoding on reserved state (remote.graph_decode.HybridGraphDecoder): after `reserve(capacity)` every state keeps
+its storage (prefills and commits copy into it), and `decode` (one AR token) / `verify_chain` + `commit_chain` (a
+DFlash chain) run at a device-side position with no host value, so each step can be captured as a CUDA graph once
+and replayed.
 
 Features are the outputs of decoder layers `target_layer_ids` (0-based), i.e. HF `hidden_states[layer_id + 1]`
 (for the last layer that is the final-norm output, as in HF). Logits are float32.
@@ -33,7 +34,7 @@ that layer's device).
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -87,10 +88,10 @@ class _KV:
         self.keys[:, :, start:end] = k
         self.values[:, :, start:end] = v
 
-    def put(self, slot: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-        """Write one token's K/V at the device position `slot` [1] (no host value: graph-capturable)."""
-        self.keys.index_copy_(2, slot, k)
-        self.values.index_copy_(2, slot, v)
+    def put(self, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Write T tokens' K/V at the device rows `slots` [T] (no host value: graph-capturable)."""
+        self.keys.index_copy_(2, slots, k)
+        self.values.index_copy_(2, slots, v)
 
     def compact(self, start: int, rows: torch.Tensor) -> None:
         """Move the tree rows `rows` (offsets from `start`) to start, start+1, ... (index_select copies first)."""
@@ -99,12 +100,15 @@ class _KV:
 
 
 @dataclass
-class Decode:
-    """One AR token on reserved state (`HybridTarget.reserve`): its position `start` ([] long) and which cache rows
-    it sees (`visible` [capacity] bool), both on the device."""
+class Static:
+    """T tokens on reserved state (`HybridTarget.reserve`) at positions start .. start+T-1 (`start` a [] long on
+    the device), `visible` [T, capacity] bool: which cache rows each sees. `layout`: None for one AR token, a
+    chain's TreeLayout for a DFlash verify, whose GDN node states `states` collects for `commit_chain`."""
 
     start: torch.Tensor
     visible: torch.Tensor
+    layout: TreeLayout | None = None
+    states: dict = field(default_factory=dict)
 
 
 class HybridTarget(Target):
@@ -206,7 +210,7 @@ class HybridTarget(Target):
             raise ValueError(f"tokens has {tokens.numel()} nodes but parents has {tree.size}")
         if self._len == 0:
             raise RuntimeError("verify before prefill: the target holds no prefix")
-        layout = TreeLayout.build(tree, self._conv_kernel())
+        layout = TreeLayout.build(tree, self.conv_kernel)
         positions = self._len + layout.depth                                         # [N] prefix_len + depth
         node_states: dict = {}
         hidden, feats = self._forward(tokens.reshape(1, -1).to(device), positions, tree=(layout, node_states))
@@ -241,14 +245,31 @@ class HybridTarget(Target):
         self._len += path.shape[0]
 
     @torch.inference_mode()
-    def decode(self, token: torch.Tensor, step: Decode) -> torch.Tensor:
+    def decode(self, token: torch.Tensor, step: Static) -> torch.Tensor:
         """Logits [1, V] of one token ([1], on the device) at `step.start`, advancing the committed state in place
         without a host value (capture-safe). Needs `reserve`; the caller keeps its own length."""
         hidden, _ = self._forward(token.view(1, 1), step.start.view(1), tree=step)
         return self._logits(hidden)
 
+    @torch.inference_mode()
+    def verify_chain(self, tokens: torch.Tensor, step: Static) -> Verified:
+        """`verify` of a chain of N tokens at device position `step.start` (capture-safe): K/V go to their rows,
+        GDN node states to `step.states`; nothing is committed until `commit_chain`."""
+        positions = step.start + torch.arange(tokens.shape[0], device=step.start.device)
+        hidden, feats = self._forward(tokens.view(1, -1), positions, tree=step)
+        return Verified(self._logits(hidden), feats)
+
+    @torch.inference_mode()
+    def commit_chain(self, step: Static, path: torch.Tensor, length: torch.Tensor) -> None:
+        """Keep the first `length` ([] on the device) tokens of the chain verified with `step`: `path` [H] is
+        0, 1, ..., padded with its last node to the static height. K/V rows are already in place; each GDN
+        layer's state is recomputed over the path (padding steps leave it as is) and copied into place."""
+        for layer, states in step.states.items():
+            self._install(layer, *states.after(path, length))
+
     # ---- the layer loop --------------------------------------------------------------------------------------
-    def _conv_kernel(self) -> int:
+    @property
+    def conv_kernel(self) -> int:
         return self.config.linear_conv_kernel_dim
 
     def _forward(self, input_ids: torch.Tensor, positions: torch.Tensor, tree):
@@ -286,8 +307,11 @@ class HybridTarget(Target):
             out, conv, recurrent = gdn_sequence(gdn, h, self.kernels)
             self._install(i, conv, recurrent)
             return out
-        if isinstance(tree, Decode):
-            return gdn_step(gdn, h, self._conv[i], self._rec[i], self.kernels)
+        if isinstance(tree, Static):
+            if tree.layout is None:
+                return gdn_step(gdn, h, self._conv[i], self._rec[i], self.kernels)
+            out, tree.states[i] = gdn_tree(gdn, h, tree.layout, self._conv[i], self._rec[i], self.kernels)
+            return out
         layout, node_states = tree
         out, node_states[i] = gdn_tree(gdn, h, layout.to(h.device), self._conv[i], self._rec[i], self.kernels)
         return out
@@ -304,9 +328,9 @@ class HybridTarget(Target):
         if i not in self._kv:
             self._kv[i] = _KV.for_layer(attn, capacity=max(2 * (self._len + t), 256))
         kv = self._kv[i]
-        if isinstance(tree, Decode):        # all reserved rows, masked to the committed ones and this token
-            kv.put(tree.start.view(1), k, v)
-            o = F.scaled_dot_product_attention(q, kv.keys, kv.values, attn_mask=tree.visible[None, None, None],
+        if isinstance(tree, Static):        # all reserved rows, masked to the committed ones and these tokens
+            kv.put(tree.start + torch.arange(t, device=h.device), k, v)
+            o = F.scaled_dot_product_attention(q, kv.keys, kv.values, attn_mask=tree.visible[None, None],
                                                scale=attn.scaling, enable_gqa=True)
             return attn.o_proj(o.transpose(1, 2).reshape(1, t, -1) * torch.sigmoid(gate))
         kv.write(self._len, k, v)

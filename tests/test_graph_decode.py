@@ -8,7 +8,7 @@ import torch
 
 from remote.decode import generate_ar, generate_spec
 from remote.step_kernels import step_kernels
-from remote.graph_decode import GraphDecoder, HybridARDecoder, graph_support
+from remote.graph_decode import GraphDecoder, HybridGraphDecoder, graph_support
 from remote.timing import PhaseTimer
 from tests.runner_fixtures import prompts, tiny_drafter, tiny_model, tiny_pair
 
@@ -93,12 +93,12 @@ def test_a_step_that_cannot_be_captured_turns_graphs_off(monkeypatch):
 
 @pytest.mark.parametrize("shape", ["3to1", "1to1"])
 def test_hybrid_ar_steps_equal_the_model_own_decoding(shape):
-    """HybridARDecoder's step (HybridTarget's layer loop on reserved state, updated in place) gives the tokens of
+    """HybridGraphDecoder's step (HybridTarget's layer loop on reserved state, updated in place) gives the tokens of
     the model's own cached forward, also when prompts of several lengths reuse the same reserved state."""
     from tests.test_hybrid_lossless import tiny_hybrid_pair
 
     model, _, _ = tiny_hybrid_pair(shape)
-    decoder = HybridARDecoder(model, None, None, graphs=False)
+    decoder = HybridGraphDecoder(model, None, None, graphs=False)
     decoder.reserve(12, 40, "ar", 0)
     g = torch.Generator().manual_seed(3)
     storage = None
@@ -115,17 +115,74 @@ def test_hybrid_ar_steps_equal_the_model_own_decoding(shape):
         storage = now
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
-def test_hybrid_ar_graph_replays_equal_eager_steps():
+@pytest.mark.parametrize("shape", ["3to1", "1to1"])
+def test_hybrid_dflash_steps_equal_the_eager_loop(shape):
+    """HybridGraphDecoder's DFlash step (chain verify on reserved state, commit recomputing the GDN states over the
+    accepted path padded to the block with no-op steps) emits the eager loop's tokens and acceptances."""
     from tests.test_hybrid_lossless import tiny_hybrid_pair
 
-    model = tiny_hybrid_pair("3to1")[0].cuda()
-    eager, graphed = HybridARDecoder(model, None, None, graphs=False), HybridARDecoder(model, None, None)
+    model, drafter, target = tiny_hybrid_pair(shape)
+    decoder = HybridGraphDecoder(model, drafter, drafter.target_layer_ids, graphs=False)
+    g = torch.Generator().manual_seed(4)
+    deepest = 0
+    for length in (2, 9, 5):
+        ids = torch.randint(0, model.config.vocab_size - 1, (1, length), generator=g)
+        timer = PhaseTimer(ids.device)
+        eager = generate_spec(target, drafter, model, ids, 40, 0.0, None, set(), timer, "dflash", 0)
+        static = decoder.generate_spec(ids, 40, set(), timer, "dflash", 0)
+        assert (static.tokens, static.accepted) == (eager.tokens, eager.accepted)
+        deepest = max([deepest] + static.accepted)
+    # every step's path is padded to the block (8) with no-op steps; some accepted drafted tokens too
+    assert deepest >= 1 and decoder.supports("dflash") and not decoder.supports("ddtree")
+
+
+@pytest.mark.parametrize("shape", ["3to1", "1to1"])
+def test_hybrid_chain_commit_on_reserved_state_equals_the_eager_commit(shape):
+    """verify_chain + commit_chain (device start, path padded to the chain length) leave the logits and every
+    layer's state of HybridTarget's eager verify + commit, for every accepted length."""
+    from remote.gdn_tree import TreeLayout
+    from remote.hybrid_target import HybridTarget, Static
+    from remote.tree import Ancestry
+    from tests.test_hybrid_lossless import tiny_hybrid_pair
+
+    model = tiny_hybrid_pair(shape)[0]
+    g = torch.Generator().manual_seed(5)
+    prompt, chain = torch.randint(0, 10, (1, 5), generator=g), torch.randint(0, 10, (6,), generator=g)
+    for keep in (1, 2, 4, 6):
+        eager, static = HybridTarget(model, [0]), HybridTarget(model, [0])
+        eager.prefill(prompt)
+        expected = eager.verify(chain, list(range(-1, 5)))
+        eager.commit(list(range(keep)))
+        static.reserve(16)
+        static.prefill(prompt)
+        start, rows = torch.tensor(5), 5 + torch.arange(6)
+        step = Static(start, torch.arange(16)[None] <= rows[:, None],
+                      TreeLayout.build(Ancestry.chain_of(6, "cpu"), static.conv_kernel))
+        got = static.verify_chain(chain, step)
+        static.commit_chain(step, torch.tensor(list(range(keep)) + [keep - 1] * (6 - keep)), torch.tensor(keep))
+        assert torch.allclose(got.logits, expected.logits, atol=1e-5)
+        assert torch.allclose(got.features, expected.features, atol=1e-5)
+        static._len = eager.length                     # commit_chain leaves the host length to its caller
+        for layer in range(len(static.layer_types)):
+            for name, value in eager.layer_state(layer).items():
+                assert torch.allclose(static.layer_state(layer)[name], value, atol=1e-5), (keep, layer, name)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+def test_hybrid_graph_replays_equal_eager_steps():
+    from tests.test_hybrid_lossless import tiny_hybrid_pair
+
+    model, drafter, _ = tiny_hybrid_pair("3to1")
+    model, drafter = model.cuda(), drafter.cuda()
+    layers = drafter.target_layer_ids
+    eager, graphed = HybridGraphDecoder(model, drafter, layers, graphs=False), HybridGraphDecoder(model, drafter, layers)
     for ids in prompts(model, 3, seed=5):
         ids = ids.cuda() % (model.config.vocab_size - 1)
         timer = PhaseTimer(ids.device)
         assert graphed.generate_ar(ids, 40, set(), timer).tokens == eager.generate_ar(ids, 40, set(), timer).tokens
-    assert graphed._graphs and graphed.graphs, graphed.fallback
+        assert graphed.generate_spec(ids, 40, set(), timer, "dflash", 0).tokens == \
+            eager.generate_spec(ids, 40, set(), timer, "dflash", 0).tokens
+    assert len(graphed._graphs) == 2 and graphed.graphs, graphed.fallback
 
 
 def test_step_kernels_compute_the_model_norms_and_attention_and_are_undone():
