@@ -18,10 +18,10 @@ target's own token at every node (`walk`), not from rejection sampling against d
 
 Host synchronisation: the tree, its verify mask and positions, the walk and the commit stay on the device; a spec
 step reads the device once (`to_host`: the accepted tokens and their count, which the host needs to know how far
-the sequence moved). The hybrid target adds one small read per tree verify (see remote.target). AR reads each
-token once, for the stop check, one token late so that the next forward is already queued on the device.
-On CUDA at temperature 0 the runner uses remote.graph_decode instead: the same draft / tree / `accept` functions
-over static caches, each step replayed as one CUDA graph; this loop serves CPU, sampling and hybrid targets.
+the sequence moved). AR reads each token once, for the stop check, one token late so that the next forward is
+already queued on the device. On CUDA at temperature 0 the runner uses remote.graph_decode instead: the same
+draft / tree / `accept` functions over static caches, each step replayed as one CUDA graph; this loop serves the
+CPU, sampling, and what the graph decoder does not run.
 """
 from __future__ import annotations
 

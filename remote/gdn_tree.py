@@ -3,10 +3,11 @@
 Contract: `gdn_sequence` runs a plain sequence from a state (prefill); `gdn_tree` runs N tree nodes on top of a
 committed state so that every node sees exactly its ancestors: its causal-conv window is built from its ancestors'
 conv inputs (falling back to the committed conv state above the tree), and its recurrent state starts from its
-parent's state (the committed state for a node whose parent is the prefix). Nodes of one depth go through one
-batched recurrent step, so the sequential steps per layer equal the tree depth, not its size (only the states of
-one depth are alive at a time); a chain runs as one sequence through the recurrent kernel (one call, not one per
-depth). Both return `NodeStates`, from which commit gets the state after the accepted path (`NodeStates.after`).
+parent's state (the committed state for a node whose parent is the prefix). The whole tree is one recurrent-kernel
+call per layer: every node runs its own root-to-node path as a sequence (batch N, length = tree height), so the
+sequential steps equal the tree depth, not its size, no host value is read (a verify can be captured in a CUDA
+graph) and no per-node state is kept; a chain runs as one sequence of N. Both return
+`NodeStates`, from which commit gets the state after the accepted path (`NodeStates.after`).
 `gdn_step` runs one token and updates the states in place (static addresses: a CUDA graph can replay it).
 
 All weights are the model's own: projections, conv1d, A_log, dt_bias, the gated norm and out_proj of the layer's
@@ -20,7 +21,6 @@ Non-goals: batch > 1, padding masks.
 """
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -32,37 +32,26 @@ from .tree import Ancestry
 
 @dataclass
 class TreeLayout:
-    """Index tensors derived once per verify from the tree's `Ancestry` (shared by every layer). The recurrence
-    runs over the nodes in depth-major order, so that each depth is a contiguous slice (no gathers per depth)."""
+    """Index tensors derived once per verify from the tree's `Ancestry` (shared by every layer), all on the device:
+    building it reads nothing back to the host, so a verify can be captured in a CUDA graph."""
 
     depth: torch.Tensor              # [N] long, 0 for nodes attached to the prefix
-    order: torch.Tensor              # [N] node ids, depth-major (stable)
-    position: torch.Tensor           # [N] each node's place in `order`
-    parent_position: torch.Tensor    # [N] in `order`: the place of the parent of the node at that place (0 at depth 0)
-    bounds: list[tuple[int, int]]    # host: [start, end) of each depth in `order`
+    ancestors: torch.Tensor          # [N, H] each node's ancestor at every depth (itself past its own depth)
     visible: torch.Tensor            # [N, N] bool, visible[i, j] = j is i or an ancestor of i
     conv_index: torch.Tensor         # [N, K] columns of cat(conv_state [K], tree inputs [N]) forming each node's window
     chain: bool = False              # parents == [-1, 0, 1, ...]: one sequence
 
     @classmethod
     def build(cls, tree: Ancestry, conv_kernel: int) -> "TreeLayout":
-        """Everything on the device; the only host value needed is the node count per depth (batch shapes),
-        which `tree` knows for chains and host-given trees and otherwise copies once."""
-        order = torch.sort(tree.depth, stable=True).indices
-        position = torch.empty_like(order)
-        position[order] = torch.arange(order.shape[0], device=order.device)
-        parent_position = position.index_select(0, tree.parents.index_select(0, order).clamp(min=0))
-        ends = list(itertools.accumulate(tree.host_level_sizes()))
-        return cls(tree.depth, order, position, parent_position, list(zip([0] + ends[:-1], ends)), tree.visible,
-                   _conv_index(tree, conv_kernel), tree.chain)
+        return cls(tree.depth, tree.ancestors, tree.visible, _conv_index(tree, conv_kernel), tree.chain)
 
     def to(self, device: torch.device) -> "TreeLayout":
         """The layout on `device` (layers of a device_map model may sit on several)."""
         if self.depth.device == device:
             return self
         move = lambda t: t.to(device)  # noqa: E731
-        return TreeLayout(move(self.depth), move(self.order), move(self.position), move(self.parent_position),
-                          self.bounds, move(self.visible), move(self.conv_index), self.chain)
+        return TreeLayout(move(self.depth), move(self.ancestors), move(self.visible), move(self.conv_index),
+                          self.chain)
 
 
 def _conv_index(tree: Ancestry, k: int) -> torch.Tensor:
@@ -179,21 +168,17 @@ def gdn_tree(gdn: torch.nn.Module, h: torch.Tensor, layout: TreeLayout, conv_sta
     bank = torch.cat([conv_state[0], mixed[0].transpose(0, 1).to(conv_state.dtype)], dim=-1)  # [C, K + N]
     windows = bank[:, layout.conv_index].permute(1, 0, 2).contiguous()                      # [N, C, K]
     conv_out = _conv_window(gdn, windows, mixed.dtype)                                       # [N, C]
+    q, k, v, g, beta = _qkv_gates(gdn, conv_out[None], b, a)                                  # [1, N, ...]
+    states = NodeStates(windows, (q, k, v, g, beta), recurrent, kernels.step)
     if layout.chain:        # one sequence: the recurrent kernel runs all of it in one call
-        q, k, v, g, beta = _qkv_gates(gdn, conv_out[None], b, a)                              # [1, N, ...]
-        core = kernels.step(q, k, v, g, beta, recurrent)[0]
-        return _output(gdn, core, z), NodeStates(windows, (q, k, v, g, beta), recurrent, kernels.step)
-    # batch = nodes in depth-major order, T = 1; each depth is a slice, its parents are in the slice before
-    q, k, v, g, beta = _qkv_gates(gdn, *(x.index_select(0, layout.order)[:, None] for x in (conv_out, b[0], a[0])))
-    core = v.new_empty(n, 1, gdn.num_v_heads, gdn.head_v_dim)
-    above, above_start = recurrent, 0           # states after the previous depth (the committed one above depth 0)
-    for start, end in layout.bounds:
-        init = above.expand(end, -1, -1, -1) if start == 0 else \
-            above.index_select(0, layout.parent_position[start:end] - above_start)
-        out, above = kernels.step(q[start:end], k[start:end], v[start:end], g[start:end], beta[start:end],
-                                  init.contiguous())
-        core[start:end] = out
-        above, above_start = above.float(), start
-    core = core.index_select(0, layout.position)                                             # back to node order
-    inputs = tuple(x.transpose(0, 1) for x in (q, k, v, g, beta))                            # [1, N, ...]
-    return _output(gdn, core.transpose(0, 1), z), NodeStates(windows, inputs, recurrent, kernels.step, layout.position)
+        return _output(gdn, kernels.step(q, k, v, g, beta, recurrent)[0], z), states
+    # Every node runs its own root-to-node path as one sequence from the committed state: one kernel call for the
+    # whole tree, batch N, length H (the tree height). Past its depth a path repeats the node (`ancestors`); its
+    # output is read at its own depth, before those steps, and the final states are not kept (commit recomputes
+    # the accepted one). The states read and written are the same N as depth by depth; extra steps are compute.
+    height = layout.ancestors.shape[1]
+    paths = [x[0].index_select(0, layout.ancestors.reshape(-1)).view(n, height, *x.shape[2:])
+             for x in (q, k, v, g, beta)]                                                     # [N, H, ...]
+    out = kernels.step(*paths, recurrent.expand(n, -1, -1, -1))[0]                            # [N, H, HV, Dv]
+    core = out.gather(1, layout.depth.view(n, 1, 1, 1).expand(n, 1, *out.shape[2:]))         # each node's own step
+    return _output(gdn, core.transpose(0, 1), z), states

@@ -13,14 +13,14 @@ same step functions run eagerly (the CPU tests compare them token for token with
 drafter context is absorbed during the prefill, so every step has the captured shape; a shape's first step runs
 eagerly: it is the warm-up before the capture. Caches grow (and captured graphs are dropped) when a generation
 needs more rows. `graph_support` says why a run cannot use it (None when it can): CUDA, one device, temperature
-0, bidirectional drafter (`method_graph_support`: not ddtree on a hybrid target); a step that fails to capture
-turns graphs off for the rest of the run (`fallback`). Timer phases: ttft and decode only
+0, bidirectional drafter; a step that fails to capture turns graphs off for the rest of the run (`fallback`). Timer phases: ttft and decode only
 (a replayed step has no inner boundaries).
 
 While a step is warmed up and captured, it uses remote.step_kernels (one-kernel RMSNorm, grouped attention); with
 `compiled=True` each step is also torch.compile'd first (inductor fuses the rest; a compile failure falls back to
-the plain step and `compile_failed` says why). Hybrid targets get `HybridGraphDecoder`: AR and DFlash through
-HybridTarget's layer loop on reserved state; their DDTree steps stay on the eager loop (`supports`).
+the plain step and `compile_failed` says why). Hybrid targets get `HybridGraphDecoder`: the same steps through
+HybridTarget's layer loop on reserved state (a tree's GDN recurrence is one kernel call per layer, with no host
+value: remote.gdn_tree).
 """
 from __future__ import annotations
 
@@ -55,11 +55,6 @@ def graph_support(model, drafter: DFlashDrafter | None, device: torch.device, te
     return None
 
 
-def method_graph_support(model, method: str) -> str | None:
-    """None if `method`'s steps are graphed too where `graph_support` accepts the pair, else why not."""
-    return "hybrid target: tree verify is not graphed" if is_hybrid(model) and method == "ddtree" else None
-
-
 def graph_decoder(model, drafter: DFlashDrafter | None, target_layer_ids: list[int] | None,
                   compiled: bool = False) -> "GraphDecoder":
     """The graph decoder for a pair `graph_support` accepted."""
@@ -84,10 +79,6 @@ def _compile_steps(decoder: "GraphDecoder") -> None:
 
 
 class GraphDecoder:
-    def supports(self, method: str) -> bool:
-        """Whether `method`'s steps run here (else on the eager loop: HybridGraphDecoder and ddtree)."""
-        return True
-
     def __init__(self, model, drafter: DFlashDrafter | None, target_layer_ids: list[int] | None,
                  graphs: bool = True, compiled: bool = False):
         self.model, self.drafter, self.graphs = model, drafter, graphs
@@ -232,12 +223,12 @@ class GraphDecoder:
         self.start.add_(1)
         return self.root
 
-    def _tree_mask(self, tree: Ancestry) -> torch.Tensor:
-        """[1, 1, N, capacity]: the committed prefix (rows before `start`) and each node's ancestors and itself."""
+    def _tree_visible(self, tree: Ancestry) -> torch.Tensor:
+        """[N, capacity] bool: the committed prefix (rows before `start`) and each node's ancestors and itself."""
         n = tree.size
         offset = self._cols - self.start                                                     # [cap]
         in_tree = tree.visible.index_select(1, offset.clamp(0, n - 1)) & (offset >= 0) & (offset < n)
-        return visibility_mask(in_tree | (offset < 0), self.dtype)
+        return in_tree | (offset < 0)
 
     def _spec_step(self, context: torch.Tensor, valid: torch.Tensor | None, method: str, budget: int):
         logits = draft(self.drafter, self.model, self.dkv, context, self.root, self.start, valid)
@@ -255,7 +246,8 @@ class GraphDecoder:
     def _verify(self, tree: Ancestry, nodes: torch.Tensor):
         """The target's verify of `nodes` at `start`, and the commit to call with the accepted (path, length)."""
         self.kv.slots = self.start + torch.arange(nodes.shape[0], device=self.device)
-        verified = self.featured.forward(nodes[None], (self.start + tree.depth)[None], self._tree_mask(tree))
+        mask = visibility_mask(self._tree_visible(tree), self.dtype)
+        verified = self.featured.forward(nodes[None], (self.start + tree.depth)[None], mask)
         return verified, lambda path, length: self.kv.compact(self.start, path)
 
     def _absorb(self, features: torch.Tensor) -> None:
@@ -291,15 +283,8 @@ class GraphDecoder:
 
 
 class HybridGraphDecoder(GraphDecoder):
-    """AR and DFlash on a hybrid (Gated DeltaNet + attention) target, each step captured once: `HybridTarget`'s
-    own layer loop on reserved state (K/V rows, conv and recurrent states updated in place). DDTree stays on the
-    eager loop: a tree verify batches the nodes of each depth, and those counts vary from step to step."""
-
-    def supports(self, method: str) -> bool:
-        return method_graph_support(self.model, method) is None
-
-    def _width(self, method: str, budget: int) -> int:
-        return 1 if method == "ar" else self.drafter.block_size
+    """AR, DFlash and DDTree on a hybrid (Gated DeltaNet + attention) target, each step captured once:
+    `HybridTarget`'s own layer loop on reserved state (K/V rows, conv and recurrent states updated in place)."""
 
     def _targets(self, target_layer_ids: list[int] | None) -> None:
         self.target = HybridTarget(self.model, target_layer_ids)
@@ -319,7 +304,6 @@ class HybridGraphDecoder(GraphDecoder):
         return self._advance(self.target.decode(self.root, step))
 
     def _verify(self, tree: Ancestry, nodes: torch.Tensor):
-        rows = self.start + torch.arange(nodes.shape[0], device=self.device)
-        step = Static(self.start, self._cols[None] <= rows[:, None], TreeLayout.build(tree, self.target.conv_kernel))
-        verified = self.target.verify_chain(nodes, step)
-        return verified, lambda path, length: self.target.commit_chain(step, path, length)
+        step = Static(self.start, self._tree_visible(tree), TreeLayout.build(tree, self.target.conv_kernel))
+        verified = self.target.verify_static(nodes, step)
+        return verified, lambda path, length: self.target.commit_static(step, path, length)

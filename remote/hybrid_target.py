@@ -93,6 +93,13 @@ class _KV:
         self.keys.index_copy_(2, slots, k)
         self.values.index_copy_(2, slots, v)
 
+    def compact_at(self, start: torch.Tensor, path: torch.Tensor) -> None:
+        """`compact` with a device `start` ([] long) and `path` [H] (padded past the accepted length: the rows
+        it writes past that are masked later)."""
+        rows = start + torch.arange(path.shape[0], device=path.device)
+        self.keys.index_copy_(2, rows, self.keys.index_select(2, start + path))
+        self.values.index_copy_(2, rows, self.values.index_select(2, start + path))
+
     def compact(self, start: int, rows: torch.Tensor) -> None:
         """Move the tree rows `rows` (offsets from `start`) to start, start+1, ... (index_select copies first)."""
         self.keys[:, :, start:start + len(rows)] = self.keys[:, :, start:].index_select(2, rows)
@@ -101,9 +108,9 @@ class _KV:
 
 @dataclass
 class Static:
-    """T tokens on reserved state (`HybridTarget.reserve`) at positions start .. start+T-1 (`start` a [] long on
-    the device), `visible` [T, capacity] bool: which cache rows each sees. `layout`: None for one AR token, a
-    chain's TreeLayout for a DFlash verify, whose GDN node states `states` collects for `commit_chain`."""
+    """T tokens on reserved state (`HybridTarget.reserve`) at cache rows start .. start+T-1 (`start` a [] long on
+    the device), `visible` [T, capacity] bool: which cache rows each sees. `layout`: None for one AR token, else
+    the verified tree's (or chain's) TreeLayout, whose GDN node states `states` collects for `commit_static`."""
 
     start: torch.Tensor
     visible: torch.Tensor
@@ -203,7 +210,7 @@ class HybridTarget(Target):
     @torch.inference_mode()
     def verify(self, tokens: torch.Tensor, tree: Ancestry | list[int]) -> Verified:
         """Run the tree tokens [N] (structure `tree` or its parents list) on the committed prefix; nothing is
-        committed until `commit`. A non-chain device tree costs one host read: its node count per depth."""
+        committed until `commit`. Reads nothing back to the host."""
         device = self.decoder.embed_tokens.weight.device
         tree = Ancestry.from_parents([int(p) for p in tree], device) if isinstance(tree, list) else tree.to(device)
         if tokens.numel() != tree.size:
@@ -252,18 +259,20 @@ class HybridTarget(Target):
         return self._logits(hidden)
 
     @torch.inference_mode()
-    def verify_chain(self, tokens: torch.Tensor, step: Static) -> Verified:
-        """`verify` of a chain of N tokens at device position `step.start` (capture-safe): K/V go to their rows,
-        GDN node states to `step.states`; nothing is committed until `commit_chain`."""
-        positions = step.start + torch.arange(tokens.shape[0], device=step.start.device)
-        hidden, feats = self._forward(tokens.view(1, -1), positions, tree=step)
+    def verify_static(self, tokens: torch.Tensor, step: Static) -> Verified:
+        """`verify` of N tree tokens after a device-side prefix length `step.start` (capture-safe): K/V go to
+        rows start.., positions are start + depth, GDN node states go to `step.states`; nothing is committed
+        until `commit_static`."""
+        hidden, feats = self._forward(tokens.view(1, -1), step.start + step.layout.depth, tree=step)
         return Verified(self._logits(hidden), feats)
 
     @torch.inference_mode()
-    def commit_chain(self, step: Static, path: torch.Tensor, length: torch.Tensor) -> None:
-        """Keep the first `length` ([] on the device) tokens of the chain verified with `step`: `path` [H] is
-        0, 1, ..., padded with its last node to the static height. K/V rows are already in place; each GDN
+    def commit_static(self, step: Static, path: torch.Tensor, length: torch.Tensor) -> None:
+        """Keep the root-to-node `path` [H] of the tree verified with `step`, padded with its last node to the
+        static height; `length` ([] on the device) is the real part. Attention K/V rows move to start.., each GDN
         layer's state is recomputed over the path (padding steps leave it as is) and copied into place."""
+        for kv in self._kv.values():
+            kv.compact_at(step.start, path)
         for layer, states in step.states.items():
             self._install(layer, *states.after(path, length))
 

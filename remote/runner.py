@@ -27,7 +27,7 @@ from .drafter_io import check_pair
 from .errors import SpecError
 from .events import EventWriter, write_json_atomic
 from .files import RunFiles
-from .graph_decode import graph_decoder, graph_support, method_graph_support
+from .graph_decode import graph_decoder, graph_support
 from .kernels import torch_gdn_path
 from .loading import load_drafter_for, load_target, load_tokenizer, pick_device
 from .metrics import DEFINITIONS, aggregate, compare, first_divergence, prompt_metrics
@@ -80,20 +80,15 @@ class Run:
             self.graphed.reserve(max(ids.shape[1] for ids in self.inputs), spec.decoding.max_new_tokens,
                                  "ddtree" if self.drafter else "ar", spec.decoding.tree_budget)
         self._eager_because = why_not
-        # a method the graph decoder does not run (ddtree on hybrids) stays eager, and decode_path says so
-        self._method_eager_because = method_graph_support(self.model, spec.decoding.method)
         self.stop_ids = set() if spec.model.random else _stop_ids(self.model, self.tokenizer)
 
     @property
     def decode_path(self) -> str:
         """`cuda_graph` (`cuda_graph+compile` with compile_steps), or `eager (why)`: graphs unsupported for this
-        run, or a capture that failed; with graphs for AR only (ddtree on a hybrid target) `cuda_graph for ar;
-        eager for <method> (why)`; a failed compile is named in parentheses."""
+        run, or a capture that failed; a failed compile is named in parentheses."""
         if not (self.graphed and self.graphed.graphs):
             return f"eager ({self._eager_because or f'graph capture failed: {self.graphed.fallback}'})"
         path = "cuda_graph+compile" if self.graphed.compiled else "cuda_graph"
-        if self._method_eager_because:
-            path = f"{path} for ar; eager for {self.spec.decoding.method} ({self._method_eager_because})"
         if self.graphed.compile_failed:
             path += f" (torch.compile failed: {self.graphed.compile_failed})"
         return path
@@ -110,9 +105,9 @@ class Run:
 
     def _generate(self, method, ids, max_new, generator, timer) -> Generation:
         d = self.spec.decoding
-        if self.graphed and self.graphed.supports(method):
-            if method == "ar":
-                return self.graphed.generate_ar(ids, max_new, self.stop_ids, timer)
+        if self.graphed and method == "ar":
+            return self.graphed.generate_ar(ids, max_new, self.stop_ids, timer)
+        if self.graphed:
             return self.graphed.generate_spec(ids, max_new, self.stop_ids, timer, method, d.tree_budget)
         with eager_attention(self.device):
             if method == "ar":

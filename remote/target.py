@@ -9,9 +9,8 @@ forward over that sequence would. Every implementation (pure attention, hybrid r
 the decoding loop (`remote.decode`) only uses it.
 
 Host synchronisation: the loop hands over the tree as a `remote.tree.Ancestry` (device tensors) and the path as
-a device tensor, and a target should not read either back to the host (the pure-attention target never does;
-the hybrid one reads the per-depth node counts of a non-chain tree once per verify, to batch by depth). Host
-lists are accepted too (tests, offline tools) and are converted.
+a device tensor, and a target does not read either back to the host. Host lists are accepted too (tests, offline
+tools) and are converted.
 """
 from __future__ import annotations
 

@@ -55,13 +55,12 @@ class Tree:
 @dataclass
 class Ancestry:
     """The structure of N verified nodes in the Target's convention (parents[i] < i, -1 = on the committed
-    prefix), as device tensors. `height` and `level_sizes` are host values fixed when the tree is built."""
+    prefix), as device tensors. `height` is a host value fixed when the tree is built."""
 
     parents: torch.Tensor            # [N] long
     depth: torch.Tensor              # [N] long, 0 for nodes on the prefix
     ancestors: torch.Tensor          # [N, H] long: ancestor of node i at depth d; i itself for d >= depth[i]
     chain: bool                      # parents == [-1, 0, 1, ...]: the model's own causal path applies
-    level_sizes: list[int] | None = None   # nodes per depth when known on the host without a copy
 
     @property
     def size(self) -> int:
@@ -78,17 +77,10 @@ class Ancestry:
         at_depth_j = self.ancestors.gather(1, self.depth[None].expand(n, n))
         return at_depth_j == torch.arange(n, device=self.depth.device)[None]
 
-    def host_level_sizes(self) -> list[int]:
-        """Nodes per depth, non-empty levels only; a device->host copy unless known at build time."""
-        if self.level_sizes is None:
-            self.level_sizes = [s for s in torch.bincount(self.depth, minlength=self.height).tolist() if s]
-        return self.level_sizes
-
     def to(self, device: torch.device) -> "Ancestry":
         if self.parents.device == torch.device(device):
             return self
-        return Ancestry(self.parents.to(device), self.depth.to(device), self.ancestors.to(device), self.chain,
-                        self.level_sizes)
+        return Ancestry(self.parents.to(device), self.depth.to(device), self.ancestors.to(device), self.chain)
 
     @classmethod
     def of(cls, parents: torch.Tensor, depth: torch.Tensor, height: int, chain: bool = False) -> "Ancestry":
@@ -113,20 +105,17 @@ class Ancestry:
             if not -1 <= p < i:
                 raise ValueError(f"parents[{i}] = {p}: each parent must precede its child (or be -1)")
             depth.append(0 if p < 0 else depth[p] + 1)
-        as_long = lambda xs: torch.tensor(xs, dtype=torch.long, device=device)  # noqa: E731
-        sizes = [depth.count(d) for d in range(max(depth) + 1)]
         if is_chain(parents):
             return cls.chain_of(len(parents), device)
-        built = cls.of(as_long(parents), as_long(depth), len(sizes))
-        built.level_sizes = sizes
-        return built
+        as_long = lambda xs: torch.tensor(xs, dtype=torch.long, device=device)  # noqa: E731
+        return cls.of(as_long(parents), as_long(depth), max(depth) + 1)
 
     @classmethod
     def chain_of(cls, n: int, device: torch.device | str) -> "Ancestry":
         """The chain [-1, 0, 1, ..., n-2], built on the device from aranges."""
         index = torch.arange(n, device=device)
         ancestors = torch.minimum(index[None, :], index[:, None])      # ancestor of i at depth d: min(d, i)
-        return cls(index - 1, index, ancestors, True, [1] * n)
+        return cls(index - 1, index, ancestors, True)
 
 
 @dataclass

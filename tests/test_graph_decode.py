@@ -116,56 +116,68 @@ def test_hybrid_ar_steps_equal_the_model_own_decoding(shape):
 
 
 @pytest.mark.parametrize("shape", ["3to1", "1to1"])
-def test_hybrid_dflash_steps_equal_the_eager_loop(shape):
-    """HybridGraphDecoder's DFlash step (chain verify on reserved state, commit recomputing the GDN states over the
-    accepted path padded to the block with no-op steps) emits the eager loop's tokens and acceptances."""
+def test_hybrid_speculative_steps_equal_the_eager_loop(shape):
+    """HybridGraphDecoder's DFlash and DDTree steps (verify on reserved state at a device-side length, commit
+    moving K/V rows and recomputing GDN states over the accepted path padded with no-op steps) emit the eager
+    loop's tokens and acceptances."""
     from tests.test_hybrid_lossless import tiny_hybrid_pair
 
     model, drafter, target = tiny_hybrid_pair(shape)
     decoder = HybridGraphDecoder(model, drafter, drafter.target_layer_ids, graphs=False)
     g = torch.Generator().manual_seed(4)
-    deepest = 0
-    for length in (2, 9, 5):
+    deepest = {}
+    for length in (2, 9, 5, 4):
         ids = torch.randint(0, model.config.vocab_size - 1, (1, length), generator=g)
         timer = PhaseTimer(ids.device)
-        eager = generate_spec(target, drafter, model, ids, 40, 0.0, None, set(), timer, "dflash", 0)
-        static = decoder.generate_spec(ids, 40, set(), timer, "dflash", 0)
-        assert (static.tokens, static.accepted) == (eager.tokens, eager.accepted)
-        deepest = max([deepest] + static.accepted)
-    # every step's path is padded to the block (8) with no-op steps; some accepted drafted tokens too
-    assert deepest >= 1 and decoder.supports("dflash") and not decoder.supports("ddtree")
+        for method, budget in [("dflash", 0), ("ddtree", 8), ("ddtree", 256)]:
+            eager = generate_spec(target, drafter, model, ids, 40, 0.0, None, set(), timer, method, budget)
+            static = decoder.generate_spec(ids, 40, set(), timer, method, budget)
+            assert (static.tokens, static.accepted) == (eager.tokens, eager.accepted), (method, budget)
+            deepest[method, budget] = max([deepest.get((method, budget), 0)] + static.accepted)
+    # paths are padded to the tree height with no-op steps; deep trees moved K/V rows and installed mid-tree states
+    assert deepest["dflash", 0] >= 1 and deepest["ddtree", 256] >= 2, deepest
 
 
 @pytest.mark.parametrize("shape", ["3to1", "1to1"])
-def test_hybrid_chain_commit_on_reserved_state_equals_the_eager_commit(shape):
-    """verify_chain + commit_chain (device start, path padded to the chain length) leave the logits and every
-    layer's state of HybridTarget's eager verify + commit, for every accepted length."""
+@pytest.mark.parametrize("seed", range(3))
+def test_hybrid_static_commit_equals_the_eager_commit(shape, seed):
+    """verify_static + commit_static (device start, path padded to the tree height) leave the logits, features
+    and every layer's state of HybridTarget's eager verify + commit, on chains and trees, for several paths."""
+    import random
+
     from remote.gdn_tree import TreeLayout
     from remote.hybrid_target import HybridTarget, Static
     from remote.tree import Ancestry
     from tests.test_hybrid_lossless import tiny_hybrid_pair
+    from tests.test_hybrid_models import ancestor_path, random_tree
 
     model = tiny_hybrid_pair(shape)[0]
-    g = torch.Generator().manual_seed(5)
-    prompt, chain = torch.randint(0, 10, (1, 5), generator=g), torch.randint(0, 10, (6,), generator=g)
-    for keep in (1, 2, 4, 6):
+    rng, g = random.Random(seed), torch.Generator().manual_seed(seed)
+    parents = list(range(-1, 7)) if seed == 0 else random_tree(rng, 12, reach=3)
+    tree = Ancestry.from_parents(parents)
+    prompt, nodes = torch.randint(0, 10, (1, 5), generator=g), torch.randint(0, 10, (len(parents),), generator=g)
+    for last in rng.sample(range(len(parents)), 4):
+        path = ancestor_path(parents, last)
         eager, static = HybridTarget(model, [0]), HybridTarget(model, [0])
         eager.prefill(prompt)
-        expected = eager.verify(chain, list(range(-1, 5)))
-        eager.commit(list(range(keep)))
-        static.reserve(16)
+        expected = eager.verify(nodes, parents)
+        eager.commit(path)
+        static.reserve(32)
         static.prefill(prompt)
-        start, rows = torch.tensor(5), 5 + torch.arange(6)
-        step = Static(start, torch.arange(16)[None] <= rows[:, None],
-                      TreeLayout.build(Ancestry.chain_of(6, "cpu"), static.conv_kernel))
-        got = static.verify_chain(chain, step)
-        static.commit_chain(step, torch.tensor(list(range(keep)) + [keep - 1] * (6 - keep)), torch.tensor(keep))
+        start, cols = torch.tensor(5), torch.arange(32)
+        offset = cols - start
+        visible = tree.visible.index_select(1, offset.clamp(0, len(parents) - 1)) & (offset >= 0) & \
+            (offset < len(parents)) | (offset < 0)
+        step = Static(start, visible, TreeLayout.build(tree, static.conv_kernel))
+        got = static.verify_static(nodes, step)
+        padded = path + [last] * (tree.height - len(path))
+        static.commit_static(step, torch.tensor(padded), torch.tensor(len(path)))
         assert torch.allclose(got.logits, expected.logits, atol=1e-5)
         assert torch.allclose(got.features, expected.features, atol=1e-5)
-        static._len = eager.length                     # commit_chain leaves the host length to its caller
+        static._len = eager.length                     # commit_static leaves the host length to its caller
         for layer in range(len(static.layer_types)):
             for name, value in eager.layer_state(layer).items():
-                assert torch.allclose(static.layer_state(layer)[name], value, atol=1e-5), (keep, layer, name)
+                assert torch.allclose(static.layer_state(layer)[name], value, atol=1e-5), (path, layer, name)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
@@ -180,9 +192,10 @@ def test_hybrid_graph_replays_equal_eager_steps():
         ids = ids.cuda() % (model.config.vocab_size - 1)
         timer = PhaseTimer(ids.device)
         assert graphed.generate_ar(ids, 40, set(), timer).tokens == eager.generate_ar(ids, 40, set(), timer).tokens
-        assert graphed.generate_spec(ids, 40, set(), timer, "dflash", 0).tokens == \
-            eager.generate_spec(ids, 40, set(), timer, "dflash", 0).tokens
-    assert len(graphed._graphs) == 2 and graphed.graphs, graphed.fallback
+        for method, budget in [("dflash", 0), ("ddtree", 32)]:
+            assert graphed.generate_spec(ids, 40, set(), timer, method, budget).tokens == \
+                eager.generate_spec(ids, 40, set(), timer, method, budget).tokens
+    assert len(graphed._graphs) == 3 and graphed.graphs, graphed.fallback
 
 
 def test_step_kernels_compute_the_model_norms_and_attention_and_are_undone():

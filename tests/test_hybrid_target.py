@@ -239,9 +239,8 @@ def _conv_window_reference(parents: list[int], node: int, k: int) -> list[int]:
 
 @pytest.mark.parametrize("seed", range(6))
 def test_tree_layout_on_the_device_equals_the_host_walk(seed):
-    """Conv windows, the depth-major order, its per-depth slices and parent places of the device-built layout,
-    on trees and forests, against a host walk up the parents, for conv kernels shorter and longer than the tree is
-    deep."""
+    """Conv windows and per-node paths of the device-built layout, on trees and forests, against a host walk up the
+    parents, for conv kernels shorter and longer than the tree is deep."""
     from remote.gdn_tree import TreeLayout
     from remote.tree import Ancestry
 
@@ -250,10 +249,7 @@ def test_tree_layout_on_the_device_equals_the_host_walk(seed):
     for k in (2, 4, 6):
         layout = TreeLayout.build(Ancestry.from_parents(parents), k)
         assert layout.conv_index.tolist() == [_conv_window_reference(parents, i, k) for i in range(len(parents))]
-        depth, order = layout.depth.tolist(), layout.order.tolist()
-        assert [layout.position.tolist()[i] for i in order] == list(range(len(parents)))
-        for d, (start, end) in enumerate(layout.bounds):          # each depth is one slice of the order
-            assert order[start:end] == [i for i in range(len(parents)) if depth[i] == d]
-            parent_places = layout.parent_position[start:end].tolist()
-            assert [order[p] for p in parent_places] == [max(parents[i], 0) for i in order[start:end]]
-        assert layout.bounds[-1][1] == len(parents)
+        depth, ancestors = layout.depth.tolist(), layout.ancestors.tolist()
+        for i in range(len(parents)):            # the sequence node i runs: its path, then itself as padding
+            path = ancestor_path(parents, i)
+            assert ancestors[i][:depth[i] + 1] == path and set(ancestors[i][depth[i]:]) == {i}

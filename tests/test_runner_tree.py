@@ -154,7 +154,6 @@ def test_ancestry_of_device_tensors_equals_host_lists(seed):
     depth = torch.tensor(depths_of(parents))
     device = Ancestry.of(torch.tensor(parents), depth, host.height)
     assert torch.equal(device.ancestors, host.ancestors) and torch.equal(device.visible, host.visible)
-    assert device.host_level_sizes() == host.level_sizes
     chain = Ancestry.from_parents(list(range(-1, 6)))
     assert chain.chain and torch.equal(chain.visible, torch.ones(7, 7, dtype=torch.bool).tril())
     built = Ancestry.of(torch.arange(-1, 6), torch.arange(7), 7)
