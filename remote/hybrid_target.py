@@ -16,14 +16,15 @@ shared, nothing copied) and holds the per-layer state itself:
 - GDN layers: conv state [1, C, K] and recurrent state [1, HV, Dk, Dv] float32 (transformers' layouts). Verify
   runs every node from its parent's state (`remote.gdn_tree`), commit installs the accepted node's.
 
-Cost: the recurrence takes one batched step per tree depth and GDN layer (a chain: one call); verify holds the
-states of one depth at a time (HV x Dk x Dv float32 per node: 3 MiB per node and layer at Qwen3.6-27B widths) and
-commit recomputes the accepted node's state from the committed one over the accepted path, in one call per layer.
+Cost: the recurrence is one kernel call per GDN layer and verify (every node runs its root-to-node path as one
+sequence of the tree's height; a chain is one sequence), reading nothing back to the host; no per-node state is
+kept (HV x Dk x Dv float32: 3 MiB per node and layer at Qwen3.6-27B widths): commit recomputes the accepted node's
+state from the committed one over the accepted path, in one call per layer.
 
 Decoding on reserved state (remote.graph_decode.HybridGraphDecoder): after `reserve(capacity)` every state keeps
-its storage (prefills and commits copy into it), and `decode` (one AR token) / `verify_chain` + `commit_chain` (a
-DFlash chain) run at a device-side position with no host value, so each step can be captured as a CUDA graph once
-and replayed.
+its storage (prefills and commits copy into it), and `decode` (one AR token) / `verify_static` + `commit_static`
+(a DFlash chain or a DDTree tree) run at a device-side prefix length with no host value, so each step can be
+captured as a CUDA graph once and replayed.
 
 Features are the outputs of decoder layers `target_layer_ids` (0-based), i.e. HF `hidden_states[layer_id + 1]`
 (for the last layer that is the final-norm output, as in HF). Logits are float32.
