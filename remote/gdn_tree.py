@@ -6,8 +6,8 @@ conv inputs (falling back to the committed conv state above the tree), and its r
 parent's state (the committed state for a node whose parent is the prefix). The whole tree is one recurrent-kernel
 call per layer: every node runs its own root-to-node path as a sequence (batch N, length = tree height), so the
 sequential steps equal the tree depth, not its size, no host value is read (a verify can be captured in a CUDA
-graph) and no per-node state is kept; a chain runs as one sequence of N. Both return
-`NodeStates`, from which commit gets the state after the accepted path (`NodeStates.after`).
+graph) and no per-node state is kept; a chain runs as one sequence of N. Both return `NodeStates`, from which
+commit gets the state after the accepted path (`NodeStates.after`).
 `gdn_step` runs one token and updates the states in place (static addresses: a CUDA graph can replay it).
 
 All weights are the model's own: projections, conv1d, A_log, dt_bias, the gated norm and out_proj of the layer's
@@ -71,18 +71,16 @@ class NodeStates:
     path is at most a drafter block long)."""
 
     conv: torch.Tensor                 # [N, C, K] conv state after each node (its window)
-    inputs: tuple                      # q, k, v, g, beta [1, N, ...] of every node, in `position` order
+    inputs: tuple                      # q, k, v, g, beta [1, N, ...] of every node
     state: torch.Tensor                # [1, HV, Dk, Dv] the committed recurrent state the tree started from
     step: Callable                     # the kernels' recurrent step (remote.kernels.GdnKernels.step)
-    position: torch.Tensor | None = None   # [N] each node's place in `inputs`; None: node order
 
     def after(self, path: torch.Tensor, length: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(conv [1, C, K], recurrent [1, HV, Dk, Dv]) after the last node of the root-to-node `path` [L]. With
         `length` (a device scalar) only the first `length` steps count: `path` is padded with its last node to a
         static length, and a padding step (gate 0, beta 0) leaves the recurrent state as it is."""
         conv = self.conv.index_select(0, path[-1:])
-        places = path if self.position is None else self.position.index_select(0, path)
-        q, k, v, g, beta = (x.index_select(1, places) for x in self.inputs)
+        q, k, v, g, beta = (x.index_select(1, path) for x in self.inputs)
         if length is not None:
             real = (torch.arange(path.shape[0], device=path.device) < length)[None, :, None]      # [1, L, 1]
             g, beta = g * real, beta * real

@@ -13,8 +13,9 @@ same step functions run eagerly (the CPU tests compare them token for token with
 drafter context is absorbed during the prefill, so every step has the captured shape; a shape's first step runs
 eagerly: it is the warm-up before the capture. Caches grow (and captured graphs are dropped) when a generation
 needs more rows. `graph_support` says why a run cannot use it (None when it can): CUDA, one device, temperature
-0, bidirectional drafter; a step that fails to capture turns graphs off for the rest of the run (`fallback`). Timer phases: ttft and decode only
-(a replayed step has no inner boundaries).
+0, bidirectional drafter, a hybrid target only on the transformers versions HybridTarget supports; a step that
+fails to capture turns graphs off for the rest of the run (`fallback`). Timer phases: ttft and decode only (a
+replayed step has no inner boundaries).
 
 While a step is warmed up and captured, it uses remote.step_kernels (one-kernel RMSNorm, grouped attention); with
 `compiled=True` each step is also torch.compile'd first (inductor fuses the rest; a compile failure falls back to
@@ -32,8 +33,9 @@ from .compat import input_device
 from . import decode
 from .decode import Generation, accept, accepted_tokens, draft
 from .drafter import DFlashDrafter
+from .errors import SpecError
 from .gdn_tree import TreeLayout
-from .hybrid_target import HybridTarget, Static
+from .hybrid_target import HybridTarget, Static, check_transformers_version
 from .static_cache import StaticDrafterKV, StaticKV, visibility_mask
 from .step_kernels import step_kernels
 from .timing import PhaseTimer
@@ -52,6 +54,11 @@ def graph_support(model, drafter: DFlashDrafter | None, device: torch.device, te
         return "sliding-window target"
     if drafter is not None and any(layer.self_attn.is_causal or layer.self_attn.window for layer in drafter.layers):
         return "causal or windowed drafter layers"
+    if is_hybrid(model):
+        try:
+            check_transformers_version()
+        except SpecError as exc:           # AR-only runs of a hybrid still decode, with the model's own forward
+            return str(exc)
     return None
 
 

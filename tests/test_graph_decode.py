@@ -59,6 +59,17 @@ def test_support_names_what_keeps_a_run_eager():
     assert "drafter" in graph_support(model, drafter, torch.device("cuda"), 0.0)
 
 
+def test_hybrid_support_follows_the_supported_transformers_range(monkeypatch):
+    import transformers
+
+    from tests.test_hybrid_lossless import tiny_hybrid_pair
+
+    model = tiny_hybrid_pair("3to1")[0]
+    assert graph_support(model, None, torch.device("cuda"), 0.0) is None
+    monkeypatch.setattr(transformers, "__version__", "5.1.0")
+    assert "HybridTarget supports transformers" in graph_support(model, None, torch.device("cuda"), 0.0)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
 @pytest.mark.parametrize("method,budget", [("ar", 0), ("dflash", 0), ("ddtree", 32)])
 def test_cuda_graph_replays_equal_eager_steps(method, budget):
