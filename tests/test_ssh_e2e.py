@@ -121,8 +121,9 @@ def test_ctrl_c_stops_the_runner_on_the_host_and_logs_killed(sshd, tmp_path):
 
 def test_a_connection_cut_mid_run_loses_nothing(sshd_netns, tmp_path):
     workdir = Path(sshd_netns.facts.host_config()["workdir"])
+    # long enough that the run is still decoding when the cut comes, even on a loaded machine
     args = ["method=ddtree", *sshd_netns.facts.overrides(io_timeout=1.5, connect_timeout=1.5), "device=cpu",
-            "num_prompts=3", "max_new_tokens=24"]
+            "num_prompts=4", "max_new_tokens=64"]
     proc = subprocess.Popen(cli(args), cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
     try:
