@@ -94,17 +94,12 @@ class _KV:
         self.keys.index_copy_(2, slots, k)
         self.values.index_copy_(2, slots, v)
 
-    def compact_at(self, start: torch.Tensor, path: torch.Tensor) -> None:
-        """`compact` with a device `start` ([] long) and `path` [H] (padded past the accepted length: the rows
-        it writes past that are masked later)."""
+    def compact(self, start: int | torch.Tensor, path: torch.Tensor) -> None:
+        """Move the tree rows `path` [L] (offsets from `start`, a host int or a device scalar) to start, start+1,
+        ... (index_select copies first). A path padded past the accepted length writes rows masked later."""
         rows = start + torch.arange(path.shape[0], device=path.device)
         self.keys.index_copy_(2, rows, self.keys.index_select(2, start + path))
         self.values.index_copy_(2, rows, self.values.index_select(2, start + path))
-
-    def compact(self, start: int, rows: torch.Tensor) -> None:
-        """Move the tree rows `rows` (offsets from `start`) to start, start+1, ... (index_select copies first)."""
-        self.keys[:, :, start:start + len(rows)] = self.keys[:, :, start:].index_select(2, rows)
-        self.values[:, :, start:start + len(rows)] = self.values[:, :, start:].index_select(2, rows)
 
 
 @dataclass
@@ -273,7 +268,7 @@ class HybridTarget(Target):
         static height; `length` ([] on the device) is the real part. Attention K/V rows move to start.., each GDN
         layer's state is recomputed over the path (padding steps leave it as is) and copied into place."""
         for kv in self._kv.values():
-            kv.compact_at(step.start, path)
+            kv.compact(step.start, path)
         for layer, states in step.states.items():
             self._install(layer, *states.after(path, length))
 
