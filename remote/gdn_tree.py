@@ -172,11 +172,11 @@ def gdn_tree(gdn: torch.nn.Module, h: torch.Tensor, layout: TreeLayout, conv_sta
         return _output(gdn, kernels.step(q, k, v, g, beta, recurrent)[0], z), states
     # Every node runs its own root-to-node path as one sequence from the committed state: one kernel call for the
     # whole tree, batch N, length H (the tree height). Past its depth a path repeats the node (`ancestors`); its
-    # output is read at its own depth, before those steps, and the final states are not kept (commit recomputes
-    # the accepted one). The states read and written are the same N as depth by depth; extra steps are compute.
+    # output is read at its own depth, before those steps, and no final state is made (commit recomputes the
+    # accepted one). The states read are the same N as depth by depth; the extra steps are compute only.
     height = layout.ancestors.shape[1]
     paths = [x[0].index_select(0, layout.ancestors.reshape(-1)).view(n, height, *x.shape[2:])
              for x in (q, k, v, g, beta)]                                                     # [N, H, ...]
-    out = kernels.step(*paths, recurrent.expand(n, -1, -1, -1))[0]                            # [N, H, HV, Dv]
+    out = kernels.step(*paths, recurrent.expand(n, -1, -1, -1), final=False)[0]               # [N, H, HV, Dv]
     core = out.gather(1, layout.depth.view(n, 1, 1, 1).expand(n, 1, *out.shape[2:]))         # each node's own step
     return _output(gdn, core.transpose(0, 1), z), states

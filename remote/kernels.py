@@ -8,8 +8,8 @@ the same math whichever path is chosen, so a caller never branches on the path:
   q, k [B, T, HV, Dk] (already repeated to the value heads, NOT l2-normalised: the kernel does it), v [B, T, HV, Dv],
   g, beta [B, T, HV]; initial_state [B, HV, Dk, Dv] float32 or None (zeros); out [B, T, HV, Dv] in q's dtype,
   final_state [B, HV, Dk, Dv] float32.
-- `step(q, k, v, g, beta, state)` -> (out, new_state): the same with T == 1 and one state per batch row; the tree
-  verify batches all nodes of one depth through one call (row b starts from its parent's state).
+- `step(q, k, v, g, beta, state, final=True)` -> (out, new_state): the same, one state per batch row (a tree
+  verify runs every node's root-to-node path as one row); `final=False`: new_state is None, never materialised.
 - `conv(x, weight, bias, activation)` -> y: the causal depthwise conv over a fresh sequence, x [B, C, T] with zero
   left padding, weight [C, K]; y [B, C, T].
 
@@ -96,8 +96,8 @@ def _bundle(chunk_fn: Callable, step_fn: Callable, conv: Callable, path: str) ->
         return chunk_fn(q, k, v, g=g, beta=beta, initial_state=initial_state, output_final_state=True,
                         use_qk_l2norm_in_kernel=True)
 
-    def step(q, k, v, g, beta, state):
-        return step_fn(q, k, v, g=g, beta=beta, initial_state=state.contiguous(), output_final_state=True,
+    def step(q, k, v, g, beta, state, final=True):
+        return step_fn(q, k, v, g=g, beta=beta, initial_state=state.contiguous(), output_final_state=final,
                        use_qk_l2norm_in_kernel=True)
 
     return GdnKernels(chunk=chunk, step=step, conv=conv, path=path)
