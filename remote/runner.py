@@ -78,7 +78,7 @@ class Run:
             compiled=spec.decoding.compile_steps)
         if self.graphed:     # sized once for every prompt: growing mid-run would re-capture inside a timing
             self.graphed.reserve(max(ids.shape[1] for ids in self.inputs), spec.decoding.max_new_tokens,
-                                 "ddtree" if self.drafter else "ar", spec.decoding.tree_budget)
+                                 spec.decoding.method, spec.decoding.tree_budget)   # AR's rows are within any method's
         self._eager_because = why_not
         self.stop_ids = set() if spec.model.random else _stop_ids(self.model, self.tokenizer)
 
