@@ -12,7 +12,8 @@ it is measured (a run stopped at a time limit keeps them), and the last stdout l
 `--profile DIR` adds, after the timed runs of the first temperature (so no reported time is taken under the
 profiler), a torch.profiler chrome trace and a key_averages table of --profile-gens generations per method (ar,
 dflash, ddtree at the budget with the best speedup, stock `generate`), with the decode phases (draft, tree_build,
-verify, commit) as named ranges.
+verify, commit) as named ranges. Graphed runs report the GPU split of one replayed step (remote.graph_split:
+each prefix of the step captured and timed; AR: forward_ms) in the draft/tree_build/verify/commit columns.
 """
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ import remote.runner  # noqa: E402
 from bench_verify import save_profile  # noqa: E402
 from orchestrator.compare import render_table, summarize  # noqa: E402
 from remote.metrics import aggregate, compare  # noqa: E402
+from remote.graph_split import split_step  # noqa: E402
 from remote.runner import Run  # noqa: E402
 from remote.spec import DatasetSpec, DecodingSpec, DrafterSpec, ModelSpec, RunSpec  # noqa: E402
 from remote.timing import PhaseTimer  # noqa: E402
@@ -68,7 +70,10 @@ def measure(run: Run, method: str, budget: int) -> tuple[list, dict]:
     gens = [run.generate(method, i) for i in range(len(run.inputs))]
     peak = torch.cuda.max_memory_allocated() / 2**30 if run.device.type == "cuda" else None
     depth = run.drafter.block_size - 1 if method != "ar" else 0
-    return gens, aggregate(gens, peak, depth)
+    metrics = aggregate(gens, peak, depth)
+    if run.graphed and run.graphed.graphs and not run.graphed.compiled:   # a replayed step has no phase timers
+        metrics.update(split_step(run.graphed, method, budget))
+    return gens, metrics
 
 
 def spin_up(device: torch.device, seconds: float = 3.0) -> None:
@@ -215,9 +220,10 @@ def main(argv: list[str] | None = None) -> None:
     for r in rows:
         print(f"{r['run']:>18}  tau={r.get('tau', 1) or 1:.2f}  tpot={r.get('tpot_ms', 0):.2f}ms  "
               f"step={r.get('step_ms') or 0:.2f}ms  "
-              f"speedup={r.get('speedup_vs_ar', 1) or 1:.2f}  draft={r.get('draft_ms', 0):.2f} "
-              f"build={r.get('tree_build_ms', 0):.2f} verify={r.get('verify_ms', 0):.2f} "
-              f"commit={r.get('commit_ms', 0):.2f}  exact={r.get('exact_match_vs_ar', '-')}")
+              f"speedup={r.get('speedup_vs_ar', 1) or 1:.2f}  forward={r.get('forward_ms', 0):.3f} "
+              f"draft={r.get('draft_ms', 0):.3f} "
+              f"build={r.get('tree_build_ms', 0):.3f} verify={r.get('verify_ms', 0):.3f} "
+              f"commit={r.get('commit_ms', 0):.3f}  exact={r.get('exact_match_vs_ar', '-')}")
     summarize(rows, out)
     print(json.dumps({"rows": len(rows), "out": str(out),
                       "best_ddtree": max((r for r in rows if r["method"] == "ddtree"),

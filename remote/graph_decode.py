@@ -237,12 +237,22 @@ class GraphDecoder:
         in_tree = tree.visible.index_select(1, offset.clamp(0, n - 1)) & (offset >= 0) & (offset < n)
         return in_tree | (offset < 0)
 
-    def _spec_step(self, context: torch.Tensor, valid: torch.Tensor | None, method: str, budget: int):
+    def _spec_step(self, context: torch.Tensor, valid: torch.Tensor | None, method: str, budget: int,
+                   until: str | None = None):
+        """One speculative step; `until` names a phase (remote.metrics.PHASES) after which it stops, without
+        touching the committed state (remote.graph_split times the phases of a captured step so)."""
         logits = draft(self.drafter, self.model, self.dkv, context, self.root, self.start, valid)
+        if until == "draft":
+            return logits
         built = best_first_tree(logits, budget) if method == "ddtree" else argmax_chain(logits)
         tree, nodes = built.ancestry(), torch.cat([self.root, built.tokens])                  # nodes [N]
+        if until == "tree_build":
+            return tree.ancestors
         verified, commit = self._verify(tree, nodes)
-        path, bonus, length, read = accept(tree, nodes, verified.logits.argmax(dim=-1))
+        samples = verified.logits.argmax(dim=-1)
+        if until == "verify":
+            return samples
+        path, bonus, length, read = accept(tree, nodes, samples)
         commit(path, length)
         self.context[0, :path.shape[0]] = verified.features.index_select(0, path)
         self.context_rows.copy_(length)

@@ -18,7 +18,8 @@ kept prefixes of depth d are scored and the best `budget` are kept (only childre
 see `_plan`), then one stable sort over all kept prefixes picks the best `budget`. The kept sets hold the best
 `budget` prefixes' scores (a prefix dropped at some depth has `budget` kept prefixes scoring at least as much), so
 the tree is the heap's up to the order of equal scores. Every shape is fixed by (depth, vocab, budget): nothing
-waits for data, and the step could be captured in a graph.
+waits for data, and the step could be captured in a graph. On CUDA (with Triton) the levels, the final order
+and the ancestry run as one kernel (remote.tree_kernel); these torch ops are the reference and the CPU path.
 """
 from __future__ import annotations
 
@@ -26,6 +27,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 import torch
+
+from . import tree_kernel
 
 
 @dataclass
@@ -127,6 +130,7 @@ class DeviceTree:
     depths: torch.Tensor     # [n] long, root = 0
     height: int              # static bound: every depth < height
     chain: bool = False
+    built: Ancestry | None = None    # the ancestry, where the builder made it already (remote.tree_kernel)
 
     @property
     def size(self) -> int:
@@ -134,6 +138,8 @@ class DeviceTree:
 
     def ancestry(self) -> Ancestry:
         """The structure of [root] + nodes as the Target sees it (root on the committed prefix)."""
+        if self.built is not None:
+            return self.built
         if self.chain:
             return Ancestry.chain_of(self.size + 1, self.tokens.device)
         parents = torch.cat([self.parents.new_full((1,), -1), self.parents])
@@ -205,8 +211,15 @@ def best_first_tree(draft_logits: torch.Tensor, budget: int) -> DeviceTree:
     """Best-first tree of at most `budget` nodes from `draft_logits` [D, V] (row d predicts depth d+1)."""
     depth_limit, vocab = draft_logits.shape
     k = min(budget, vocab)
-    top_lp, top_ids = torch.topk(torch.log_softmax(draft_logits.float(), dim=-1), k, dim=-1)   # [D, k] each
     plan = _plan(depth_limit, k, budget, draft_logits.device)
+    n = min(budget, plan.real)
+    if tree_kernel.available(draft_logits.device):
+        top_lp, top_ids = tree_kernel.top_k(draft_logits, k)                                    # [D, k] each
+        tokens, parents, depth, ancestors = tree_kernel.build(top_lp, top_ids, plan.parent, plan.rank, budget,
+                                                              plan.levels, n)
+        return DeviceTree(tokens=tokens, parents=parents[1:], depths=depth[1:], height=plan.levels + 1,
+                          built=Ancestry(parents, depth, ancestors, False))
+    top_lp, top_ids = torch.topk(torch.log_softmax(draft_logits.float(), dim=-1), k, dim=-1)   # [D, k] each
     # Finite floor for impossible tokens, so that every real prefix outranks an empty (-inf) slot.
     gains = top_lp[: plan.levels].index_select(1, plan.rank).clamp(min=-1e30)                # [L, c]
     scores, picks = [plan.start], []
@@ -214,7 +227,6 @@ def best_first_tree(draft_logits: torch.Tensor, budget: int) -> DeviceTree:
         best, pick = _best(scores[-1].index_select(0, plan.parent).add_(gain), budget)           # [budget]
         scores.append(best)
         picks.append(pick)
-    n = min(budget, plan.real)
     # Stable over the level-major slots: equal scores keep the shallower first, so a parent (whose score is >= its
     # child's) always precedes its child and the chosen set is prefix-closed even under ties.
     chosen = torch.sort(torch.cat(scores[1:]), descending=True, stable=True).indices[:n]     # [n] slots

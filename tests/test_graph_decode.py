@@ -86,6 +86,45 @@ def test_cuda_graph_replays_equal_eager_steps(method, budget):
     assert graphed._graphs, "nothing was captured"
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+@pytest.mark.parametrize("method,budget", [("ar", 0), ("ddtree", 32)])
+def test_phase_split_times_every_phase_and_leaves_the_decoder_as_it_was(method, budget):
+    from remote.graph_split import split_step
+
+    model, drafter, _ = tiny_pair("wide", block_size=8)
+    model, drafter = model.cuda(), drafter.cuda()
+    plain, split = (GraphDecoder(model, drafter, drafter.target_layer_ids) for _ in range(2))
+    timer = PhaseTimer(torch.device("cuda"))
+    run = (lambda d, ids: d.generate_ar(ids, 24, set(), timer)) if method == "ar" else \
+        (lambda d, ids: d.generate_spec(ids, 24, set(), timer, method, budget))
+    first, second = (ids.cuda() for ids in prompts(model, 2, seed=6))
+    assert run(split, first).tokens == run(plain, first).tokens
+    state = [t.clone() for t in (split.start, split.root, split.count, split.context, split.context_rows)]
+    phases = split_step(split, method, budget, repeats=5)
+    assert set(phases) == ({"forward_ms"} if method == "ar" else {"draft_ms", "tree_build_ms", "verify_ms",
+                                                                  "commit_ms"})
+    assert all(v >= 0 for v in phases.values()) and sum(phases.values()) > 0, phases
+    after = (split.start, split.root, split.count, split.context, split.context_rows)
+    assert all(torch.equal(a, b) for a, b in zip(after, state))
+    assert run(split, second).tokens == run(plain, second).tokens
+
+
+def test_spec_step_stopped_after_a_phase_leaves_the_committed_state():
+    model, drafter, _ = tiny_pair("narrow", block_size=8)
+    decoder = GraphDecoder(model, drafter, drafter.target_layer_ids, graphs=False)
+    ids = prompts(model, 1, seed=7)[0]
+    decoder.generate_spec(ids, 8, set(), PhaseTimer(ids.device), "ddtree", 16)
+    state = [t.clone() for t in (decoder.start, decoder.root, decoder.context, decoder.context_rows)]
+    with torch.inference_mode():          # as generate_spec
+        shapes = {until: decoder._spec_step(decoder.context, decoder.context_rows, "ddtree", 16, until=until).shape
+                  for until in ("draft", "tree_build", "verify")}
+        assert shapes["verify"] == (17,) and shapes["draft"][0] == 7, shapes
+        assert all(torch.equal(a, b) for a, b in zip((decoder.start, decoder.root, decoder.context,
+                                                      decoder.context_rows), state))
+        decoder._spec_step(decoder.context, decoder.context_rows, "ddtree", 16)
+    assert not torch.equal(decoder.start, state[0])
+
+
 def test_a_step_that_cannot_be_captured_turns_graphs_off(monkeypatch):
     """The capture fails (as a forward that reads a device value would): the warm-up step's result stands, every
     later step runs eagerly, the tokens are the eager loop's, and `fallback` says why."""

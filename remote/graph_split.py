@@ -1,0 +1,60 @@
+"""Where a captured step's GPU time goes: the per-phase split of a replayed step (draft, tree_build, verify,
+commit: remote.metrics.PHASES; AR has one phase, its forward).
+
+Why not a timer around each phase: a replayed step has no host-visible boundaries, and timing phases of the
+eager step measures Python and kernel launches instead of the GPU work the replay does. Here each prefix of the
+step (draft; draft + build; ... ; the whole step) is captured as its own graph and replayed `repeats` times from
+the same committed state, timed by CUDA events; a phase costs its prefix's median minus the previous one's.
+
+Contract: `split_step(decoder, method, budget)` -> {phase_ms: float} (draft_ms, tree_build_ms, verify_ms,
+commit_ms; AR: forward_ms) for a `GraphDecoder` that has just decoded with graphs on (its caches hold a real
+committed state). The committed state (length, root, drafter context, AR count) is put back after every replay,
+so the decoder carries on as before; cache rows past the committed length are scratch anyway.
+"""
+from __future__ import annotations
+
+from statistics import median
+
+import torch
+
+from .graph_decode import GraphDecoder
+from .metrics import PHASES
+from .step_kernels import step_kernels
+
+
+def split_step(decoder: GraphDecoder, method: str, budget: int, repeats: int = 20) -> dict[str, float]:
+    phases = ("forward",) if method == "ar" else PHASES
+    state = (decoder.start, decoder.root, decoder.count, decoder.context_rows) + (
+        (decoder.context,) if decoder.drafter is not None else ())
+    saved = [t.clone() for t in state]
+
+    def restore() -> None:
+        for live, kept in zip(state, saved):
+            live.copy_(kept)
+
+    def step(until):
+        if method == "ar":
+            return lambda: decoder._ar_step()
+        return lambda: decoder._spec_step(decoder.context, decoder.context_rows, method, budget, until=until)
+
+    cumulative = []
+    with torch.inference_mode():
+        for until in phases[:-1] + (None,):
+            fn = step(until)
+            with step_kernels(decoder.model, decoder.drafter):
+                decoder._warm_up(fn)
+                restore()
+                graph, _ = decoder._capture(fn)
+            events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                      for _ in range(repeats)]
+            for begin, end in events:       # queued back to back: the GPU never waits on the host in between
+                restore()
+                begin.record()
+                graph.replay()
+                end.record()
+            torch.cuda.synchronize()
+            cumulative.append(median(b.elapsed_time(e) for b, e in events))
+            del graph
+        restore()
+    before = [0.0] + cumulative[:-1]
+    return {f"{phase}_ms": max(0.0, total - prior) for phase, total, prior in zip(phases, cumulative, before)}

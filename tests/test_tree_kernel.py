@@ -1,0 +1,105 @@
+"""The one-kernel tree build (remote.tree_kernel) against remote.tree's torch ops, run by Triton's interpreter on the
+CPU (a subprocess: the interpreter is chosen when the kernel module is imported): the same tokens, parents, depths
+and ancestry for budgets from 1 to past the candidates of one level, vocabularies smaller and larger than the
+budget."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+ROOT = Path(__file__).resolve().parent.parent
+CHECK = r"""
+import json, sys
+import torch
+from remote import tree, tree_kernel
+
+out = []
+for depth, vocab, budget, seed in json.loads(sys.argv[1]):
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(depth, vocab, generator=g) * 3
+    if seed % 2:   # impossible tokens: -inf log-probs (the kernel's finite floor must match the torch path's)
+        logits[:, : vocab // 3] = float("-inf")
+    ref = tree.best_first_tree(logits, budget)
+    k = min(budget, vocab)
+    top_lp, top_ids = torch.topk(torch.log_softmax(logits.float(), dim=-1), k, dim=-1)
+    plan = tree._plan(depth, k, budget, logits.device)
+    n = min(budget, plan.real)
+    tokens, parents, depths, ancestors = tree_kernel.build_interpreted(top_lp, top_ids, plan.parent, plan.rank,
+                                                                       budget, plan.levels, n)
+    want = ref.ancestry()
+    top_k = None                         # the interpreter sorts slowly: small cases only
+    if depth * vocab <= 2000:
+        lp_k, ids_k = tree_kernel.top_k_interpreted(logits, k)
+        finite = torch.isfinite(top_lp)  # -inf logits tie: their order is free
+        top_k = torch.equal(torch.isfinite(lp_k), finite) and torch.equal(ids_k[finite], top_ids[finite]) and \
+            torch.allclose(lp_k[finite], top_lp[finite], atol=1e-5)
+    out.append({"case": [depth, vocab, budget, seed], "top_k": top_k,
+                "tokens": torch.equal(tokens, ref.tokens), "parents": torch.equal(parents, want.parents),
+                "depths": torch.equal(depths, want.depth), "ancestors": torch.equal(ancestors, want.ancestors),
+                "n": n})
+print(json.dumps(out))
+"""
+
+
+def test_kernel_builds_the_torch_tree():
+    # (depth, vocab, budget, seed); the interpreter takes ~5-10 s per case, so the demo's full shape (15, 4096,
+    # 128) is left to the CUDA test in tests/test_graph_decode.py
+    cases = [(15, 500, 32, 9), (7, 50, 64, 2), (4, 9, 16, 5), (15, 300, 1, 3), (6, 200, 100, 11), (2, 6, 30, 13)]
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", CHECK, json.dumps(cases)], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(results) == len(cases)
+    for r in results:
+        # the last case takes impossible prefixes (all scored at the -1e30 floor: equal scores), whose order within
+        # a level is free; across levels both keep the shallower first, so the depths still agree
+        keys = ("depths", "top_k") if r["case"] == list(cases[-1]) else \
+            ("tokens", "parents", "depths", "ancestors", "top_k")
+        assert r["n"] > 0 and all(r[key] is not False for key in keys), r
+    assert sum(r["top_k"] is True for r in results) >= 3
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the kernels run on CUDA")
+@pytest.mark.parametrize("vocab,budget", [(4096, 64), (4096, 128), (4096, 512), (1000, 300), (151936, 64)])
+def test_cuda_tree_equals_the_torch_tree(vocab, budget):
+    """The runner's full shapes (15 levels, the demo's 4096 and Qwen's 151936 vocabularies, the latter through
+    torch.topk) on the GPU against the CPU's torch ops."""
+    from remote.tree import best_first_tree
+
+    logits = torch.randn(15, vocab, generator=torch.Generator().manual_seed(budget)) * 3
+    cpu, gpu = best_first_tree(logits, budget), best_first_tree(logits.cuda(), budget)
+    assert gpu.built is not None, "the kernel did not run"
+    want, got = cpu.ancestry(), gpu.ancestry()
+    assert torch.equal(gpu.tokens.cpu(), cpu.tokens) and torch.equal(got.parents.cpu(), want.parents)
+    assert torch.equal(got.depth.cpu(), want.depth) and torch.equal(got.ancestors.cpu(), want.ancestors)
+
+
+def test_kernels_compile_for_hopper():
+    """Triton's compiler types what its interpreter does not (a loop-carried int32 that becomes int64 compiled
+    only on the GPU): both kernels compile for sm_90 here, without a GPU."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from remote import tree_kernel
+
+    longs = ("top_ids", "cand_parent", "cand_rank", "picks", "vindex", "tokens", "parents", "depths", "ancestors")
+    tree = {**{name: "*i64" for name in longs}, "top_lp": "*fp32", "scores": "*fp32",
+            **{name: "i32" for name in ("K", "C", "B", "levels", "n")}}
+    sizes = {"CP": 1024, "BP": 128, "SP": 2048, "NP": 256, "HP": 16}
+    top_k = {"logits": "*fp32", "top_lp": "*fp32", "top_ids": "*i64", "V": "i32", "K": "i32", "stride": "i32"}
+    hopper = GPUTarget("cuda", 90, 32)
+    for kernel, signature, constants in [(tree_kernel._tree_kernel, tree, sizes),
+                                         (tree_kernel._top_k_kernel, top_k, {"VP": 4096})]:
+        signature = {**signature, **{name: "constexpr" for name in constants}}
+        compiled = triton.compile(ASTSource(kernel, signature, constants), target=hopper)
+        assert ".entry" in compiled.asm["ptx"]
