@@ -117,21 +117,13 @@ if triton is not None:
 TOP_K_VOCAB = 16384     # rows up to this wide are sorted in one CTA; wider ones go to torch.topk
 
 
-if triton is not None:
-    # One CTA's sorts dominate both kernels, and how many warps sort fastest depends on the length: measured once
-    # per length at the first launch (the step's eager warm-up, before any capture), then cached.
-    _WARPS = [triton.Config({}, num_warps=w) for w in (2, 4, 8, 16)]
-    _tree_tuned = triton.autotune(_WARPS, key=["CP", "SP"])(_tree_kernel)
-    _top_k_tuned = triton.autotune(_WARPS, key=["VP"])(_top_k_kernel)
-
-
 def _launch_top_k(wrap, logits, k: int):
     rows, vocab = logits.shape
     top_lp = torch.empty(rows, k, dtype=torch.float32, device=logits.device)
     top_ids = torch.empty(rows, k, dtype=torch.long, device=logits.device)
     vp = _pow2(vocab)
-    kernel = _top_k_kernel if wrap is _interpret else _top_k_tuned
-    wrap(kernel)[(rows,)](logits, top_lp, top_ids, vocab, k, logits.stride(0), VP=vp)
+    wrap(_top_k_kernel)[(rows,)](logits, top_lp, top_ids, vocab, k, logits.stride(0), VP=vp,
+                                 num_warps=4 if vp <= 4096 else 8 if vp <= 8192 else 16)
     return top_lp, top_ids
 
 
@@ -144,10 +136,9 @@ def _launch(wrap, top_lp, top_ids, parent, rank, budget: int, levels: int, n: in
     tokens, parents, depths = torch.empty(n, **as_long), torch.empty(n + 1, **as_long), torch.empty(n + 1, **as_long)
     ancestors = torch.empty(n + 1, levels + 1, **as_long)
     sp = _pow2(levels * budget)
-    kernel = _tree_kernel if wrap is _interpret else _tree_tuned
-    wrap(kernel)[(1,)](top_lp, top_ids, parent, rank, scores, picks, vindex, tokens, parents, depths, ancestors,
-                       k, c, budget, levels, n, CP=_pow2(c), BP=_pow2(budget), SP=sp, NP=_pow2(n + 1),
-                       HP=_pow2(levels + 1))
+    wrap(_tree_kernel)[(1,)](top_lp, top_ids, parent, rank, scores, picks, vindex, tokens, parents, depths, ancestors,
+                             k, c, budget, levels, n, CP=_pow2(c), BP=_pow2(budget), SP=sp, NP=_pow2(n + 1),
+                             HP=_pow2(levels + 1), num_warps=4 if sp <= 2048 else 8 if sp <= 8192 else 16)
     return tokens, parents, depths, ancestors
 
 
@@ -179,15 +170,11 @@ def build(top_lp: torch.Tensor, top_ids: torch.Tensor, parent: torch.Tensor, ran
     return _op(top_lp.contiguous(), top_ids.contiguous(), parent, rank, budget, levels, n)
 
 
-def _interpret(kernel):
-    return kernel
-
-
 def build_interpreted(*args):
     """`build` without the op wrapper: Triton's interpreter (TRITON_INTERPRET=1) on CPU tensors, for tests."""
-    return _launch(_interpret, *args)
+    return _launch(lambda kernel: kernel, *args)
 
 
 def top_k_interpreted(logits: torch.Tensor, k: int):
     """`top_k`'s kernel under Triton's interpreter, for tests."""
-    return _launch_top_k(_interpret, logits.contiguous(), k)
+    return _launch_top_k(lambda kernel: kernel, logits.contiguous(), k)
