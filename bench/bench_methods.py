@@ -35,8 +35,7 @@ import remote.runner  # noqa: E402
 from bench_verify import save_profile  # noqa: E402
 from orchestrator.compare import render_table, summarize  # noqa: E402
 from remote.metrics import aggregate, compare  # noqa: E402
-from remote.graph_split import split_step  # noqa: E402
-from remote.runner import Run  # noqa: E402
+from remote.runner import Run, graphed_split  # noqa: E402
 from remote.spec import DatasetSpec, DecodingSpec, DrafterSpec, ModelSpec, RunSpec  # noqa: E402
 from remote.timing import PhaseTimer  # noqa: E402
 
@@ -70,10 +69,7 @@ def measure(run: Run, method: str, budget: int) -> tuple[list, dict]:
     gens = [run.generate(method, i) for i in range(len(run.inputs))]
     peak = torch.cuda.max_memory_allocated() / 2**30 if run.device.type == "cuda" else None
     depth = run.drafter.block_size - 1 if method != "ar" else 0
-    metrics = aggregate(gens, peak, depth)
-    if run.graphed and run.graphed.graphs and not run.graphed.compiled:   # a replayed step has no phase timers
-        metrics.update(split_step(run.graphed, method, budget))
-    return gens, metrics
+    return gens, {**aggregate(gens, peak, depth), **graphed_split(run, method, print)}
 
 
 def spin_up(device: torch.device, seconds: float = 3.0) -> None:

@@ -185,15 +185,17 @@ class GraphDecoder:
 
     def _prefill(self, input_ids: torch.Tensor, featured: bool = False):
         """Run the prompt; `featured`: with the drafter's features (speculative methods)."""
-        target = self.featured if featured else self.plain
-        n = input_ids.shape[1]
-        rows = torch.arange(n, device=self.device)
-        self.kv.slots = rows
-        causal = visibility_mask(self._cols[None] <= rows[:, None], self.dtype)                # [1, 1, n, cap]
-        verified = target.forward(input_ids.to(self.device), rows[None], causal, last_only=True)
-        self.start.fill_(n)
+        verified = self._run_prompt(input_ids, featured)
+        self.start.fill_(input_ids.shape[1])
         self.root.copy_(verified.logits[-1:].argmax(dim=-1))
         return verified
+
+    def _run_prompt(self, input_ids: torch.Tensor, featured: bool):
+        target = self.featured if featured else self.plain
+        rows = torch.arange(input_ids.shape[1], device=self.device)
+        self.kv.slots = rows
+        causal = visibility_mask(self._cols[None] <= rows[:, None], self.dtype)                # [1, 1, n, cap]
+        return target.forward(input_ids.to(self.device), rows[None], causal, last_only=True)
 
     @torch.inference_mode()
     def generate_ar(self, input_ids: torch.Tensor, max_new: int, stop_ids: set[int], timer: PhaseTimer) -> Generation:
@@ -310,11 +312,8 @@ class HybridGraphDecoder(GraphDecoder):
         self.target.reserve(self.capacity)
         self._allocate_drafter()
 
-    def _prefill(self, input_ids: torch.Tensor, featured: bool = False):
-        verified = self.target.prefill(input_ids)
-        self.start.fill_(input_ids.shape[1])
-        self.root.copy_(verified.logits[-1:].argmax(dim=-1))
-        return verified
+    def _run_prompt(self, input_ids: torch.Tensor, featured: bool):
+        return self.target.prefill(input_ids)         # one target for all methods: the features come along
 
     def _ar_step(self) -> torch.Tensor:
         step = Static(self.start, (self._cols <= self.start)[None])

@@ -24,10 +24,12 @@ DEFINITIONS = {
                "time starts after the first token and includes the drafter's first pass over the prompt",
     "ttft_ms": "mean over prompts of the time to the first token (target prefill + first token choice)",
     "speedup_vs_ar": "ar_tpot_ms / tpot_ms, AR run in the same process on the same prompts",
-    "draft_ms": "drafter forward + draft logits, per verify step (pooled mean)",
+    "draft_ms": "drafter forward + draft logits, per verify step (pooled mean); graphed runs (decode_path "
+                "cuda_graph): GPU time of this phase in one replayed step (remote.graph_split), likewise below",
     "tree_build_ms": "tree (ddtree) or chain (dflash) construction from draft logits, per verify step",
     "verify_ms": "target forward over the tree/chain + choosing the target token at every node, per verify step",
     "commit_ms": "tree walk + KV compaction + drafter context selection, per verify step",
+    "forward_ms": "graphed AR: GPU time of one replayed decoding step (forward + argmax)",
     "peak_mem_gb": "CUDA: max memory allocated during the method (GiB, summed over devices); "
                    "CPU: peak resident set size of the process so far (GiB)",
     "exact_match_vs_ar": "temperature 0 only: fraction of prompts whose generated token ids equal AR's",

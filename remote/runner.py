@@ -28,6 +28,7 @@ from .errors import SpecError
 from .events import EventWriter, write_json_atomic
 from .files import RunFiles
 from .graph_decode import graph_decoder, graph_support
+from .graph_split import split_step
 from .kernels import torch_gdn_path
 from .loading import load_drafter_for, load_target, load_tokenizer, pick_device
 from .metrics import DEFINITIONS, aggregate, compare, first_divergence, prompt_metrics
@@ -241,6 +242,19 @@ def report_lossless_failures(method: str, gens: list[Generation], ar_gens: list[
             events.emit("warning", message=line)
 
 
+def graphed_split(run: Run, method: str, warn) -> dict[str, float]:
+    """A replayed step's phases (remote.graph_split) for a graphed run, whose timers see only whole steps; {}
+    otherwise. `warn(message)` hears why a split failed (the run's results stand without it)."""
+    decoder = run.graphed
+    if not (decoder and decoder.graphs) or decoder.compiled:    # compiled: each prefix would compile again
+        return {}
+    try:
+        return split_step(decoder, method, run.spec.decoding.tree_budget)
+    except Exception as exc:                        # noqa: BLE001 - a measurement, not the run
+        warn(f"phase split of the {method} step skipped: {type(exc).__name__}: {exc}")
+        return {}
+
+
 def _run(spec: RunSpec, files: RunFiles, events: EventWriter) -> dict:
     started = time.time()
     r = Run(spec)
@@ -261,6 +275,7 @@ def _run(spec: RunSpec, files: RunFiles, events: EventWriter) -> dict:
         env = environment(r)
     for method, (gens, peak) in measured.items():
         method_metrics = aggregate(gens, peak, (r.drafter.block_size - 1) if method != "ar" else 0)
+        method_metrics.update(graphed_split(r, method, lambda message: events.emit("warning", message=message)))
         per_prompt += [{"method": method, "prompt_index": i, **prompt_metrics(g)} for i, g in enumerate(gens)]
         if method == "ar":
             metrics.update({f"ar_{k}": v for k, v in method_metrics.items()})

@@ -64,4 +64,4 @@ def tiny_spec(method: str = "ddtree", **parts):
                                **parts.get("decoding", {})})
     dataset = DatasetSpec(**{"num_prompts": 3, **parts.get("dataset", {})})
     return RunSpec(run_id="test", model=model, drafter=drafter, decoding=decoding, dataset=dataset,
-                   device="cpu", **parts.get("top", {}))
+                   **{"device": "cpu", **parts.get("top", {})})

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from remote.files import RunFiles
 from remote.runner import run
@@ -80,6 +81,18 @@ def test_other_methods_in_process(tmp_path, method, baseline):
     else:
         assert m["ar_tpot_ms"] == m["tpot_ms"] and "tau" not in m
     assert len(_lines(RunFiles(str(tmp_path)).outputs)) == 3
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="graphed decoding needs a GPU")
+def test_a_graphed_run_reports_where_its_steps_go(tmp_path):
+    """A replayed step has no phase timers: the runner times its phases afterwards (remote.graph_split)."""
+    results = run(tiny_spec("ddtree", top={"device": "cuda"}), str(tmp_path))
+    m, env = results["metrics"], results["environment"]
+    assert env["decode_path"] == "cuda_graph", env["decode_path"]
+    assert all(m[k] >= 0 for k in ("draft_ms", "tree_build_ms", "verify_ms", "commit_ms")) and m["verify_ms"] > 0
+    assert m["ar_forward_ms"] > 0 and all(_defined(k, results["definitions"]) for k in m)
+    assert not [e for e in _lines(RunFiles(str(tmp_path)).events) if e["event"] == "warning"
+                and "phase split" in e["message"]]
 
 
 @pytest.mark.parametrize("case", ["drafter", "spec"])
