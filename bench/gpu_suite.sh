@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The GPU measurements behind docs/PERFORMANCE.md, in one call that fits a 10-minute slot on one H200: the CUDA
-# tests, the step building blocks, demo-qwen3 (graphs, graphs + torch.compile), the hybrid demo pair (graphed AR,
-# eager trees), one step at Qwen3-8B widths, the hybrid verify at Qwen3.6-27B widths. Each step has its own time
-# limit, so a slow one cannot starve the rest; every log and result lands under OUT.
+# tests, the step building blocks, demo-qwen3 (graphs, graphs + torch.compile), the hybrid demo pair (graphs), one
+# step at Qwen3-8B widths, the hybrid verify at Qwen3.6-27B widths; graphed rows carry the phase split of a replayed
+# step (remote.graph_split). Each step has its own time limit, so a slow one cannot starve the rest; every log and
+# result lands under OUT. The hybrid CUDA tests come last: on a fresh host fla autotunes its kernels for every new
+# shape, and they took over 100 s (session 5).
 #
 #   OUT=/tmp/out WHEELS=/path/to/wheels bash bench/gpu_suite.sh
 #
@@ -35,7 +37,8 @@ methods() {  # name seconds args...
 }
 
 date +%T
-step tests 70 python3 -m pytest -q -p no:cacheprovider -k cuda tests/test_graph_decode.py tests/test_runner_syncs.py
+step tests 90 python3 -m pytest -q -p no:cacheprovider -k "cuda or phase_split or graphed" tests/test_tree_kernel.py \
+  tests/test_graph_decode.py tests/test_runner_syncs.py tests/test_runner_e2e.py
 step kernels 40 python3 bench/bench_kernels.py --preset demo-qwen3 --caps 1024 --out "$OUT/kernels.json"
 methods q3_graph 75 $Q3 --temperatures 0 --num-prompts 6 --budgets 64,128,256 --stock-generate --ar-again
 methods q3_compile 150 $Q3 --temperatures 0 --num-prompts 6 --budgets 128,64 --compile --ar-again
@@ -44,3 +47,5 @@ methods q8b 75 --random "$Q8" --dataset builtin --num-prompts 2 --max-new-tokens
   --random-drafter '{"num_hidden_layers":5,"block_size":16}' --stock-generate --ar-again
 step verify_27b 90 python3 bench/bench_verify.py --preset qwen3.6-27b --layers 16 --ar-tokens 8 \
   --budgets 16,64,256 --repeats 3 --min-repeats 2 --measure-s 1 --time-limit 80 --out "$OUT/verify_27b.json"
+step hybrid_tests 200 python3 -m pytest -q -p no:cacheprovider --durations=5 \
+  tests/test_graph_decode.py::test_hybrid_graph_replays_equal_eager_steps tests/test_hybrid_target.py
