@@ -3,6 +3,7 @@ graph decoder replays them), to choose how a step computes them.
 
     python bench/bench_kernels.py --preset demo-qwen3 --caps 1024,2048 --out kernels.json
     python bench/bench_kernels.py --preset qwen3-8b --caps 2048
+    python bench/bench_kernels.py --kinds tree --budgets 64,128,256,512 [--vocab 151936]
 
 What is timed (microseconds per call: --calls calls captured in one graph, median of --repeats replays):
 - `attention/<variant>` for queries Q (1 = AR, 16 = drafter block, 17/65/129/257 = verify) over a static cache of
@@ -13,6 +14,8 @@ What is timed (microseconds per call: --calls calls captured in one graph, media
 - `norm/<variant>` over [Q, hidden]: transformers' Qwen3RMSNorm (six kernels) vs F.rms_norm.
 - `select/<variant>`: one level of the best-first tree build (remote.tree): top-`budget` of the candidate scores,
   torch.topk, a stable descending sort, or pairwise ranking (`remote.tree.ranked`), also torch.compile'd.
+- `tree/<variant>`: a whole tree from [15, --vocab] draft logits: `torch` (remote.tree's torch ops), `kernel` (the
+  runner's: remote.tree_kernel's top-k and search), `search-w<N>` (the search kernel alone at N warps).
 The last stdout line is compact JSON; --out writes the rows.
 """
 from __future__ import annotations
@@ -30,7 +33,8 @@ from torch.nn import functional as F  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm  # noqa: E402
 
-from remote.tree import _plan, ranked  # noqa: E402
+from remote import tree_kernel  # noqa: E402
+from remote.tree import _plan, kernel_tree, ranked, torch_tree  # noqa: E402
 
 SHAPES = {   # (query heads, K/V heads, head dim, hidden size)
     "demo-qwen3": (4, 2, 64, 256),
@@ -53,7 +57,7 @@ def graph_us(fn, calls: int, repeats: int) -> float | None:
         with torch.cuda.graph(graph):
             for _ in range(calls):
                 fn()
-    except RuntimeError:
+    except Exception:          # noqa: BLE001 - a variant this host cannot run (backend, Triton resources)
         return None
     graph.replay()
     times = []
@@ -115,6 +119,18 @@ def select_fns(budget: int) -> dict:
             "rank-compiled": torch.compile(lambda: ranked(scores, budget))}
 
 
+def tree_fns(vocab: int, budget: int) -> dict:
+    logits = torch.randn(15, vocab, device="cuda") * 3
+    k = min(budget, vocab)
+    plan = _plan(15, k, budget, torch.device("cuda"))
+    top_lp, top_ids = tree_kernel.top_k(logits, k)
+    search = {f"search-w{w}": (lambda w=w: tree_kernel._launch(
+        lambda kernel: kernel, top_lp, top_ids, plan.parent, plan.rank, budget, plan.levels,
+        min(budget, plan.real), num_warps=w)) for w in (2, 4, 8, 16)}
+    return {"torch": lambda: torch_tree(logits, budget, k, plan),
+            "kernel": lambda: kernel_tree(logits, budget, k, plan), **search}
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--preset", default="demo-qwen3", choices=sorted(SHAPES))
@@ -123,7 +139,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--budgets", default="16,64,128,256,512")
     p.add_argument("--calls", type=int, default=20)
     p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--kinds", default="attention,norm,select", help="which blocks to time")
+    p.add_argument("--kinds", default="attention,norm,select,tree", help="which blocks to time")
+    p.add_argument("--vocab", type=int, default=4096, help="draft vocabulary of the `tree` kind")
     p.add_argument("--out")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
@@ -148,6 +165,9 @@ def main(argv: list[str]) -> int:
         for budget in map(int, args.budgets.split(",")) if "select" in kinds else ():
             for name, fn in select_fns(budget).items():
                 record("select", name, graph_us(fn, args.calls, args.repeats), budget=budget)
+        for budget in map(int, args.budgets.split(",")) if "tree" in kinds else ():
+            for name, fn in tree_fns(args.vocab, budget).items():
+                record("tree", name, graph_us(fn, args.calls, args.repeats), budget=budget, vocab=args.vocab)
     meta = {"preset": args.preset, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
     if args.out:
         Path(args.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))

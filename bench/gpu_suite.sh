@@ -39,7 +39,9 @@ methods() {  # name seconds args...
 date +%T
 step tests 90 python3 -m pytest -q -p no:cacheprovider -k "cuda or phase_split or graphed" tests/test_tree_kernel.py \
   tests/test_graph_decode.py tests/test_runner_syncs.py tests/test_runner_e2e.py
-step kernels 40 python3 bench/bench_kernels.py --preset demo-qwen3 --caps 1024 --out "$OUT/kernels.json"
+step kernels 40 python3 bench/bench_kernels.py --preset demo-qwen3 --caps 1024 --kinds attention,norm,select \
+  --out "$OUT/kernels.json"
+step tree 60 python3 bench/bench_kernels.py --kinds tree --budgets 64,128,256,512 --out "$OUT/tree.json"
 methods q3_graph 75 $Q3 --temperatures 0 --num-prompts 6 --budgets 64,128,256 --stock-generate --ar-again
 methods q3_compile 150 $Q3 --temperatures 0 --num-prompts 6 --budgets 128,64 --compile --ar-again
 methods q35 100 $Q35 --temperatures 0 --num-prompts 3 --max-new-tokens 64 --budgets 64,256 --stock-generate --ar-again

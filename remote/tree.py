@@ -212,13 +212,21 @@ def best_first_tree(draft_logits: torch.Tensor, budget: int) -> DeviceTree:
     depth_limit, vocab = draft_logits.shape
     k = min(budget, vocab)
     plan = _plan(depth_limit, k, budget, draft_logits.device)
-    n = min(budget, plan.real)
-    if tree_kernel.available(draft_logits.device):
-        top_lp, top_ids = tree_kernel.top_k(draft_logits, k)                                    # [D, k] each
-        tokens, parents, depth, ancestors = tree_kernel.build(top_lp, top_ids, plan.parent, plan.rank, budget,
-                                                              plan.levels, n)
-        return DeviceTree(tokens=tokens, parents=parents[1:], depths=depth[1:], height=plan.levels + 1,
-                          built=Ancestry(parents, depth, ancestors, False))
+    build = kernel_tree if tree_kernel.available(draft_logits.device) else torch_tree
+    return build(draft_logits, budget, k, plan)
+
+
+def kernel_tree(draft_logits: torch.Tensor, budget: int, k: int, plan: _Plan) -> DeviceTree:
+    """`best_first_tree` by remote.tree_kernel (CUDA): the draft top-k and the whole search, two kernels."""
+    top_lp, top_ids = tree_kernel.top_k(draft_logits, k)                                        # [D, k] each
+    tokens, parents, depth, ancestors = tree_kernel.build(top_lp, top_ids, plan.parent, plan.rank, budget,
+                                                          plan.levels, min(budget, plan.real))
+    return DeviceTree(tokens=tokens, parents=parents[1:], depths=depth[1:], height=plan.levels + 1,
+                      built=Ancestry(parents, depth, ancestors, False))
+
+
+def torch_tree(draft_logits: torch.Tensor, budget: int, k: int, plan: _Plan) -> DeviceTree:
+    """`best_first_tree` in torch ops (any device; the kernel's reference)."""
     top_lp, top_ids = torch.topk(torch.log_softmax(draft_logits.float(), dim=-1), k, dim=-1)   # [D, k] each
     # Finite floor for impossible tokens, so that every real prefix outranks an empty (-inf) slot.
     gains = top_lp[: plan.levels].index_select(1, plan.rank).clamp(min=-1e30)                # [L, c]
@@ -227,6 +235,7 @@ def best_first_tree(draft_logits: torch.Tensor, budget: int) -> DeviceTree:
         best, pick = _best(scores[-1].index_select(0, plan.parent).add_(gain), budget)           # [budget]
         scores.append(best)
         picks.append(pick)
+    n = min(budget, plan.real)
     # Stable over the level-major slots: equal scores keep the shallower first, so a parent (whose score is >= its
     # child's) always precedes its child and the chosen set is prefix-closed even under ties.
     chosen = torch.sort(torch.cat(scores[1:]), descending=True, stable=True).indices[:n]     # [n] slots

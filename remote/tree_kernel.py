@@ -11,8 +11,8 @@ barrier orders each level's stores before the next level's gathers.
 Contract: `top_k(draft_logits, k)` -> the k best log-probs and token ids per row (one kernel for vocabularies
 up to TOP_K_VOCAB). `build(top_lp, top_ids, parent, rank, budget, levels, n)` -> (tokens [n], parents [n + 1],
 depth [n + 1], ancestors [n + 1, levels + 1]) with the root at index 0 (parent -1): the tree remote.tree's
-torch ops build, up to the order of equal scores (lower candidate index first here). `available(device)` says whether it can run.
-Under torch.compile it is an opaque op (`torch.library.triton_op`), so inductor keeps it as one kernel.
+torch ops build, up to the order of equal scores (lower candidate index first here). `available(device)` says
+whether they can run. Under torch.compile each is an opaque op (`torch.library.triton_op`), kept as one kernel.
 """
 from __future__ import annotations
 
@@ -130,8 +130,9 @@ def _launch_top_k(wrap, logits, k: int):
     return top_lp, top_ids
 
 
-def _launch(wrap, top_lp, top_ids, parent, rank, budget: int, levels: int, n: int):
-    """Allocate and run; `wrap` is torch.library.wrap_triton inside the op, identity otherwise."""
+def _launch(wrap, top_lp, top_ids, parent, rank, budget: int, levels: int, n: int, num_warps: int | None = None):
+    """Allocate and run; `wrap` is torch.library.wrap_triton inside the op, identity otherwise; `num_warps` other
+    than the default for bench/bench_kernels.py."""
     device, k, c = top_lp.device, top_lp.shape[1], parent.shape[0]
     as_long = dict(dtype=torch.long, device=device)
     scores = torch.empty((levels + 1) * budget, dtype=torch.float32, device=device)
@@ -141,7 +142,7 @@ def _launch(wrap, top_lp, top_ids, parent, rank, budget: int, levels: int, n: in
     sp = _pow2(levels * budget)
     wrap(_tree_kernel)[(1,)](top_lp, top_ids, parent, rank, scores, picks, vindex, tokens, parents, depths, ancestors,
                              k, c, budget, levels, n, CP=_pow2(c), BP=_pow2(budget), SP=sp, NP=_pow2(n + 1),
-                             HP=_pow2(levels + 1), num_warps=_warps(sp, 2048))
+                             HP=_pow2(levels + 1), num_warps=num_warps or _warps(sp, 2048))
     return tokens, parents, depths, ancestors
 
 
