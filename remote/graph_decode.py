@@ -33,7 +33,7 @@ from .compat import input_device
 from . import decode
 from .decode import Generation, accept, accepted_tokens, draft
 from .drafter import DFlashDrafter
-from .errors import SpecError
+from .errors import SpecError, first_line
 from .gdn_tree import TreeLayout
 from .hybrid_target import HybridTarget, Static, check_transformers_version
 from .static_cache import StaticDrafterKV, StaticKV, visibility_mask
@@ -67,10 +67,6 @@ def graph_decoder(model, drafter: DFlashDrafter | None, target_layer_ids: list[i
     """The graph decoder for a pair `graph_support` accepted."""
     kind = HybridGraphDecoder if is_hybrid(model) else GraphDecoder
     return kind(model, drafter, target_layer_ids, compiled=compiled)
-
-
-def _first_line(exc: Exception) -> str:
-    return f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"
 
 
 def _compile_steps(decoder: "GraphDecoder") -> None:
@@ -157,14 +153,14 @@ class GraphDecoder:
             except Exception as exc:                 # noqa: BLE001 - a compile failure: the plain step instead
                 if not self.compiled:
                     raise
-                self.compiled, self.compile_failed = False, _first_line(exc)
+                self.compiled, self.compile_failed = False, first_line(exc)
                 del self._ar_step, self._spec_step   # the class's own, uncompiled
                 result = self._warm_up(step)
             try:
                 self._graphs[key] = self._capture(step)
             except Exception as exc:                 # noqa: BLE001 - any capture failure: decode eagerly instead
                 self.graphs, self._graphs = False, {}
-                self.fallback = _first_line(exc)
+                self.fallback = first_line(exc)
         return result
 
     @staticmethod

@@ -43,6 +43,7 @@ import torch.nn.functional as F
 from .errors import SpecError
 from .gdn_tree import TreeLayout, gdn_sequence, gdn_step, gdn_tree
 from .kernels import select_gdn_kernels
+from .static_cache import move_rows
 from .target import Target, Verified
 from .tree import Ancestry
 
@@ -97,9 +98,7 @@ class _KV:
     def compact(self, start: int | torch.Tensor, path: torch.Tensor) -> None:
         """Move the tree rows `path` [L] (offsets from `start`, a host int or a device scalar) to start, start+1,
         ... (index_select copies first). A path padded past the accepted length writes rows masked later."""
-        rows = start + torch.arange(path.shape[0], device=path.device)
-        self.keys.index_copy_(2, rows, self.keys.index_select(2, start + path))
-        self.values.index_copy_(2, rows, self.values.index_select(2, start + path))
+        move_rows((self.keys, self.values), start, path)
 
 
 @dataclass

@@ -16,7 +16,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from .drafter import DFlashDrafter
 from .drafter_io import load_drafter, random_drafter
-from .errors import SpecError
+from .errors import SpecError, first_line
 from .spec import DrafterSpec, ModelSpec
 
 SHIPPED_TOKENIZER = Path(__file__).resolve().parent / "assets" / "tokenizer"
@@ -40,11 +40,6 @@ def pick_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def _first_line(exc: Exception) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"
-
-
 def _random_target(ms: ModelSpec, dtype: torch.dtype, seed: int) -> torch.nn.Module:
     fields = dict(ms.random)
     if "model_type" not in fields:
@@ -52,7 +47,7 @@ def _random_target(ms: ModelSpec, dtype: torch.dtype, seed: int) -> torch.nn.Mod
     try:
         config = AutoConfig.for_model(**fields)
     except (ValueError, KeyError, TypeError) as exc:
-        raise SpecError(f"model.random is not a valid transformers config: {_first_line(exc)}") from None
+        raise SpecError(f"model.random is not a valid transformers config: {first_line(exc)}") from None
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=ms.attn_implementation)
@@ -69,7 +64,7 @@ def load_target(ms: ModelSpec, seed: int, device: torch.device) -> torch.nn.Modu
                 ms.path, dtype=dtype, attn_implementation=ms.attn_implementation, device_map=device_map,
                 revision=ms.revision, trust_remote_code=ms.trust_remote_code)
         except (OSError, ValueError) as exc:
-            raise SpecError(f"target {ms.path!r} could not be loaded: {_first_line(exc)}") from None
+            raise SpecError(f"target {ms.path!r} could not be loaded: {first_line(exc)}") from None
         if device_map is None:
             model = model.to(device)
     else:
@@ -83,7 +78,7 @@ def load_tokenizer(ms: ModelSpec):
         return AutoTokenizer.from_pretrained(name, revision=None if ms.tokenizer or ms.random else ms.revision,
                                              trust_remote_code=ms.trust_remote_code)
     except (OSError, ValueError) as exc:
-        raise SpecError(f"tokenizer {name!r} could not be loaded: {_first_line(exc)}") from None
+        raise SpecError(f"tokenizer {name!r} could not be loaded: {first_line(exc)}") from None
 
 
 def load_drafter_for(ds: DrafterSpec, target: torch.nn.Module, tokenizer, seed: int) -> DFlashDrafter:

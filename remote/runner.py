@@ -24,7 +24,7 @@ from .backends import build_target
 from .compat import input_device
 from .decode import Generation, generate_ar, generate_spec
 from .drafter_io import check_pair
-from .errors import SpecError
+from .errors import SpecError, first_line
 from .events import EventWriter, write_json_atomic
 from .files import RunFiles
 from .graph_decode import graph_decoder, graph_support
@@ -251,7 +251,7 @@ def graphed_split(run: Run, method: str, warn) -> dict[str, float]:
     try:
         return split_step(decoder, method, run.spec.decoding.tree_budget)
     except Exception as exc:                        # noqa: BLE001 - a measurement, not the run
-        warn(f"phase split of the {method} step skipped: {type(exc).__name__}: {exc}")
+        warn(f"phase split of the {method} step skipped: {first_line(exc)}")
         return {}
 
 

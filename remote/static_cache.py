@@ -19,6 +19,14 @@ def _zeros(layers: int, heads: int, capacity: int, head_dim: int, dtype, device)
     return list(torch.zeros(layers, 1, heads, capacity, head_dim, dtype=dtype, device=device))
 
 
+def move_rows(caches: tuple[torch.Tensor, ...], start: torch.Tensor | int, path: torch.Tensor) -> None:
+    """In each cache [..., rows, D] (rows on dim 2), copy rows `start + path[i]` to `start + i` (all read first):
+    the accepted path of a verify moved to the front of its window. `start`: a host int or a device scalar."""
+    rows = start + torch.arange(path.shape[0], device=path.device)
+    for cache in caches:
+        cache.index_copy_(2, rows, cache.index_select(2, start + path))
+
+
 def visibility_mask(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """Additive attention mask [1, 1, Q, K] from a bool [Q, K] (True = may attend)."""
     mask = torch.zeros(visible.shape, dtype=dtype, device=visible.device)
@@ -47,8 +55,7 @@ class StaticKV:
         return 0      # only read by forwards given no position_ids; ours always pass them
 
     def compact(self, start: torch.Tensor, path: torch.Tensor) -> None:
-        rows = start + torch.arange(path.shape[0], device=path.device)
-        self.store.index_copy_(2, rows, self.store.index_select(2, start + path))
+        move_rows((self.store,), start, path)
 
 
 class StaticDrafterKV:
