@@ -126,7 +126,7 @@ def tree_fns(vocab: int, budget: int) -> dict:
     top_lp, top_ids = tree_kernel.top_k(logits, k)
     search = {f"search-w{w}": (lambda w=w: tree_kernel._launch(
         lambda kernel: kernel, top_lp, top_ids, plan.parent, plan.rank, budget, plan.levels,
-        min(budget, plan.real), num_warps=w)) for w in (2, 4, 8, 16)}
+        min(budget, plan.real), num_warps=w)) for w in (1, 2, 4, 8, 16)}
     return {"torch": lambda: torch_tree(logits, budget, k, plan),
             "kernel": lambda: kernel_tree(logits, budget, k, plan), **search}
 

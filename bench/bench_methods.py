@@ -13,7 +13,8 @@ it is measured (a run stopped at a time limit keeps them), and the last stdout l
 profiler), a torch.profiler chrome trace and a key_averages table of --profile-gens generations per method (ar,
 dflash, ddtree at the budget with the best speedup, stock `generate`), with the decode phases (draft, tree_build,
 verify, commit) as named ranges. Graphed runs report the GPU split of one replayed step (remote.graph_split:
-each prefix of the step captured and timed; AR: forward_ms) in the draft/tree_build/verify/commit columns.
+each prefix of the step captured and timed; AR: forward_ms) in the draft/tree_build/verify/commit columns;
+`--phase-kernels` prints the slowest kernels of each phase (torch.profiler over the prefix graphs' replays).
 """
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ import remote.runner  # noqa: E402
 from bench_verify import save_profile  # noqa: E402
 from orchestrator.compare import render_table, summarize  # noqa: E402
 from remote.metrics import aggregate, compare  # noqa: E402
+from remote.graph_split import split_kernels  # noqa: E402
 from remote.runner import Run, graphed_split  # noqa: E402
 from remote.spec import DatasetSpec, DecodingSpec, DrafterSpec, ModelSpec, RunSpec  # noqa: E402
 from remote.timing import PhaseTimer  # noqa: E402
@@ -70,6 +72,22 @@ def measure(run: Run, method: str, budget: int) -> tuple[list, dict]:
     peak = torch.cuda.max_memory_allocated() / 2**30 if run.device.type == "cuda" else None
     depth = run.drafter.block_size - 1 if method != "ar" else 0
     return gens, {**aggregate(gens, peak, depth), **graphed_split(run, method, print)}
+
+
+def phase_kernels(run: Run, method: str, budget: int, out: Path, top: int = 12) -> None:
+    """Print the slowest kernels of each phase of a replayed step (remote.graph_split.split_kernels) and add them
+    to out/phase_kernels.json."""
+    if not (run.graphed and run.graphed.graphs) or run.graphed.compiled:
+        return
+    name = method if method != "ddtree" else f"ddtree-{budget}"
+    split = split_kernels(run.graphed, method, budget)
+    for phase, rows in split.items():
+        print(f"{name} {phase}: {sum(r[1] for r in rows):.1f} us in {sum(r[2] for r in rows):.0f} launches")
+        for kernel, us, calls in rows[:top]:
+            print(f"    {us:7.1f} us {calls:5.1f}x  {kernel[:110]}")
+    path = out / "phase_kernels.json"
+    kept = json.loads(path.read_text()) if path.exists() else {}
+    path.write_text(json.dumps({**kept, name: split}, indent=1))
 
 
 def spin_up(device: torch.device, seconds: float = 3.0) -> None:
@@ -167,6 +185,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", default="bench_out")
     p.add_argument("--profile", help="directory for profiler traces and tables (after the timed runs)")
     p.add_argument("--profile-gens", type=int, default=2, help="generations per method under the profiler")
+    p.add_argument("--phase-kernels", action="store_true",
+                   help="print (and save to phase_kernels.json) the kernels of each phase of a replayed step")
     args = p.parse_args(argv)
     budgets = [int(b) for b in args.budgets.split(",")]
     if args.no_cudnn_sdpa:
@@ -190,6 +210,8 @@ def main(argv: list[str] | None = None) -> None:
         spin_up(run.device)
         ar_gens, ar_metrics = measure(run, "ar", 1)
         record(row("ar", None, temperature, ar_metrics, ar_metrics, ar_gens, ar_gens))
+        if args.phase_kernels:
+            phase_kernels(run, "ar", 1, out)
         if args.stock_generate and temperature == 0:
             tpot = stock_generate_tpot(run)
             record({"run": "hf_generate-T0", "status": "FINISHED", "model": "", "method": "hf_generate",
@@ -197,9 +219,13 @@ def main(argv: list[str] | None = None) -> None:
                     "speedup_vs_ar": ar_metrics["tpot_ms"] / tpot, "accept_by_depth": []})
         gens, metrics = measure(run, "dflash", 1)
         record(row("dflash", None, temperature, metrics, ar_metrics, gens, ar_gens))
+        if args.phase_kernels:
+            phase_kernels(run, "dflash", 1, out)
         for budget in budgets:
             gens, metrics = measure(run, "ddtree", budget)
             record(row("ddtree", budget, temperature, metrics, ar_metrics, gens, ar_gens))
+            if args.phase_kernels:
+                phase_kernels(run, "ddtree", budget, out)
         if args.ar_again:         # order effects (clocks, allocator, caches) show as a drift between the two AR rows
             gens, metrics = measure(run, "ar", 1)
             again = row("ar", None, temperature, metrics, ar_metrics, gens, ar_gens)

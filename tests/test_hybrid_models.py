@@ -53,6 +53,13 @@ SHAPES = {
         moe_intermediate_size=32, shared_expert_intermediate_size=32,
         layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"],
     ),
+    # narrow enough for Triton's interpreter (tests/test_gdn_tree_kernel.py): one value block a head, Dk 12 (masked
+    # lanes), two value heads per key head
+    "qwen3_5-narrow": dict(
+        model_type="qwen3_5_text", vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1, head_dim=16, linear_num_key_heads=1, linear_num_value_heads=2,
+        linear_key_head_dim=12, linear_value_head_dim=8, layer_types=["linear_attention", "full_attention"],
+    ),
     "qwen3_5_moe": dict(
         model_type="qwen3_5_moe_text", vocab_size=VOCAB, hidden_size=64, num_hidden_layers=4, num_attention_heads=4,
         num_key_value_heads=2, head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,

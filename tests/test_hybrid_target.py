@@ -253,3 +253,26 @@ def test_tree_layout_on_the_device_equals_the_host_walk(seed):
         for i in range(len(parents)):            # the sequence node i runs: its path, then itself as padding
             path = ancestor_path(parents, i)
             assert ancestors[i][:depth[i] + 1] == path and set(ancestors[i][depth[i]:]) == {i}
+
+
+@pytest.mark.parametrize("name", ["qwen3_5-3to1", "qwen3_next"])
+def test_step_kernels_fuse_the_zero_centred_and_gated_norms(name):
+    """Inside `step_kernels` (the graphed steps) each `1 + weight` RMSNorm and each gated norm of a hybrid is one
+    `rms_norm` op and the logits stay the model's own; on exit transformers' norms are back."""
+    from remote.step_kernels import GATED, ZERO_CENTRED, step_kernels
+
+    model = tiny_model(name)
+    ids = real_token_ids()[0][:12]
+
+    def forward():
+        with torch.profiler.profile() as prof:
+            out, _ = plain_forward(model, ids)
+        return out.logits, {e.key: e.count for e in prof.key_averages()}.get("aten::rms_norm", 0)
+
+    plain, plain_ops = forward()
+    with step_kernels(model) as count:
+        fused, fused_ops = forward()
+    again, again_ops = forward()
+    norms = sum(type(m).__name__ in ZERO_CENTRED + GATED for m in model.modules())
+    assert count == norms == fused_ops > 0 and plain_ops == again_ops == 0
+    assert (fused - plain).abs().max() < 1e-5 and torch.equal(again, plain)

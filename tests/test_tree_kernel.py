@@ -37,7 +37,7 @@ for depth, vocab, budget, seed in json.loads(sys.argv[1]):
     want = ref.ancestry()
     top_k = None                         # the interpreter sorts slowly: small cases only
     if depth * vocab <= 2000:
-        lp_k, ids_k = tree_kernel.top_k_interpreted(logits, k)
+        lp_k, ids_k = tree_kernel.top_k_interpreted(logits, k, chunk=16)   # several chunks a row
         finite = torch.isfinite(top_lp)  # -inf logits tie: their order is free
         top_k = torch.equal(torch.isfinite(lp_k), finite) and torch.equal(ids_k[finite], top_ids[finite]) and \
             torch.allclose(lp_k[finite], top_lp[finite], atol=1e-5)
@@ -96,10 +96,14 @@ def test_kernels_compile_for_hopper():
     tree = {**{name: "*i64" for name in longs}, "top_lp": "*fp32", "scores": "*fp32",
             **{name: "i32" for name in ("K", "C", "B", "levels", "n")}}
     sizes = {"CP": 1024, "BP": 128, "SP": 2048, "NP": 256, "HP": 16}
-    top_k = {"logits": "*fp32", "top_lp": "*fp32", "top_ids": "*i64", "V": "i32", "K": "i32", "stride": "i32"}
+    chunk = {"logits": "*fp32", "part_key": "*i64", "part_max": "*fp32", "part_sum": "*fp32",
+             **{name: "i32" for name in ("V", "per", "stride", "tie_top")}}
+    merge = {"part_key": "*i64", "part_max": "*fp32", "part_sum": "*fp32", "top_lp": "*fp32", "top_ids": "*i64",
+             **{name: "i32" for name in ("K", "chunks", "per", "tie_top")}}
     hopper = GPUTarget("cuda", 90, 32)
     for kernel, signature, constants in [(tree_kernel._tree_kernel, tree, sizes),
-                                         (tree_kernel._top_k_kernel, top_k, {"VP": 4096})]:
+                                         (tree_kernel._top_k_chunk_kernel, chunk, {"CHUNK": 512}),
+                                         (tree_kernel._top_k_merge_kernel, merge, {"MP": 1024, "CP": 8})]:
         signature = {**signature, **{name: "constexpr" for name in constants}}
         compiled = triton.compile(ASTSource(kernel, signature, constants), target=hopper)
         assert ".entry" in compiled.asm["ptx"]

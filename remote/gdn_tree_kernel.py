@@ -1,0 +1,96 @@
+"""The gated delta rule over a token tree as one Triton kernel (CUDA): every node's output from its parent's
+recurrent state, and, where asked, every node's state, for one GDN layer in one launch.
+
+Why: run through the sequence kernels (remote.gdn_tree's torch/fla path), a tree verify gathers five [N, H, ...]
+path tensors, materialises N copies of the committed state and gathers each node's output back (~8 kernels a
+layer), and commit recomputes the accepted path (~10 more). On the hybrid demo pair (H200, graphed, session 6)
+this kernel took DDTree-64's commit from 0.41 to 0.14 ms and its verify from 1.46 to 1.34 ms. Here a program
+(node, value head, block of value columns) loads its node's path (`ancestors`, `depth` of remote.tree.Ancestry)
+in one round of loads, runs the steps up to the node's own depth in registers, and with `keep` writes the node's
+state out, so that commit only copies it.
+
+Contract: `tree_recurrence(q, k, v, g, beta, state, ancestors, depth, keep)` -> (out [N, HV, Dv] in v's dtype,
+states [N, HV, Dk, Dv] float32 or None) for the N nodes whose rows of the tree's `ancestors` [N, H] and `depth`
+[N] are given, from the inputs of all T tree nodes: q, k [T, HV, Dk] raw (l2-normalised here, q scaled by Dk^-0.5,
+as fla's `use_qk_l2norm_in_kernel`), v [T, HV, Dv], g (log decay) and beta [T, HV], state [HV, Dk, Dv] float32 (the
+committed one). Row i of `ancestors` / `depth` names its node itself (ancestors[i, depth[i]]), so any rows of a
+tree's may be passed (commit recomputes one node's state). Same arithmetic order as fla's fused-recurrent kernel,
+so a chain agrees with it to float32 rounding.
+"""
+from __future__ import annotations
+
+import torch
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:          # CPU-only installs: remote.gdn_tree keeps the sequence kernels
+    triton = None
+
+
+def available(device: torch.device) -> bool:
+    return triton is not None and device.type == "cuda"
+
+
+if triton is not None:
+    @triton.jit
+    def _node_token(path, d, hp):
+        """The node itself: the last entry of its path."""
+        return tl.sum(tl.where(hp == d, path, 0), 0)
+
+    @triton.jit
+    def _tree_gdn_kernel(q, k, v, g, beta, state, ancestors, depth, out, states, HV, H, q_t, q_h, k_t, k_h, v_t,
+                         v_h, scale, DK: tl.constexpr, DV: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+                         HP: tl.constexpr, KEEP: tl.constexpr):
+        block, nh = tl.program_id(0), tl.program_id(1)
+        node, head = nh // HV, nh % HV
+        dk = tl.arange(0, BK)
+        dv = block * BV + tl.arange(0, BV)
+        in_k, in_v = dk < DK, dv < DV
+        grid = dk[:, None] * DV + dv[None, :]
+        in_kv = in_k[:, None] & in_v[None, :]
+        # The whole path's inputs in one round of loads (not one dependent round a step): rows 0..depth
+        d = tl.load(depth + node)
+        hp = tl.arange(0, HP)
+        on = hp <= d
+        path = tl.load(ancestors + node * H + hp, mask=on, other=0)
+        ks = tl.load(k + path[:, None] * k_t + head * k_h + dk[None, :], mask=on[:, None] & in_k[None, :],
+                     other=0.0).to(tl.float32)
+        ks = ks / tl.sqrt(tl.sum(ks * ks, 1) + 1e-6)[:, None]
+        vs = tl.load(v + path[:, None] * v_t + head * v_h + dv[None, :], mask=on[:, None] & in_v[None, :],
+                     other=0.0).to(tl.float32)
+        decay = tl.exp(tl.load(g + path * HV + head, mask=on, other=0.0).to(tl.float32))
+        betas = tl.load(beta + path * HV + head, mask=on, other=0.0).to(tl.float32)
+        s = tl.load(state + head * DK * DV + grid, mask=in_kv, other=0.0)
+        for step in range(d + 1):
+            at = hp == step
+            kk = tl.sum(tl.where(at[:, None], ks, 0.0), 0)
+            s *= tl.sum(tl.where(at, decay, 0.0), 0)
+            vv = (tl.sum(tl.where(at[:, None], vs, 0.0), 0) - tl.sum(s * kk[:, None], 0)) \
+                * tl.sum(tl.where(at, betas, 0.0), 0)
+            s += kk[:, None] * vv[None, :]
+        qq = tl.load(q + _node_token(path, d, hp) * q_t + head * q_h + dk, mask=in_k, other=0.0).to(tl.float32)
+        qq = qq / tl.sqrt(tl.sum(qq * qq) + 1e-6) * scale
+        o = tl.sum(s * qq[:, None], 0)
+        tl.store(out + nh * DV + dv, o.to(out.dtype.element_ty), mask=in_v)
+        if KEEP:
+            tl.store(states + nh * DK * DV + grid, s, mask=in_kv)
+
+
+
+def tree_recurrence(q, k, v, g, beta, state, ancestors, depth, keep: bool):
+    """See the module docstring. Runs under Triton's interpreter on CPU tensors too (TRITON_INTERPRET=1, tests)."""
+    if not (q.stride(-1) == k.stride(-1) == v.stride(-1) == 1):
+        raise ValueError("tree_recurrence needs q, k, v contiguous in their last dimension")
+    n, (hv, dk), dv = ancestors.shape[0], q.shape[1:], v.shape[-1]     # n: the rows of the tree asked for
+    out = torch.empty(n, hv, dv, dtype=v.dtype, device=v.device)
+    states = None if not keep else torch.empty(n, hv, dk, dv, dtype=torch.float32, device=v.device)
+    bk = triton.next_power_of_2(dk)
+    bv = min(triton.next_power_of_2(dv), 8)       # fla's fused-recurrent blocking: [Dk, 8] float32 a program
+    g, beta, state, ancestors = g.contiguous(), beta.contiguous(), state.contiguous(), ancestors.contiguous()
+    _tree_gdn_kernel[(triton.cdiv(dv, bv), n * hv)](
+        q, k, v, g, beta, state, ancestors, depth, out, states if keep else out, hv, ancestors.shape[1],
+        q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), dk ** -0.5,
+        DK=dk, DV=dv, BK=bk, BV=bv, HP=triton.next_power_of_2(ancestors.shape[1]), KEEP=keep, num_warps=1)
+    return out, states
+

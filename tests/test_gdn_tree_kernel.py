@@ -1,0 +1,65 @@
+"""The GDN tree kernel (remote.gdn_tree_kernel) inside `HybridTarget`, against the oracle (the model's own forward
+over each ancestor path) on a tiny random hybrid model in float32: Triton's interpreter runs it on the CPU (in a
+subprocess: the interpreter is chosen when the kernel module is imported), keeping every node's state and, with a
+zero keep limit, recomputing the accepted node's at commit; both kernels compile for sm_90 without a GPU."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("triton")
+
+ROOT = Path(__file__).resolve().parent.parent
+CHECK = r"""
+import dataclasses, json, sys
+from remote import gdn_tree, gdn_tree_kernel, hybrid_target
+from tests import test_hybrid_target as oracle
+
+select = hybrid_target.select_gdn_kernels
+hybrid_target.select_gdn_kernels = lambda *a, **kw: dataclasses.replace(select(*a, **kw),
+                                                                        tree=gdn_tree_kernel.tree_recurrence)
+ran = []
+for test, keep_limit in json.loads(sys.argv[1]):
+    gdn_tree.KEEP_LIMIT = keep_limit
+    getattr(oracle, test)("qwen3_5-narrow")
+    ran.append(test)
+print(json.dumps(ran))
+"""
+
+
+def test_tree_kernel_matches_the_oracle_under_the_interpreter():
+    # the oracle tests of tests/test_hybrid_target.py on a model narrow enough for the interpreter; with a zero keep
+    # limit commit recomputes the accepted node's state with the kernel instead of copying it
+    from remote.gdn_tree import KEEP_LIMIT
+
+    cases = [("test_every_tree_node_matches_its_ancestor_path", KEEP_LIMIT),
+             ("test_commit_installs_the_state_of_a_plain_forward", KEEP_LIMIT),
+             ("test_commit_installs_the_state_of_a_plain_forward", 0)]
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", CHECK, json.dumps(cases)], env=env, capture_output=True, text=True,
+                          timeout=900, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [test for test, _ in cases]
+
+
+def test_tree_kernel_compiles_for_hopper():
+    """Triton's compiler types what its interpreter does not; the kernel compiles for sm_90 here, without a GPU."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from remote import gdn_tree_kernel
+
+    pointers = {"q": "*bf16", "k": "*bf16", "v": "*bf16", "g": "*fp32", "beta": "*bf16", "state": "*fp32",
+                "ancestors": "*i64", "depth": "*i64", "out": "*bf16", "states": "*fp32"}
+    ints = {name: "i32" for name in ("HV", "H", "q_t", "q_h", "k_t", "k_h", "v_t", "v_h")}
+    constants = {"DK": 128, "DV": 128, "BK": 128, "BV": 8, "HP": 16, "KEEP": True}
+    signature = {**pointers, **ints, "scale": "fp32", **{name: "constexpr" for name in constants}}
+    compiled = triton.compile(ASTSource(gdn_tree_kernel._tree_gdn_kernel, signature, constants),
+                              target=GPUTarget("cuda", 90, 32))
+    assert ".entry" in compiled.asm["ptx"]
