@@ -40,8 +40,8 @@ def _prefix_graphs(decoder: GraphDecoder, method: str, budget: int):
             return lambda: decoder._ar_step()
         return lambda: decoder._spec_step(decoder.context, decoder.context_rows, method, budget, until=until)
 
-    with torch.inference_mode():
-        try:
+    with torch.inference_mode():      # stays on while the caller replays: the decoder's buffers are inference
+        try:                          # tensors, which only inference mode may update in place (`restore`)
             for phase, until in zip(phases, phases[:-1] + (None,)):
                 fn = step(until)
                 with step_kernels(decoder.model, decoder.drafter):

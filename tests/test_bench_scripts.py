@@ -67,7 +67,8 @@ def runs(tmp_path_factory):
             "methods": (root / "methods", _in_process("bench_methods", [
                 "--random", json.dumps(TINY_QWEN3), "--random-drafter", json.dumps(TINY_DRAFTER),
                 "--num-prompts", "1", "--max-new-tokens", "6", "--budgets", "4", "--dtype", "float32",
-                "--device", "cpu", "--out", str(root / "methods"), "--profile", str(root / "methods" / "prof")],
+                "--device", "cpu", "--out", str(root / "methods"), "--profile", str(root / "methods" / "prof"),
+                "--phase-kernels"],      # graphed runs only: nothing to split on the CPU
                 root / "methods.stdout")),
         }
         hybrid.wait(timeout=300)
@@ -125,6 +126,7 @@ def test_verify_attention_rows(runs):
 def test_methods_profile_writes_traces(runs):
     out, last = runs["methods"]
     assert (out / "rows.json").exists() and (out / "summary.csv").exists()       # the unprofiled outputs stay
+    assert not (out / "phase_kernels.json").exists()            # eager CPU steps: no replayed phases to split
     traces = [Path(p) for p in last["profile"]]
     assert {p.name.split(".")[0] for p in traces} == {"ar", "dflash", "ddtree-4", "hf_generate"}
     assert all(p.exists() and p.stat().st_size > 0 for p in traces)

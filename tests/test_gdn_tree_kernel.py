@@ -20,14 +20,19 @@ import dataclasses, json, sys
 from remote import gdn_tree, gdn_tree_kernel, hybrid_target
 from tests import test_hybrid_target as oracle
 
+calls = []
+def counted(*args, **kwargs):
+    calls.append(kwargs["keep"])
+    return gdn_tree_kernel.tree_recurrence(*args, **kwargs)
+
 select = hybrid_target.select_gdn_kernels
-hybrid_target.select_gdn_kernels = lambda *a, **kw: dataclasses.replace(select(*a, **kw),
-                                                                        tree=gdn_tree_kernel.tree_recurrence)
+hybrid_target.select_gdn_kernels = lambda *a, **kw: dataclasses.replace(select(*a, **kw), tree=counted)
 ran = []
 for test, keep_limit in json.loads(sys.argv[1]):
     gdn_tree.KEEP_LIMIT = keep_limit
+    del calls[:]
     getattr(oracle, test)("qwen3_5-narrow")
-    ran.append(test)
+    ran.append([test, len(calls), sum(calls)])     # launches, of which kept every node's state
 print(json.dumps(ran))
 """
 
@@ -44,7 +49,11 @@ def test_tree_kernel_matches_the_oracle_under_the_interpreter():
     done = subprocess.run([sys.executable, "-c", CHECK, json.dumps(cases)], env=env, capture_output=True, text=True,
                           timeout=900, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == [test for test, _ in cases]
+    ran = json.loads(done.stdout.strip().splitlines()[-1])
+    assert [test for test, _, _ in ran] == [test for test, _ in cases]
+    (_, tree_calls, tree_kept), (_, commit_calls, commit_kept), (_, recompute_calls, recompute_kept) = ran
+    assert tree_calls == tree_kept > 0 and commit_calls == commit_kept > 0     # verifies keep node states
+    assert recompute_calls > recompute_kept > 0    # without: commit calls it again for the accepted node alone
 
 
 def test_tree_kernel_compiles_for_hopper():
