@@ -35,8 +35,8 @@ from torch.profiler import ProfilerActivity, profile, record_function  # noqa: E
 import remote.runner  # noqa: E402
 from bench_verify import save_profile  # noqa: E402
 from orchestrator.compare import render_table, summarize  # noqa: E402
-from remote.metrics import aggregate, compare  # noqa: E402
 from remote.graph_split import split_kernels  # noqa: E402
+from remote.metrics import aggregate, compare  # noqa: E402
 from remote.runner import Run, graphed_split  # noqa: E402
 from remote.spec import DatasetSpec, DecodingSpec, DrafterSpec, ModelSpec, RunSpec  # noqa: E402
 from remote.timing import PhaseTimer  # noqa: E402

@@ -77,17 +77,16 @@ if triton is not None:
             tl.store(states + nh * DK * DV + grid, s, mask=in_kv)
 
 
-
 def tree_recurrence(q, k, v, g, beta, state, ancestors, depth, keep: bool):
     """See the module docstring. Runs under Triton's interpreter on CPU tensors too (TRITON_INTERPRET=1, tests)."""
     if not (q.stride(-1) == k.stride(-1) == v.stride(-1) == 1):
         raise ValueError("tree_recurrence needs q, k, v contiguous in their last dimension")
     n, (hv, dk), dv = ancestors.shape[0], q.shape[1:], v.shape[-1]     # n: the rows of the tree asked for
     out = torch.empty(n, hv, dv, dtype=v.dtype, device=v.device)
-    states = None if not keep else torch.empty(n, hv, dk, dv, dtype=torch.float32, device=v.device)
+    states = torch.empty(n, hv, dk, dv, dtype=torch.float32, device=v.device) if keep else None
     bk = triton.next_power_of_2(dk)
     bv = min(triton.next_power_of_2(dv), 8)       # fla's fused-recurrent blocking: [Dk, 8] float32 a program
-    g, beta, state, ancestors = g.contiguous(), beta.contiguous(), state.contiguous(), ancestors.contiguous()
+    g, beta, state, ancestors, depth = (x.contiguous() for x in (g, beta, state, ancestors, depth))
     _tree_gdn_kernel[(triton.cdiv(dv, bv), n * hv)](
         q, k, v, g, beta, state, ancestors, depth, out, states if keep else out, hv, ancestors.shape[1],
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), dk ** -0.5,

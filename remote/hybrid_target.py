@@ -16,10 +16,11 @@ shared, nothing copied) and holds the per-layer state itself:
 - GDN layers: conv state [1, C, K] and recurrent state [1, HV, Dk, Dv] float32 (transformers' layouts). Verify
   runs every node from its parent's state (`remote.gdn_tree`), commit installs the accepted node's.
 
-Cost: the recurrence is one kernel call per GDN layer and verify (every node runs its root-to-node path as one
-sequence of the tree's height; a chain is one sequence), reading nothing back to the host; no per-node state is
-kept (HV x Dk x Dv float32: 3 MiB per node and layer at Qwen3.6-27B widths): commit recomputes the accepted node's
-state from the committed one over the accepted path, in one call per layer.
+Cost: the recurrence is one kernel call per GDN layer and verify (on CUDA with Triton remote.gdn_tree_kernel,
+else every node's root-to-node path as one sequence of the tree's height), reading nothing back to the host.
+Per-node states (HV x Dk x Dv float32: 3 MiB per node and layer at Qwen3.6-27B widths) are kept for commit only
+while they fit remote.gdn_tree.KEEP_LIMIT; otherwise commit recomputes the accepted node's state from the
+committed one, in one call per layer.
 
 Decoding on reserved state (remote.graph_decode.HybridGraphDecoder): after `reserve(capacity)` every state keeps
 its storage (prefills and commits copy into it), and `decode` (one AR token) / `verify_static` + `commit_static`
@@ -265,7 +266,7 @@ class HybridTarget(Target):
     def commit_static(self, step: Static, path: torch.Tensor, length: torch.Tensor) -> None:
         """Keep the root-to-node `path` [H] of the tree verified with `step`, padded with its last node to the
         static height; `length` ([] on the device) is the real part. Attention K/V rows move to start.., each GDN
-        layer's state is recomputed over the path (padding steps leave it as is) and copied into place."""
+        layer's state after the path (kept or recomputed: `NodeStates.after`) is copied into place."""
         for kv in self._kv.values():
             kv.compact(step.start, path)
         for layer, states in step.states.items():

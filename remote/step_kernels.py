@@ -15,8 +15,8 @@ Why, measured inside CUDA graphs on an H200 (bench/bench_kernels.py, docs/PERFOR
 
 Contract: inside `step_kernels(model, drafter)` every RMSNorm of the known classes computes `F.rms_norm(x,
 weight, eps)` (the same normalisation in float32 with the weight applied before the one rounding to the input
-dtype, where transformers rounds and then multiplies: equal up to one rounding; the zero-centred classes round
-exactly where transformers does), and a model on transformers' SDPA attends through `grouped_attention` whenever a
+dtype, where transformers rounds and then multiplies: equal up to one rounding; Qwen3.5 / Qwen3-Next's
+zero-centred and gated norms round where transformers does, only their reduction is fused), and a model on transformers' SDPA attends through `grouped_attention` whenever a
 mask is given; on exit both are undone, so prefill, the eager loop and stock `generate` run transformers' own
 code. Other attention implementations are left alone. `grouped_attention` is also the drafter's attention.
 """
@@ -91,7 +91,8 @@ def _fused_gated_norm(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor
 def _patch(norm: torch.nn.Module) -> None:
     kind = type(norm).__name__
     if kind in ZERO_CENTRED and norm not in _SCALES:
-        with torch.inference_mode(False), torch.no_grad():    # a plain tensor: graphs and later runs reuse it
+        # a plain tensor, made once: captured graphs and later runs read it (weights do not change while decoding)
+        with torch.inference_mode(False), torch.no_grad():
             _SCALES[norm] = 1.0 + norm.weight.float()
     forward = _fused_norm if kind in FUSABLE else _fused_gated_norm if kind in GATED else _fused_zero_centred_norm
     norm.forward = types.MethodType(forward, norm)
