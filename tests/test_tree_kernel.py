@@ -83,13 +83,20 @@ def test_cuda_tree_equals_the_torch_tree(vocab, budget):
     assert torch.equal(got.depth.cpu(), want.depth) and torch.equal(got.ancestors.cpu(), want.ancestors)
 
 
-def test_kernels_compile_for_hopper():
-    """Triton's compiler types what its interpreter does not (a loop-carried int32 that becomes int64 compiled
-    only on the GPU): both kernels compile for sm_90 here, without a GPU."""
+def hopper_ptx(kernel, signature: dict, constants: dict) -> str:
+    """PTX of a Triton kernel compiled for sm_90 on this machine (no GPU needed); `signature` names the runtime
+    arguments' types, `constants` the constexpr values."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
+    signature = {**signature, **{name: "constexpr" for name in constants}}
+    return triton.compile(ASTSource(kernel, signature, constants), target=GPUTarget("cuda", 90, 32)).asm["ptx"]
+
+
+def test_kernels_compile_for_hopper():
+    """Triton's compiler types what its interpreter does not (a loop-carried int32 that becomes int64 compiled
+    only on the GPU): both kernels compile for sm_90 here, without a GPU."""
     from remote import tree_kernel
 
     longs = ("top_ids", "cand_parent", "cand_rank", "picks", "vindex", "tokens", "parents", "depths", "ancestors")
@@ -100,10 +107,7 @@ def test_kernels_compile_for_hopper():
              **{name: "i32" for name in ("V", "per", "stride", "tie_top")}}
     merge = {"part_key": "*i64", "part_max": "*fp32", "part_sum": "*fp32", "top_lp": "*fp32", "top_ids": "*i64",
              **{name: "i32" for name in ("K", "chunks", "per", "tie_top")}}
-    hopper = GPUTarget("cuda", 90, 32)
     for kernel, signature, constants in [(tree_kernel._tree_kernel, tree, sizes),
                                          (tree_kernel._top_k_chunk_kernel, chunk, {"CHUNK": 512}),
                                          (tree_kernel._top_k_merge_kernel, merge, {"MP": 1024, "CP": 8})]:
-        signature = {**signature, **{name: "constexpr" for name in constants}}
-        compiled = triton.compile(ASTSource(kernel, signature, constants), target=hopper)
-        assert ".entry" in compiled.asm["ptx"]
+        assert ".entry" in hopper_ptx(kernel, signature, constants)
