@@ -92,4 +92,3 @@ def tree_recurrence(q, k, v, g, beta, state, ancestors, depth, keep: bool):
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), dk ** -0.5,
         DK=dk, DV=dv, BK=bk, BV=bv, HP=triton.next_power_of_2(ancestors.shape[1]), KEEP=keep, num_warps=1)
     return out, states
-

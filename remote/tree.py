@@ -217,7 +217,7 @@ def best_first_tree(draft_logits: torch.Tensor, budget: int) -> DeviceTree:
 
 
 def kernel_tree(draft_logits: torch.Tensor, budget: int, k: int, plan: _Plan) -> DeviceTree:
-    """`best_first_tree` by remote.tree_kernel (CUDA): the draft top-k and the whole search, two kernels."""
+    """`best_first_tree` by remote.tree_kernel (CUDA): the draft top-k (two kernels) and the whole search (one)."""
     top_lp, top_ids = tree_kernel.top_k(draft_logits, k)                                        # [D, k] each
     tokens, parents, depth, ancestors = tree_kernel.build(top_lp, top_ids, plan.parent, plan.rank, budget,
                                                           plan.levels, min(budget, plan.real))
@@ -227,7 +227,7 @@ def kernel_tree(draft_logits: torch.Tensor, budget: int, k: int, plan: _Plan) ->
 
 def torch_tree(draft_logits: torch.Tensor, budget: int, k: int, plan: _Plan) -> DeviceTree:
     """`best_first_tree` in torch ops (any device; the kernel's reference)."""
-    top_lp, top_ids = torch.topk(torch.log_softmax(draft_logits.float(), dim=-1), k, dim=-1)   # [D, k] each
+    top_lp, top_ids = tree_kernel.torch_top_k(draft_logits, k)                                  # [D, k] each
     # Finite floor for impossible tokens, so that every real prefix outranks an empty (-inf) slot.
     gains = top_lp[: plan.levels].index_select(1, plan.rank).clamp(min=-1e30)                # [L, c]
     scores, picks = [plan.start], []

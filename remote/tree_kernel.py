@@ -12,8 +12,8 @@ Contract: `top_k(draft_logits, k)` -> the k best log-probs and token ids per row
 candidates fit TOP_K_MERGE: the demo's 4096 vocabulary up to k = 256). `build(top_lp, top_ids, parent, rank,
 budget, levels, n)` -> (tokens [n], parents [n + 1], depth [n + 1], ancestors [n + 1, levels + 1]) with the root at
 index 0 (parent -1): the tree remote.tree's torch ops build, up to the order of equal scores (lower candidate index
-first here). `available(device)` says
-whether they can run. Under torch.compile each is an opaque op (`torch.library.triton_op`), kept as one kernel.
+first here). `available(device)` says whether they can run. Under torch.compile each is an opaque op
+(`torch.library.triton_op`). `torch_top_k` is top_k in torch ops (the fallback, and remote.tree's CPU path).
 """
 from __future__ import annotations
 
@@ -194,6 +194,10 @@ if triton is not None:
         return _launch_top_k(torch.library.wrap_triton, logits, k)
 
 
+def torch_top_k(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.topk(torch.log_softmax(logits.float(), dim=-1), k, dim=-1)
+
+
 def top_k(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(log-softmax of the k best, their ids) per row of `logits` [D, V], best first: torch.topk's result (up to
     the order of equal logits) in two kernels where the chunks' candidates fit TOP_K_MERGE (a [15, 4096] topk with
@@ -201,7 +205,7 @@ def top_k(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     the chunks' best merged per row."""
     chunks, per = _top_k_shape(logits.shape[1], k)
     if chunks * per > TOP_K_MERGE:
-        return torch.topk(torch.log_softmax(logits.float(), dim=-1), k, dim=-1)
+        return torch_top_k(logits, k)
     return _top_k_op(logits.contiguous(), k)
 
 
