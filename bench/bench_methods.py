@@ -19,7 +19,6 @@ each prefix of the step captured and timed; AR: forward_ms) in the draft/tree_bu
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
 import time
@@ -37,7 +36,8 @@ from bench_verify import save_profile  # noqa: E402
 from orchestrator.compare import render_table, summarize  # noqa: E402
 from remote.graph_split import split_kernels  # noqa: E402
 from remote.metrics import aggregate, compare  # noqa: E402
-from remote.runner import Run, graphed_split  # noqa: E402
+from remote.placement import describe  # noqa: E402
+from remote.runner import Run, graphed_split, peak_memory_gb, reset_peak_memory  # noqa: E402
 from remote.spec import DatasetSpec, DecodingSpec, DrafterSpec, ModelSpec, RunSpec  # noqa: E402
 from remote.timing import PhaseTimer  # noqa: E402
 
@@ -49,7 +49,9 @@ def make_spec(args, temperature: float) -> RunSpec:
         dataset = DatasetSpec(name="jsonl", path=args.dataset[6:], num_prompts=args.num_prompts)
     return RunSpec(
         run_id="bench", seed=0, device=args.device,
-        model=ModelSpec(path=None if random else args.model, random=random, dtype=args.dtype),
+        model=ModelSpec(path=None if random else args.model, random=random, dtype=args.dtype,
+                        device_map=json.loads(args.device_map) if (args.device_map or "").startswith("{")
+                        else args.device_map),
         drafter=DrafterSpec(path=args.drafter, random=json.loads(args.random_drafter) if args.random_drafter else None),
         decoding=DecodingSpec(method="ddtree", max_new_tokens=args.max_new_tokens, temperature=temperature,
                               warmup=1, cuda_graphs=not args.no_graphs, compile_steps=args.compile),
@@ -65,11 +67,9 @@ def measure(run: Run, method: str, budget: int) -> tuple[list, dict]:
     # A full-length warm-up: a short one leaves first-time costs of longer sequences (allocator growth, new
     # shapes) inside the first timed generations, which made the first method measured (AR) look 1.4-3x slower.
     run.generate(method, 0)
-    if run.device.type == "cuda":
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
+    reset_peak_memory(run.device)
     gens = [run.generate(method, i) for i in range(len(run.inputs))]
-    peak = torch.cuda.max_memory_allocated() / 2**30 if run.device.type == "cuda" else None
+    peak = peak_memory_gb(run.device) if run.device.type == "cuda" else None
     depth = run.drafter.block_size - 1 if method != "ar" else 0
     return gens, {**aggregate(gens, peak, depth), **graphed_split(run, method, print)}
 
@@ -176,6 +176,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--temperatures", default="0")
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--device", default="auto")
+    p.add_argument("--device-map", help="spread the target over the visible GPUs: auto | balanced | sequential | "
+                                        "JSON {module: gpu index}")
     p.add_argument("--stock-generate", action="store_true")
     p.add_argument("--no-cudnn-sdpa", action="store_true",
                    help="keep torch's SDPA off cuDNN (which builds an execution plan for every new sequence length)")
@@ -202,11 +204,9 @@ def main(argv: list[str] | None = None) -> None:
         (out / "rows.json").write_text(json.dumps(rows, indent=1))
 
     for temperature in temperatures:
-        # a random target is initialised on the GPU: billions of CPU inits would take minutes
-        on_gpu = args.random and torch.cuda.is_available() and args.device != "cpu"
-        with torch.device("cuda") if on_gpu else contextlib.nullcontext():
-            run = Run(make_spec(args, temperature))
-        print(f"T={temperature:g}: decode_path {run.decode_path}", flush=True)
+        run = Run(make_spec(args, temperature))
+        split = describe(run.model)
+        print(f"T={temperature:g}: decode_path {run.decode_path}" + (f"; split {split}" if split else ""), flush=True)
         spin_up(run.device)
         ar_gens, ar_metrics = measure(run, "ar", 1)
         record(row("ar", None, temperature, ar_metrics, ar_metrics, ar_gens, ar_gens))

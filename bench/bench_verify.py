@@ -41,10 +41,12 @@ import time
 import traceback
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 import transformers  # noqa: E402
+import yaml  # noqa: E402
 from torch.autograd import DeviceType  # noqa: E402
 from torch.profiler import ProfilerActivity, profile, record_function  # noqa: E402
 
@@ -56,15 +58,10 @@ from remote.spec import ModelSpec  # noqa: E402
 from remote.timing import PhaseTimer  # noqa: E402
 from remote.tree import build_tree  # noqa: E402
 
-# Text widths of the published configs (Qwen/Qwen3.6-27B text_config; Qwen/Qwen3-8B); --layers cuts the depth.
+# Text widths of the published configs (Qwen/Qwen3.6-27B text_config, the orchestrator's model=random-qwen3.6-27b;
+# Qwen/Qwen3-8B); --layers cuts the depth.
 PRESETS: dict[str, dict] = {
-    "qwen3.6-27b": dict(
-        model_type="qwen3_5_text", vocab_size=248320, hidden_size=5120, intermediate_size=17408,
-        num_hidden_layers=64, num_attention_heads=24, num_key_value_heads=4, head_dim=256,
-        linear_num_key_heads=16, linear_num_value_heads=48, linear_key_head_dim=128, linear_value_head_dim=128,
-        linear_conv_kernel_dim=4, rms_norm_eps=1e-6, max_position_embeddings=262144, tie_word_embeddings=False,
-        rope_parameters={"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25,
-                         "mrope_section": [11, 11, 10], "mrope_interleaved": True}),
+    "qwen3.6-27b": yaml.safe_load((ROOT / "conf/model/random-qwen3.6-27b.yaml").read_text())["random"],
     "qwen3-8b": dict(
         model_type="qwen3", vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
         num_attention_heads=32, num_key_value_heads=8, head_dim=128, rms_norm_eps=1e-6,
@@ -95,12 +92,6 @@ def model_config(preset: str, layers: int | None, overrides: dict) -> dict:
         fields["layer_types"] = ["full_attention" if i % 4 == 3 else "linear_attention"
                                  for i in range(fields["num_hidden_layers"])]
     return fields
-
-
-def build_model(fields: dict, dtype: str, device: torch.device, seed: int) -> torch.nn.Module:
-    # Parameters are created and initialised on the target device: billions of CPU inits would take minutes.
-    with torch.device(device):
-        return load_target(ModelSpec(random=fields, dtype=dtype), seed, device)
 
 
 def draft_logits(kind: str, depth: int, vocab: int, seed: int, device: torch.device) -> torch.Tensor:
@@ -435,7 +426,7 @@ def main(argv: list[str] | None = None) -> None:
     budgets = [int(b) for b in args.budgets.split(",")]
     if args.ar_tokens < 2 or args.min_repeats < 1 or args.repeats < args.min_repeats:
         raise SystemExit("need --ar-tokens >= 2 and 1 <= --min-repeats <= --repeats")
-    model = build_model(fields, dtype, device, args.seed)
+    model = load_target(ModelSpec(random=fields, dtype=dtype), args.seed, device)     # built on `device`
     bench = Bench(args, model, device, deadline=started + args.time_limit)
     built = time.perf_counter()
     warm_everything(bench, budgets)

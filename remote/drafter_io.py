@@ -121,14 +121,14 @@ def random_drafter(target: torch.nn.Module, tokenizer, overrides: dict[str, Any]
     raw.update(overrides)
     raw["dflash_config"].update(dflash_overrides)
     config = _config(raw)
-    with torch.random.fork_rng(devices=[]):
+    weight = target.get_output_embeddings().weight     # the drafter sits with the LM head it feeds
+    with torch.random.fork_rng(devices=[]), torch.device(weight.device):    # built there: large ones init fast
         torch.manual_seed(seed)
         drafter = DFlashDrafter(config)
         for name, p in drafter.named_parameters():
             if p.ndim == 2:
                 torch.nn.init.normal_(p, std=getattr(config, "initializer_range", 0.02))
-    weight = target.get_output_embeddings().weight     # the drafter sits with the LM head it feeds
-    return drafter.to(device=weight.device, dtype=weight.dtype).eval()
+    return drafter.to(dtype=weight.dtype).eval()
 
 
 def _mask_id_from_tokenizer(tokenizer) -> int:

@@ -35,6 +35,7 @@ that layer's device).
 """
 from __future__ import annotations
 
+import contextlib
 import sys
 from dataclasses import dataclass, field
 
@@ -44,6 +45,7 @@ import torch.nn.functional as F
 from .errors import SpecError
 from .gdn_tree import TreeLayout, gdn_sequence, gdn_step, gdn_tree
 from .kernels import select_gdn_kernels
+from .placement import devices
 from .static_cache import move_rows
 from .target import Target, Verified
 from .tree import Ancestry
@@ -149,6 +151,7 @@ class HybridTarget(Target):
         first = self.decoder.layers[gdn_layers[0]]
         self.kernels = select_gdn_kernels(first.linear_attn, first.linear_attn.A_log.device, kernels)
         self.kernel_path = self.kernels.path
+        self._split = len(devices(model)) > 1
         self.capacity = 0                               # reserved K/V rows (0: grown on demand)
         self._reset()
 
@@ -244,7 +247,8 @@ class HybridTarget(Target):
             if path.shape[0] > 1:                            # the root alone is already in place
                 kv.compact(self._len, path.to(kv.keys.device))
         for layer, states in node_states.items():
-            self._install(layer, *states.after(path.to(states.conv.device)))
+            with self._on(states.conv.device):
+                self._install(layer, *states.after(path.to(states.conv.device)))
         self._len += path.shape[0]
 
     @torch.inference_mode()
@@ -287,14 +291,15 @@ class HybridTarget(Target):
         for i, layer in enumerate(dec.layers[: len(self.layer_types)]):
             dev = layer.input_layernorm.weight.device
             x = x.to(dev)
-            h = layer.input_layernorm(x)
-            if self.layer_types[i] == "linear_attention":
-                h = self._gdn(i, layer.linear_attn, h, tree)
-            else:
-                h = self._attention(i, layer.self_attn, h, tuple(r.to(dev) for r in rope), tree)
-            x = x + h
-            h = layer.mlp(layer.post_attention_layernorm(x))
-            x = x + (h[0] if isinstance(h, tuple) else h)                             # MoE blocks may return a tuple
+            with self._on(dev):
+                h = layer.input_layernorm(x)
+                if self.layer_types[i] == "linear_attention":
+                    h = self._gdn(i, layer.linear_attn, h, tree)
+                else:
+                    h = self._attention(i, layer.self_attn, h, tuple(r.to(dev) for r in rope), tree)
+                x = x + h
+                h = layer.mlp(layer.post_attention_layernorm(x))
+                x = x + (h[0] if isinstance(h, tuple) else h)                         # MoE blocks may return a tuple
             feats[i] = x
         x = dec.norm(x.to(dec.norm.weight.device))
         if len(self.layer_types) - 1 in feats:
@@ -303,6 +308,10 @@ class HybridTarget(Target):
         features = torch.cat([feats[i][0].to(device) for i in self.target_layer_ids], dim=-1) \
             if self.target_layer_ids else x.new_zeros(x.shape[1], 0)
         return x[0], features
+
+    def _on(self, device: torch.device):
+        """On a target split over GPUs, `device` as the current one: Triton kernels launch on the current device."""
+        return torch.cuda.device(device) if self._split else contextlib.nullcontext()
 
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.lm_head(hidden.to(self.lm_head.weight.device)).float()            # [T, V] float32

@@ -2,7 +2,8 @@
 
 Contract: `load_target(spec.model, seed, device)` returns an eval-mode `AutoModelForCausalLM`, either from a hub
 id / local path (dtype, attention implementation, `device_map` for several GPUs) or built with random weights
-from `model.random` (transformers config fields incl. `model_type`, under `torch.manual_seed(seed)`).
+from `model.random` (transformers config fields incl. `model_type`, under `torch.manual_seed(seed)`), on the GPU it
+runs on (with a `device_map`: on the map's first GPU, then spread by remote.placement).
 `load_tokenizer` returns the target's tokenizer, or the one shipped in `remote/assets/tokenizer` for random
 models. `load_drafter_for` returns the published-format drafter at `drafter.path` or a random one derived from the
 target. Anything that cannot be loaded as asked raises `SpecError`.
@@ -17,6 +18,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from .drafter import DFlashDrafter
 from .drafter_io import load_drafter, random_drafter
 from .errors import SpecError, first_line
+from .placement import build_device, spread
 from .spec import DrafterSpec, ModelSpec
 
 SHIPPED_TOKENIZER = Path(__file__).resolve().parent / "assets" / "tokenizer"
@@ -55,10 +57,14 @@ def _random_target(ms: ModelSpec, dtype: torch.dtype, seed: int) -> torch.nn.Mod
 
 def load_target(ms: ModelSpec, seed: int, device: torch.device) -> torch.nn.Module:
     dtype = parse_dtype(ms.dtype)
+    device_map = ms.device_map if device.type == "cuda" else None
     if ms.random:
-        model = _random_target(ms, dtype, seed).to(device)
+        # built where it will run: billions of CPU initialisations would take minutes
+        with torch.device(build_device(device_map, device)):
+            model = _random_target(ms, dtype, seed)
+        if device_map is not None:
+            model = spread(model, device_map)
     elif ms.path:
-        device_map = ms.device_map if device.type == "cuda" else None
         try:
             model = AutoModelForCausalLM.from_pretrained(
                 ms.path, dtype=dtype, attn_implementation=ms.attn_implementation, device_map=device_map,

@@ -32,6 +32,8 @@ DEFINITIONS = {
     "forward_ms": "graphed AR: GPU time of one replayed decoding step (forward + argmax)",
     "peak_mem_gb": "CUDA: max memory allocated during the method (GiB, summed over devices); "
                    "CPU: peak resident set size of the process so far (GiB)",
+    "peak_mem_gb_gpu<i>": "several visible GPUs: max memory allocated on GPU i (CUDA_VISIBLE_DEVICES order) "
+                          "during the method (GiB)",
     "exact_match_vs_ar": "temperature 0 only: fraction of prompts whose generated token ids equal AR's",
     "first_divergence_mean": "temperature 0 only: mean index of the first differing token over prompts that "
                              "differ from AR (absent when none differs)",
@@ -58,7 +60,8 @@ def prompt_metrics(gen: Generation) -> dict[str, float]:
     return out
 
 
-def aggregate(gens: list[Generation], peak_mem_gb: float | None, depth: int) -> dict[str, float]:
+def aggregate(gens: list[Generation], peak_mem_gb: list[float] | None, depth: int) -> dict[str, float]:
+    """`peak_mem_gb`: per visible GPU (or one figure on the CPU)."""
     per = [prompt_metrics(g) for g in gens]
     tokens = sum(len(g.tokens) for g in gens)
     wall_s = sum(p["ttft_ms"] + p["decode_ms"] for p in per) / 1000.0
@@ -68,8 +71,10 @@ def aggregate(gens: list[Generation], peak_mem_gb: float | None, depth: int) -> 
     tpots = [p["tpot_ms"] for p in per if "tpot_ms" in p]
     if tpots:
         out["tpot_ms"] = mean(tpots)
-    if peak_mem_gb is not None:
-        out["peak_mem_gb"] = peak_mem_gb
+    if peak_mem_gb:
+        out["peak_mem_gb"] = sum(peak_mem_gb)
+        if len(peak_mem_gb) > 1:
+            out.update({f"peak_mem_gb_gpu{i}": gb for i, gb in enumerate(peak_mem_gb)})
     steps = sum(len(g.committed) for g in gens)
     if steps:
         out["verify_steps"] = float(steps)

@@ -21,7 +21,7 @@ import transformers
 
 from .assets import with_assets
 from .backends import build_target
-from .compat import input_device
+from .compat import input_device, output_device
 from .decode import Generation, generate_ar, generate_spec
 from .drafter_io import check_pair
 from .errors import SpecError, first_line
@@ -32,6 +32,7 @@ from .graph_split import split_step
 from .kernels import torch_gdn_path
 from .loading import load_drafter_for, load_target, load_tokenizer, pick_device
 from .metrics import DEFINITIONS, aggregate, compare, first_divergence, prompt_metrics
+from .placement import describe
 from .prompts import encode, load_prompts
 from .sampling import make_generator
 from .spec import METHODS, RunSpec
@@ -99,10 +100,17 @@ class Run:
         generator = make_generator(self.model.get_output_embeddings().weight.device, self.spec.seed + index)
         ids, max_new = self.inputs[index], max_new or self.spec.decoding.max_new_tokens
         # transformers sends its hybrid layers to fla whenever it is installed, also for CPU tensors
-        with torch_gdn_path() if self.device.type == "cpu" else contextlib.nullcontext():
+        with torch_gdn_path() if self.device.type == "cpu" else contextlib.nullcontext(), self._current_device():
             gen = self._generate(method, ids, max_new, generator, timer)
         gen.times_ms = timer.totals_ms()
         return gen
+
+    def _current_device(self):
+        """The LM head's GPU as the current device: the drafter, the tree build (Triton launches on the current
+        device) and the timer's events live there; on a split target its stream waits for the other GPUs' work
+        at every cross-device copy, so the events time whole steps."""
+        out = output_device(self.model)
+        return torch.cuda.device(out) if out.type == "cuda" else contextlib.nullcontext()
 
     def _generate(self, method, ids, max_new, generator, timer) -> Generation:
         d = self.spec.decoding
@@ -150,6 +158,7 @@ def environment(run: Run) -> dict:
         "dtype": run.spec.model.dtype, "attn_implementation": run.spec.model.attn_implementation,
         "kernel_path": str(getattr(run.target, "kernel_path", "torch")),
         "decode_path": run.decode_path,
+        "device_split": describe(run.model),    # "" on one device
         "target_class": type(run.target).__name__ if run.target else "none",
         "model_params": _param_count(run.model), "drafter_params": _param_count(run.drafter),
         "block_size": run.drafter.block_size if run.drafter else 0,
@@ -158,16 +167,17 @@ def environment(run: Run) -> dict:
     }
 
 
-def _reset_peak(device: torch.device) -> None:
+def reset_peak_memory(device: torch.device) -> None:
     if device.type == "cuda":
         for i in range(torch.cuda.device_count()):
             torch.cuda.reset_peak_memory_stats(i)
 
 
-def _peak_gb(device: torch.device) -> float:
+def peak_memory_gb(device: torch.device) -> list[float]:
+    """Per visible GPU on CUDA; [peak RSS] on the CPU."""
     if device.type == "cuda":
-        return sum(torch.cuda.max_memory_allocated(i) for i in range(torch.cuda.device_count())) / 2**30
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20      # Linux: KiB
+        return [torch.cuda.max_memory_allocated(i) / 2**30 for i in range(torch.cuda.device_count())]
+    return [resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20]     # Linux: KiB
 
 
 @torch.inference_mode()
@@ -179,8 +189,8 @@ def warm_prompt_shapes(run: Run) -> None:
 
 
 def run_methods(run: Run, methods: list[str], events: EventWriter,
-                outputs) -> dict[str, tuple[list[Generation], float]]:
-    """Decode every prompt with each of `methods`; per method its generations and peak memory (GB).
+                outputs) -> dict[str, tuple[list[Generation], list[float]]]:
+    """Decode every prompt with each of `methods`; per method its generations and peak memory (GiB per GPU).
 
     The methods take turns prompt by prompt, in reverse order on odd prompts: a process that gets faster as it
     runs (kernel plan caches filling, allocator growth, clocks) would otherwise favour whichever is timed last
@@ -189,13 +199,14 @@ def run_methods(run: Run, methods: list[str], events: EventWriter,
         for _ in range(run.spec.decoding.warmup):
             run.generate(method, 0, min(WARMUP_TOKENS, run.spec.decoding.max_new_tokens))
     gens: dict[str, list[Generation]] = {m: [] for m in methods}
-    peaks = dict.fromkeys(methods, 0.0)
+    peaks: dict[str, list[float]] = {}
     tokens, wall = dict.fromkeys(methods, 0), dict.fromkeys(methods, 0.0)
     for index in range(len(run.inputs)):
         for method in methods if index % 2 == 0 else methods[::-1]:
-            _reset_peak(run.device)
+            reset_peak_memory(run.device)
             gen = run.generate(method, index)
-            peaks[method] = max(peaks[method], _peak_gb(run.device))
+            now = peak_memory_gb(run.device)
+            peaks[method] = [max(a, b) for a, b in zip(now, peaks.get(method, now))]
             gens[method].append(gen)
             per = prompt_metrics(gen)
             tokens[method] += len(gen.tokens)

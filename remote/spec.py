@@ -13,6 +13,7 @@ from typing import Any
 
 SPEC_VERSION = 1
 METHODS = ("ar", "dflash", "ddtree")
+DEVICE_MAP_PRESETS = ("auto", "balanced", "balanced_low_0", "sequential")   # accelerate's, as in from_pretrained
 
 
 @dataclass
@@ -24,7 +25,7 @@ class ModelSpec:
     tokenizer: str | None = None       # hub id / path; None = the target's own, or the shipped one for random models
     dtype: str = "float32"
     attn_implementation: str = "sdpa"
-    device_map: Any = None             # None (one device), "auto", or a transformers device map
+    device_map: Any = None             # None (one device), a DEVICE_MAP_PRESETS name, or {module name: GPU index}
     trust_remote_code: bool = False
     revision: str | None = None
 

@@ -48,7 +48,7 @@ def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: t
         mask = mask.repeat(groups, 1)                                  # row g * Q + i: query i of group member g
     out = F.scaled_dot_product_attention(q.reshape(1, k.shape[1], groups * q_len, dim), k, v, attn_mask=mask,
                                          scale=scale)
-    return out.view(1, heads, q_len, dim)
+    return out.reshape(1, heads, q_len, dim)     # a copy only where the backend's output is strided (eager fp32)
 
 
 def _grouped_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):

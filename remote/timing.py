@@ -3,8 +3,9 @@
 Contract: `with timer.phase("verify"): ...` adds the duration of the block to phase "verify". On CUDA the
 bounds are CUDA events recorded on the current stream (GPU timeline, which also counts host work while the GPU
 waits for it); they are read once, in `totals_ms()`, after a single synchronize. On CPU they are
-`time.perf_counter()` deltas. Non-goal: per-device timelines under a multi-GPU `device_map` (the current
-device's stream is used).
+`time.perf_counter()` deltas. Under a multi-GPU `device_map` the runner makes the LM head's GPU current: its
+stream waits for the other GPUs' work at every cross-device copy, so its events bound whole phases. Non-goal:
+per-device timelines.
 """
 from __future__ import annotations
 

@@ -9,6 +9,7 @@ import torch
 from remote.drafter_io import check_pair, random_drafter, save_drafter
 from remote.errors import SpecError
 from remote.loading import load_tokenizer
+from remote.placement import describe
 from remote.prompts import encode, load_prompts
 from remote.runner import Run
 from remote.spec import DatasetSpec, ModelSpec
@@ -125,3 +126,16 @@ def test_chat_template_is_applied_only_when_asked_and_present():
     chat = encode(tok, ["hi there"], DatasetSpec(chat_template=True))[0]
     assert tok.decode(chat[0]) == "<user>hi there<assistant>"
     assert encode(tok, ["hi there"], DatasetSpec(chat_template=False))[0].tolist() == plain.tolist()
+
+
+def test_device_split_is_described_per_gpu_with_layer_runs_folded(tiny_run):
+    """The run's device_split tag: "" on one device; per GPU its modules, numbered siblings folded into ranges."""
+    model = tiny_run.model
+    assert describe(model) == ""
+    model.hf_device_map = {"model.embed_tokens": 0, "model.layers.0": 0, "model.layers.1": 0, "model.layers.2": 1,
+                           "model.layers.3": 1, "model.norm": 1, "lm_head": 1}
+    try:
+        assert describe(model) == ("cuda:0: model.embed_tokens, model.layers.0-1; "
+                                   "cuda:1: model.layers.2-3, model.norm, lm_head")
+    finally:
+        del model.hf_device_map

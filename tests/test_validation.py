@@ -25,6 +25,8 @@ CASES = [
     ("compile_steps=1", "compile_steps"),
     ("drafter.path=assets:models/no-such-drafter", "drafter.path"),             # shipped files: checked for any host
     ("model.path=assets:../../etc", "model.path"),                                # outside the assets
+    ("model.device_map=everywhere", "model.device_map"),
+    ("gpus=[0,1]", "model.device_map={model.embed_tokens:0,lm_head:2}", "model.device_map"),   # 2 is not a GPU here
 ]
 
 
@@ -33,9 +35,10 @@ def run_cli(*args, cwd=None, env=None):
                           cwd=cwd, env=env or os.environ.copy(), timeout=120)
 
 
-@pytest.mark.parametrize("override,key", CASES)
-def test_invalid_value_exits_2_naming_the_key(override, key, tmp_path):
-    proc = run_cli(override, cwd=tmp_path)
+@pytest.mark.parametrize("case", CASES, ids=lambda case: " ".join(case[:-1]))
+def test_invalid_value_exits_2_naming_the_key(case, tmp_path):
+    *overrides, key = case
+    proc = run_cli(*overrides, cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
     lines = [l for l in proc.stderr.splitlines() if l.strip()]
     assert len(lines) == 1, proc.stderr
