@@ -36,6 +36,7 @@ from .drafter import DFlashDrafter
 from .errors import SpecError, first_line
 from .gdn_tree import TreeLayout
 from .hybrid_target import HybridTarget, Static, check_transformers_version
+from .placement import devices
 from .static_cache import StaticDrafterKV, StaticKV, visibility_mask
 from .step_kernels import step_kernels
 from .timing import PhaseTimer
@@ -48,7 +49,7 @@ def graph_support(model, drafter: DFlashDrafter | None, device: torch.device, te
         return "not on CUDA"
     if temperature > 0:
         return "temperature > 0 samples on the eager loop"
-    if len({p.device for p in model.parameters()}) > 1:
+    if len(devices(model)) > 1:
         return "target split over devices"
     if any("sliding" in str(kind) for kind in getattr(model.config, "layer_types", None) or []):
         return "sliding-window target"

@@ -9,7 +9,7 @@ import torch
 from remote.drafter_io import check_pair, random_drafter, save_drafter
 from remote.errors import SpecError
 from remote.loading import load_tokenizer
-from remote.placement import describe
+from remote.placement import describe, spread
 from remote.prompts import encode, load_prompts
 from remote.runner import Run
 from remote.spec import DatasetSpec, ModelSpec
@@ -139,3 +139,12 @@ def test_device_split_is_described_per_gpu_with_layer_runs_folded(tiny_run):
                                    "cuda:1: model.layers.2-3, model.norm, lm_head")
     finally:
         del model.hf_device_map
+
+
+def test_spread_refuses_maps_off_the_gpus_and_unknown_presets(tiny_run):
+    """A split target decodes only from GPUs: a map with cpu/disk weights is refused before anything moves."""
+    with pytest.raises(SpecError, match="puts weights on cpu, disk"):
+        spread(tiny_run.model, {"model.embed_tokens": "cpu", "model.layers": "disk", "lm_head": 0})
+    with pytest.raises(SpecError, match="model.device_map must be one of auto"):
+        spread(tiny_run.model, "everywhere")
+    assert all(p.device.type == "cpu" for p in tiny_run.model.parameters())
