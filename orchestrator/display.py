@@ -61,7 +61,7 @@ class LiveDisplay:
         elif kind == "warning":
             self.note(f"warning: {event.get('message')}", "yellow")
         elif kind == "start":
-            keys = ("device", "gpu_name", "dtype", "kernel_path", "decode_path")
+            keys = ("device", "gpu_name", "dtype", "kernel_path", "decode_path", "device_split")
             facts = {k: event.get(k) for k in keys if event.get(k)}
             self.note("runner started: " + ", ".join(f"{k}={v}" for k, v in facts.items()))
 
@@ -70,7 +70,8 @@ def results_table(metrics: Mapping[str, float], title: str) -> Table:
     table = Table(title=title, show_header=True, header_style="bold")
     table.add_column("metric")
     table.add_column("value", justify="right")
-    for key in SUMMARY_KEYS:
+    per_gpu = sorted((k for k in metrics if k.startswith("peak_mem_gb_gpu")), key=lambda k: int(k[15:]))
+    for key in (*SUMMARY_KEYS, *per_gpu):
         if key in metrics:
             value = metrics[key]
             table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
