@@ -13,7 +13,7 @@
 # SDPA_FLAGS (optional): extra bench_methods flags for every run, e.g. "--no-cudnn-sdpa".
 # STEPS (optional): the names of the steps to run, e.g. "tests kernels tree q3_graph q3_compile" and then
 # "q35 q8b verify_27b hybrid_tests" (default: all). On a host with two or more GPUs, "split_tests split_27b"
-# (a target spread over two GPUs with model.device_map: the split tests, and Qwen3.6-27B widths, ~5 min) run too.
+# (a target spread over two GPUs with model.device_map: the split tests, and Qwen3.6-27B widths, ~4 min) run too.
 set -u
 OUT=${OUT:?set OUT to a directory for the results}
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)   # absolute: the script changes directory
