@@ -9,8 +9,9 @@ the same committed state, timed by CUDA events; a phase costs its prefix's media
 Contract: `split_step(decoder, method, budget)` -> {phase_ms: float} (draft_ms, tree_build_ms, verify_ms,
 commit_ms; AR: forward_ms) for a `GraphDecoder` that has just decoded with graphs on (its caches hold a real
 committed state); `split_kernels(decoder, method, budget)` -> the kernels of each phase, from torch.profiler. The
-committed state (length, root, drafter context, AR count) is put back after every replay, so the decoder carries
-on as before; cache rows past the committed length are scratch anyway.
+committed state (length, root, drafter context, AR count) is put back after every replay; cache rows past the
+committed length are scratch anyway, but a hybrid target's GDN states are advanced in place by every replayed
+commit, so call it between prompts (the next prefill overwrites them), as the runner and bench_methods do.
 """
 from __future__ import annotations
 
