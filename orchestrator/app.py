@@ -117,6 +117,8 @@ def run_job(cfg: DictConfig, console: Console | None = None) -> Outcome:
             _save_job(run_dir, host_cfg, run_id, tracker, needs_results=not script)
             console.print(f"[cyan]run {run_id} on {host.name} (gpus {gpus}): {cfg.method.name}, "
                           f"model {cfg.model.name}; local dir {run_dir}[/]")
+            if (note := unused_gpus_note(cfg, gpus)) is not None:
+                console.print(f"[yellow]{note}[/]")
             follow(job, outcome, console, fail_fast=bool(cfg.get("fail_fast", True)), needs_results=not script)
         except KeyboardInterrupt:   # before the tail started (follow handles it from there on)
             console.print("[yellow]interrupted[/]")
@@ -164,6 +166,14 @@ def _open_run(tracker: Tracker, cfg: DictConfig, resolved: dict, tags: dict[str,
     """Open the MLflow run; called once the runner is started, so git's two calls do not delay it either."""
     tracker.start(run_name=f"{cfg.method.name}-{cfg.model.name}", params=flatten(_params(resolved)),
                   tags={**tags, "project_commit": project_commit()}, parent_run_id=os.environ.get(PARENT_ENV))
+
+
+def unused_gpus_note(cfg: DictConfig, gpus: list[int]) -> str | None:
+    """Several GPUs for a target that is not spread over them: the runner would use the first one only."""
+    if len(gpus) < 2 or cfg.runner.kind == "script" or cfg.model.get("device_map") is not None:
+        return None
+    return (f"note: gpus={list(gpus)} but model.device_map is null: the target runs on GPU {gpus[0]} only; "
+            f"model.device_map=auto spreads it over all {len(gpus)}")
 
 
 def _user_script(cfg: DictConfig) -> Path | None:

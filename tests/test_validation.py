@@ -65,3 +65,34 @@ def test_sweep_checks_every_job_before_the_first_starts(tmp_path):
     assert "tree_budget=0" in lines[0]                    # names the job
     assert "Launching" not in proc.stdout + proc.stderr   # Hydra never started a job
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("overrides,noted", [
+    (["gpus=[0,1]"], True),                                   # demo model: device_map null
+    (["gpus=[0,1]", "model.device_map=auto"], False),
+    (["gpus=[0,1]", "model=random-qwen3.6-27b"], False),      # spread by default
+    (["gpus=[0]"], False),
+])
+def test_several_gpus_for_an_unspread_target_are_noted(overrides, noted):
+    from hydra import compose, initialize_config_dir
+
+    from orchestrator.app import unused_gpus_note
+    from orchestrator.paths import CONF_DIR
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=overrides)
+    note = unused_gpus_note(cfg, list(cfg.gpus))
+    assert (note is not None) == noted
+    if noted:
+        assert "model.device_map" in note and "GPU 0 only" in note
+
+
+def test_every_model_composes_with_its_default_drafter():
+    """`model=<name>` alone must compose: its default drafter is drafter/<name>.yaml (config.yaml's defaults)."""
+    from hydra import compose, initialize_config_dir
+
+    from orchestrator.paths import CONF_DIR
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        for option in group_options("model"):
+            assert compose(config_name="config", overrides=[f"model={option}"]).model.name == option
