@@ -41,15 +41,14 @@ import time
 import traceback
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 import transformers  # noqa: E402
-import yaml  # noqa: E402
 from torch.autograd import DeviceType  # noqa: E402
 from torch.profiler import ProfilerActivity, profile, record_function  # noqa: E402
 
+from conf import random_fields  # noqa: E402
 from remote.backends import build_target  # noqa: E402
 from remote.decode import generate_ar  # noqa: E402
 from remote.drafter_io import even_layer_ids  # noqa: E402
@@ -61,22 +60,15 @@ from remote.tree import build_tree  # noqa: E402
 # Text widths of the published configs (Qwen/Qwen3.6-27B text_config, the orchestrator's model=random-qwen3.6-27b;
 # Qwen/Qwen3-8B); --layers cuts the depth.
 PRESETS: dict[str, dict] = {
-    "qwen3.6-27b": yaml.safe_load((ROOT / "conf/model/random-qwen3.6-27b.yaml").read_text())["random"],
+    "qwen3.6-27b": random_fields("random-qwen3.6-27b"),
     "qwen3-8b": dict(
         model_type="qwen3", vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
         num_attention_heads=32, num_key_value_heads=8, head_dim=128, rms_norm_eps=1e-6,
         max_position_embeddings=40960, tie_word_embeddings=False,
         rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
-    # the shapes of conf/model/tiny-qwen3_5.yaml and tiny-qwen3.yaml: for CPU tests
-    "tiny-hybrid": dict(
-        model_type="qwen3_5_text", vocab_size=1024, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4,
-        linear_key_head_dim=16, linear_value_head_dim=16, linear_conv_kernel_dim=4, max_position_embeddings=2048,
-        tie_word_embeddings=False),
-    "tiny-qwen3": dict(
-        model_type="qwen3", vocab_size=1024, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=2048,
-        tie_word_embeddings=False),
+    # conf/model/tiny-qwen3_5.yaml and tiny-qwen3.yaml: for CPU tests
+    "tiny-hybrid": random_fields("tiny-qwen3_5"),
+    "tiny-qwen3": random_fields("tiny-qwen3"),
 }
 HYBRID_TYPES = ("qwen3_5_text", "qwen3_next")
 

@@ -70,7 +70,8 @@ def results_table(metrics: Mapping[str, float], title: str) -> Table:
     table = Table(title=title, show_header=True, header_style="bold")
     table.add_column("metric")
     table.add_column("value", justify="right")
-    per_gpu = sorted((k for k in metrics if k.startswith("peak_mem_gb_gpu")), key=lambda k: int(k[15:]))
+    gpu = "peak_mem_gb_gpu"
+    per_gpu = sorted((k for k in metrics if k.startswith(gpu)), key=lambda k: int(k.removeprefix(gpu)))
     for key in (*SUMMARY_KEYS, *per_gpu):
         if key in metrics:
             value = metrics[key]

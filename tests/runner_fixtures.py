@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
+from conf import random_fields
 from remote.backends import build_target
 from remote.drafter_io import random_drafter
 
@@ -49,10 +50,7 @@ def prompts(model, count: int, length: int = 6, seed: int = 0) -> list[torch.Ten
 
 
 
-# The conf/model/tiny-qwen3.yaml shape (vocab fits the shipped tokenizer), as a run spec.
-TINY_QWEN3 = dict(model_type="qwen3", vocab_size=1024, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
-                  num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=2048,
-                  tie_word_embeddings=False)
+TINY_QWEN3 = random_fields("tiny-qwen3")          # conf/model/tiny-qwen3.yaml (vocab fits the shipped tokenizer)
 
 
 def tiny_spec(method: str = "ddtree", **parts):

@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
 
+from conf import random_fields
 from remote.runner import run
 from tests.runner_fixtures import TINY_QWEN3, tiny_spec
 
 pytestmark = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
 
-TINY_HYBRID = yaml.safe_load((Path(__file__).parent.parent / "conf/model/tiny-qwen3_5.yaml").read_text())["random"]
+TINY_HYBRID = random_fields("tiny-qwen3_5")
 
 
 def halves(layers: int) -> dict[str, int]:
