@@ -13,8 +13,10 @@ from mlflow.tracking import MlflowClient
 
 def test_attach_after_the_orchestrator_died(tmp_path):
     env = os.environ.copy()
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "method=dflash", "num_prompts=2",
-                             "max_new_tokens=24", "host=local"], cwd=tmp_path, env=env,
+    # long enough that the runner is still decoding when the job file appears: MLflow opens the run (seconds of
+    # import and database work) before that, and a shorter run finished first on a loaded machine
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "method=dflash", "num_prompts=4",
+                             "max_new_tokens=96", "host=local"], cwd=tmp_path, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 120
     job_files = []
