@@ -54,7 +54,8 @@ def make_spec(args, temperature: float) -> RunSpec:
                         else args.device_map),
         drafter=DrafterSpec(path=args.drafter, random=json.loads(args.random_drafter) if args.random_drafter else None),
         decoding=DecodingSpec(method="ddtree", max_new_tokens=args.max_new_tokens, temperature=temperature,
-                              warmup=1, cuda_graphs=not args.no_graphs, compile_steps=args.compile),
+                              warmup=1, cuda_graphs=not args.no_graphs, compile_steps=args.compile,
+                              compile_drafter=not args.eager_drafter),
         dataset=dataset,
     )
 
@@ -184,6 +185,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--ar-again", action="store_true", help="measure AR again after the other methods (drift check)")
     p.add_argument("--no-graphs", action="store_true", help="eager steps even where CUDA graphs are supported")
     p.add_argument("--compile", action="store_true", help="torch.compile each graphed step (compile_steps=true)")
+    p.add_argument("--eager-drafter", action="store_true",
+                   help="graphed steps without torch.compile on the drafter forward (compile_drafter=false)")
     p.add_argument("--out", default="bench_out")
     p.add_argument("--profile", help="directory for profiler traces and tables (after the timed runs)")
     p.add_argument("--profile-gens", type=int, default=2, help="generations per method under the profiler")

@@ -30,6 +30,7 @@ def build_spec(cfg: DictConfig, run_id: str) -> RunSpec:
         method=cfg.method.name, tree_budget=cfg.tree_budget, max_new_tokens=cfg.max_new_tokens,
         temperature=float(cfg.temperature), baseline=cfg.baseline, warmup=cfg.warmup,
         cuda_graphs=bool(cfg.get("cuda_graphs", True)), compile_steps=bool(cfg.get("compile_steps", False)),
+        compile_drafter=bool(cfg.get("compile_drafter", True)),
     )
     dataset = DatasetSpec(
         name=ds.name, path=ds.get("path"), split=ds.get("split"), field=ds.get("field", "prompt"),

@@ -88,7 +88,7 @@ def validate(cfg: DictConfig) -> None:
     _int(cfg, "seed", 0)
     if cfg.get("num_prompts") is not None:
         _int(cfg, "num_prompts", 1)
-    for key in ("cuda_graphs", "compile_steps"):
+    for key in ("cuda_graphs", "compile_steps", "compile_drafter"):
         if not isinstance(cfg.get(key, False), bool):
             raise ConfigError(key, f"must be true or false, got {cfg.get(key)!r}")
     temperature = cfg.get("temperature")

@@ -64,10 +64,10 @@ def graph_support(model, drafter: DFlashDrafter | None, device: torch.device, te
 
 
 def graph_decoder(model, drafter: DFlashDrafter | None, target_layer_ids: list[int] | None,
-                  compiled: bool = False) -> "GraphDecoder":
+                  compiled: bool = False, compiled_drafter: bool = False) -> "GraphDecoder":
     """The graph decoder for a pair `graph_support` accepted."""
     kind = HybridGraphDecoder if is_hybrid(model) else GraphDecoder
-    return kind(model, drafter, target_layer_ids, compiled=compiled)
+    return kind(model, drafter, target_layer_ids, compiled=compiled, compiled_drafter=compiled_drafter)
 
 
 def _compile_steps(decoder: "GraphDecoder") -> None:
@@ -84,7 +84,7 @@ def _compile_steps(decoder: "GraphDecoder") -> None:
 
 class GraphDecoder:
     def __init__(self, model, drafter: DFlashDrafter | None, target_layer_ids: list[int] | None,
-                 graphs: bool = True, compiled: bool = False):
+                 graphs: bool = True, compiled: bool = False, compiled_drafter: bool = False):
         self.model, self.drafter, self.graphs = model, drafter, graphs
         self.device = input_device(model)
         self.dtype = model.get_input_embeddings().weight.dtype
@@ -94,6 +94,8 @@ class GraphDecoder:
         self.compiled, self.compile_failed = compiled, None
         if compiled:
             _compile_steps(self)
+        self.compiled_drafter = compiled_drafter and not compiled and drafter is not None
+        self._draft = torch.compile(draft, dynamic=False) if self.compiled_drafter else draft
         self._graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         as_long = dict(dtype=torch.long, device=self.device)
         self.start = torch.zeros((), **as_long)          # committed length: the position of `root`
@@ -131,6 +133,7 @@ class GraphDecoder:
                                        weight.dtype, weight.device)
             self.context = torch.zeros(1, self.drafter.block_size, weight.shape[1], dtype=weight.dtype,
                                        device=weight.device)
+            self._reads = _Reads(2 * self.drafter.block_size + 1, weight.device)    # `accept`'s read [2H + 1]
 
     def _width(self, method: str, budget: int) -> int:
         """Cache rows one step may write at or past the committed length."""
@@ -152,10 +155,12 @@ class GraphDecoder:
             try:
                 result = self._warm_up(step)
             except Exception as exc:                 # noqa: BLE001 - a compile failure: the plain step instead
-                if not self.compiled:
+                if not (self.compiled or self.compiled_drafter):
                     raise
-                self.compiled, self.compile_failed = False, first_line(exc)
-                del self._ar_step, self._spec_step   # the class's own, uncompiled
+                if self.compiled:
+                    del self._ar_step, self._spec_step   # the class's own, uncompiled
+                self.compiled = self.compiled_drafter = False
+                self.compile_failed, self._draft = first_line(exc), draft
                 result = self._warm_up(step)
             try:
                 self._graphs[key] = self._capture(step)
@@ -240,7 +245,7 @@ class GraphDecoder:
                    until: str | None = None):
         """One speculative step; `until` names a phase (remote.metrics.PHASES) after which it stops, without
         touching the committed state (remote.graph_split times the phases of a captured step so)."""
-        logits = draft(self.drafter, self.model, self.dkv, context, self.root, self.start, valid)
+        logits = self._draft(self.drafter, self.model, self.dkv, context, self.root, self.start, valid)
         if until == "draft":
             return logits
         built = best_first_tree(logits, budget) if method == "ddtree" else argmax_chain(logits)
@@ -280,22 +285,61 @@ class GraphDecoder:
     def generate_spec(self, input_ids: torch.Tensor, max_new: int, stop_ids: set[int], timer: PhaseTimer,
                       method: str, budget: int) -> Generation:
         gen = Generation(prompt_len=input_ids.shape[1])
-        width, length = self._width(method, budget), input_ids.shape[1]
-        self.reserve(length, max_new, method, budget)
+        width, height = self._width(method, budget), self.drafter.block_size   # height: most tokens a step emits
+        self.reserve(input_ids.shape[1], max_new, method, budget)
         with timer.phase("ttft"):
             verified = self._prefill(input_ids, featured=True)
             self._absorb(verified.features)
             done = gen.extend(decode.to_host(self.root), max_new, stop_ids)
+        key, step = ("spec", method, budget), lambda: self._spec_step(self.context, self.context_rows, method, budget)
+        length, queued = input_ids.shape[1], 0        # committed rows as the host knows them; steps not yet read
         with timer.phase("decode"):
             while not done:
-                if length + width > self.capacity:
-                    raise RuntimeError(f"static cache of {self.capacity} rows is full at {length}")
-                read = self._replay(("spec", method, budget), lambda: self._spec_step(
-                    self.context, self.context_rows, method, budget))
-                tokens = accepted_tokens(decode.to_host(read), read.shape[0] // 2)
+                # The next step is queued before this one is read, so the GPU works through the host's read and
+                # bookkeeping: its inputs are all on the device. Not when this step may end the generation.
+                while queued < 2 and len(gen.tokens) + height * queued < max_new:
+                    if length + height * queued + width > self.capacity:
+                        raise RuntimeError(f"static cache of {self.capacity} rows is full at {length}")
+                    self._reads.put(self._replay(key, step))
+                    queued += 1
+                read = self._reads.take()
+                tokens = accepted_tokens(read, len(read) // 2)
+                queued -= 1
                 done = gen.extend_step(tokens, max_new, stop_ids)
                 length += len(tokens)
+        self._reads.clear()       # a step still queued at a stop token runs out on the device, unread
         return gen
+
+
+class _Reads:
+    """The speculative steps' `read`s (at most [2 * block + 1]), each copied to a host buffer behind its step (a
+    captured step's output tensor is overwritten by the next replay): a FIFO of up to two, read in order."""
+
+    def __init__(self, size: int, device: torch.device):
+        cuda = device.type == "cuda"
+        self._buffers = [torch.empty(size, dtype=torch.long, pin_memory=cuda) for _ in range(2)]
+        self._done = [torch.cuda.Event() if cuda else None for _ in range(2)]
+        self._sizes = [0, 0]
+        self._put = self._taken = 0
+
+    def put(self, read: torch.Tensor) -> None:
+        slot = self._put % 2
+        self._sizes[slot] = read.shape[0]
+        self._buffers[slot][:read.shape[0]].copy_(read, non_blocking=True)
+        if self._done[slot] is not None:
+            self._done[slot].record()
+        self._put += 1
+
+    def take(self) -> list[int]:
+        """The oldest read not taken: the step's one host synchronisation."""
+        slot = self._taken % 2
+        if self._done[slot] is not None:
+            self._done[slot].synchronize()
+        self._taken += 1
+        return decode.to_host(self._buffers[slot][:self._sizes[slot]])
+
+    def clear(self) -> None:
+        self._put = self._taken = 0
 
 
 class HybridGraphDecoder(GraphDecoder):

@@ -77,7 +77,7 @@ class Run:
             if spec.decoding.cuda_graphs else "cuda_graphs=false"
         self.graphed = None if why_not else graph_decoder(
             self.model, self.drafter, self.drafter.target_layer_ids if self.drafter else None,
-            compiled=spec.decoding.compile_steps)
+            compiled=spec.decoding.compile_steps, compiled_drafter=spec.decoding.compile_drafter)
         if self.graphed:     # sized once for every prompt: growing mid-run would re-capture inside a timing
             self.graphed.reserve(max(ids.shape[1] for ids in self.inputs), spec.decoding.max_new_tokens,
                                  spec.decoding.method, spec.decoding.tree_budget)   # AR's rows are within any method's
@@ -86,11 +86,12 @@ class Run:
 
     @property
     def decode_path(self) -> str:
-        """`cuda_graph` (`cuda_graph+compile` with compile_steps), or `eager (why)`: graphs unsupported for this
-        run, or a capture that failed; a failed compile is named in parentheses."""
+        """`cuda_graph` (`+compile` with compile_steps, `+compiled_drafter` with compile_drafter), or `eager (why)`:
+        graphs unsupported for this run, or a capture that failed; a failed compile is named in parentheses."""
         if not (self.graphed and self.graphed.graphs):
             return f"eager ({self._eager_because or f'graph capture failed: {self.graphed.fallback}'})"
-        path = "cuda_graph+compile" if self.graphed.compiled else "cuda_graph"
+        path = "cuda_graph+compile" if self.graphed.compiled else \
+            "cuda_graph+compiled_drafter" if self.graphed.compiled_drafter else "cuda_graph"
         if self.graphed.compile_failed:
             path += f" (torch.compile failed: {self.graphed.compile_failed})"
         return path

@@ -49,6 +49,7 @@ class DecodingSpec:
     warmup: int = 1                        # warm-up generations per method before timing
     cuda_graphs: bool = True               # replay each step as a CUDA graph where supported (remote.graph_decode)
     compile_steps: bool = False            # also torch.compile each graphed step (kernel fusion; compiles per shape)
+    compile_drafter: bool = True           # torch.compile the graphed steps' drafter forward (one compile per run)
 
 
 @dataclass

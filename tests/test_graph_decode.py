@@ -49,6 +49,24 @@ def test_stop_id_and_cache_growth():
         assert static.tokens == eager.tokens and static.tokens[-1] in stop
 
 
+def test_queued_steps_stop_with_the_generation():
+    """The next speculative step is queued before the host reads the current one: at a stop token one step runs
+    unread (and the next generation starts clean), at max_new_tokens none does."""
+    model, drafter, target = tiny_pair("narrow", block_size=8)
+    decoder = GraphDecoder(model, drafter, drafter.target_layer_ids, graphs=False)
+    ids = prompts(model, 1, seed=3)[0]
+    steps = []
+    plain = decoder._spec_step
+    decoder._spec_step = lambda *args, **kwargs: steps.append(1) or plain(*args, **kwargs)
+    full = _both(decoder, target, drafter, model, ids, 30, set(), "ddtree", 16)
+    assert full[1].tokens == full[0].tokens and len(steps) == len(full[1].accepted)
+    steps.clear()
+    stopped = _both(decoder, target, drafter, model, ids, 30, {full[0].tokens[9]}, "ddtree", 16)[1]
+    assert stopped.tokens == full[0].tokens[:full[0].tokens.index(full[0].tokens[9]) + 1]
+    assert len(steps) == len(stopped.accepted) + 1
+    assert _both(decoder, target, drafter, model, ids, 30, set(), "ddtree", 16)[1].tokens == full[0].tokens
+
+
 def test_support_names_what_keeps_a_run_eager():
     model = tiny_model("narrow")
     drafter = tiny_drafter(model)
@@ -287,3 +305,18 @@ def test_compiled_steps_decode_the_eager_tokens():
     spec = [d.generate_spec(ids, 24, set(), timer, "ddtree", 8) for d in (compiled, plain)]
     assert spec[0].tokens == spec[1].tokens and spec[0].accepted == spec[1].accepted
     assert counters["stats"]["unique_graphs"] >= graphs_before + 2      # the AR step and the DDTree step compiled
+
+
+def test_compiled_drafter_drafts_the_eager_tokens():
+    """compile_drafter: the torch.compile'd draft (inductor, C++ on a CPU) leaves every step as it was."""
+    model, drafter, _ = tiny_pair("narrow", block_size=8)
+    from torch._dynamo.utils import counters
+
+    plain = GraphDecoder(model, drafter, drafter.target_layer_ids, graphs=False)
+    compiled = GraphDecoder(model, drafter, drafter.target_layer_ids, graphs=False, compiled_drafter=True)
+    ids = prompts(model, 1, seed=2)[0]
+    timer = PhaseTimer(ids.device)
+    graphs_before = counters["stats"]["unique_graphs"]
+    spec = [d.generate_spec(ids, 24, set(), timer, "ddtree", 8) for d in (compiled, plain)]
+    assert spec[0].tokens == spec[1].tokens and spec[0].accepted == spec[1].accepted
+    assert compiled.compiled_drafter and counters["stats"]["unique_graphs"] > graphs_before

@@ -22,6 +22,7 @@ CASES = [
     ("model.path=./missing-model-dir", "model.path"),
     ("baseline=maybe", "baseline"),
     ("cuda_graphs=maybe", "cuda_graphs"),
+    ("compile_drafter=1", "compile_drafter"),
     ("compile_steps=1", "compile_steps"),
     ("drafter.path=assets:models/no-such-drafter", "drafter.path"),             # shipped files: checked for any host
     ("model.path=assets:../../etc", "model.path"),                                # outside the assets
