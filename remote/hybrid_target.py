@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from . import attention_kernel
 from .errors import SpecError
 from .gdn_tree import TreeLayout, gdn_sequence, gdn_step, gdn_tree
 from .kernels import select_gdn_kernels
@@ -344,8 +345,11 @@ class HybridTarget(Target):
         kv = self._kv[i]
         if isinstance(tree, Static):        # all reserved rows, masked to the committed ones and these tokens
             kv.put(tree.start + torch.arange(t, device=h.device), k, v)
-            o = F.scaled_dot_product_attention(q, kv.keys, kv.values, attn_mask=tree.visible[None, None],
-                                               scale=attn.scaling, enable_gqa=True)
+            if attention_kernel.available(q):    # one kernel, no mask copies (remote.attention_kernel)
+                o = attention_kernel.attention(q, kv.keys, kv.values, tree.visible, attn.scaling).transpose(1, 2)
+            else:
+                o = F.scaled_dot_product_attention(q, kv.keys, kv.values, attn_mask=tree.visible[None, None],
+                                                   scale=attn.scaling, enable_gqa=True)
             return attn.o_proj(o.transpose(1, 2).reshape(1, t, -1) * torch.sigmoid(gate))
         kv.write(self._len, k, v)
         keys, values = kv.keys[:, :, : self._len + t], kv.values[:, :, : self._len + t]

@@ -29,6 +29,8 @@ import weakref
 import torch
 from torch.nn import functional as F
 
+from . import attention_kernel
+
 FUSABLE = ("Qwen3RMSNorm", "Qwen2RMSNorm", "LlamaRMSNorm", "MistralRMSNorm")
 ZERO_CENTRED = ("Qwen3_5RMSNorm", "Qwen3_5MoeRMSNorm", "Qwen3NextRMSNorm")     # x_normed * (1 + weight)
 GATED = ("Qwen3_5RMSNormGated", "Qwen3_5MoeRMSNormGated", "Qwen3NextRMSNormGated")  # weight * x_normed * silu(z)
@@ -39,10 +41,13 @@ GROUPED = "grouped_sdpa"        # the attention implementation name registered w
 
 def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
                       scale: float | None) -> torch.Tensor:
-    """SDPA with fewer K/V heads than query heads, without repeating K/V: the query heads that share a K/V head
-    are stacked along the query axis, and a per-query mask with them. q [1, Hq, Q, D], k / v [1, Hkv, K, D],
-    mask None, or bool / additive [Q or 1, K] -> [1, Hq, Q, D]."""
+    """SDPA with fewer K/V heads than query heads, without repeating K/V. q [1, Hq, Q, D], k / v [1, Hkv, K, D],
+    mask None, or bool / additive [Q or 1, K] -> [1, Hq, Q, D]. With a mask on CUDA: remote.attention_kernel (its
+    output is [1, Q, Hq, D] contiguous, returned as a view); otherwise the query heads that share a K/V head are
+    stacked along the query axis, and a per-query mask with them, for torch's SDPA."""
     _, heads, q_len, dim = q.shape
+    if mask is not None and attention_kernel.available(q):
+        return attention_kernel.attention(q, k, v, mask, dim ** -0.5 if scale is None else scale).transpose(1, 2)
     groups = heads // k.shape[1]
     if mask is not None and mask.shape[0] > 1:
         mask = mask.repeat(groups, 1)                                  # row g * Q + i: query i of group member g
@@ -55,7 +60,8 @@ def _grouped_sdpa(module, query, key, value, attention_mask, dropout=0.0, scalin
     """transformers' attention-function signature; batch 1 with a mask shared by the heads ([1, 1, Q, K])."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    if attention_mask is None or query.shape[0] != 1 or query.shape[1] == key.shape[1]:
+    if attention_mask is None or query.shape[0] != 1 or (query.shape[1] == key.shape[1]
+                                                         and not attention_kernel.available(query)):
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       is_causal=is_causal, **kwargs)
     out = grouped_attention(query, key, value, attention_mask[0, 0], scaling)

@@ -1,0 +1,112 @@
+"""Attention of a decoding step's few queries over a static cache, with an explicit mask, as one Triton kernel.
+
+Why: a captured step attends with a per-step mask (the committed rows, and inside a tree each node's ancestors).
+cuDNN's masked SDPA took 24 us a layer for a 129-node verify and 9 us for one AR query on the demo target (H200,
+remote.graph_split, session 8), and the code around it copies the mask once per layer (the query heads sharing a
+K/V head stacked), the queries (stacking) and the output (back to [Q, heads]): three more kernels a layer. Here
+one program per (K/V head, block of stacked queries) reads the queries, the K/V rows and the mask where they lie
+and writes the output in the layout the caller needs; an online softmax over blocks of K/V rows.
+
+Contract: `attention(q, k, v, mask, scale)`: q [1, Hq, Q, D] (any strides), k / v [1, Hkv, K, D] with unit
+stride in D, Hq a multiple of Hkv, mask [Q or 1, K] bool (True = may attend) or additive float -> [1, Q, Hq, D]
+contiguous, q's dtype; every query must see at least one row. float32 inputs multiply in full precision (no
+TF32). `available(q)` says whether it can run (CUDA, Triton, head size a power of two from 16). Under torch.compile
+it is an opaque op (`torch.library.triton_op`). `attention_interpreted` runs the kernel under Triton's
+interpreter (TRITON_INTERPRET=1, CPU tensors) for tests. Non-goal: prefill-sized query counts (transformers' SDPA
+runs those).
+"""
+from __future__ import annotations
+
+import torch
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:          # CPU-only installs: SDPA only
+    triton = None
+
+BLOCK_M = 16     # stacked query rows a program holds (tl.dot's smallest M)
+BLOCK_N = 64     # K/V rows per iteration
+
+
+def available(q: torch.Tensor) -> bool:
+    d = q.shape[-1]
+    return triton is not None and q.is_cuda and d >= 16 and d & (d - 1) == 0
+
+
+if triton is not None:
+    @triton.jit
+    def _attention_kernel(q, k, v, mask, out, q_len, kv_len, groups, scale,
+                          sq_h, sq_m, sk_h, sk_n, sv_h, sv_n, sm_m, sm_n, so_m, so_h,
+                          ADDITIVE: tl.constexpr, IEEE: tl.constexpr, D: tl.constexpr,
+                          BM: tl.constexpr, BN: tl.constexpr):
+        head, block = tl.program_id(0), tl.program_id(1)
+        r = block * BM + tl.arange(0, BM)             # stacked row: group member r // q_len, query r % q_len
+        live = r < groups * q_len
+        member, query = r // q_len, r % q_len
+        qh = head * groups + member                   # the query head
+        d = tl.arange(0, D)
+        qs = tl.load(q + qh[:, None] * sq_h + query[:, None] * sq_m + d[None, :], mask=live[:, None], other=0.0)
+        best = tl.full([BM], -1.0e30, tl.float32)     # finite: a fully masked block leaves the sums as they are
+        total = tl.zeros([BM], tl.float32)
+        acc = tl.zeros([BM, D], tl.float32)
+        for start in range(0, kv_len, BN):
+            n = start + tl.arange(0, BN)
+            inside = n < kv_len
+            ks = tl.load(k + head * sk_h + n[:, None] * sk_n + d[None, :], mask=inside[:, None], other=0.0)
+            if IEEE:
+                s = tl.dot(qs, tl.trans(ks), input_precision="ieee") * scale
+            else:
+                s = tl.dot(qs, tl.trans(ks)) * scale
+            where = live[:, None] & inside[None, :]
+            m = tl.load(mask + query[:, None] * sm_m + n[None, :] * sm_n, mask=where, other=0)
+            if ADDITIVE:
+                s = s + m.to(tl.float32)
+                s = tl.where(where, s, float("-inf"))
+            else:
+                s = tl.where(where & (m != 0), s, float("-inf"))
+            now = tl.maximum(best, tl.max(s, 1))
+            p = tl.exp(s - now[:, None])
+            fade = tl.exp(best - now)
+            total = total * fade + tl.sum(p, 1)
+            vs = tl.load(v + head * sv_h + n[:, None] * sv_n + d[None, :], mask=inside[:, None], other=0.0)
+            if IEEE:
+                acc = acc * fade[:, None] + tl.dot(p.to(vs.dtype), vs, input_precision="ieee")
+            else:
+                acc = acc * fade[:, None] + tl.dot(p.to(vs.dtype), vs)
+            best = now
+        acc = acc / total[:, None]
+        tl.store(out + query[:, None] * so_m + qh[:, None] * so_h + d[None, :], acc.to(out.dtype.element_ty),
+                 mask=live[:, None])
+
+
+def _launch(wrap, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float):
+    _, heads, q_len, dim = q.shape
+    kv_heads, kv_len = k.shape[1], k.shape[2]
+    groups = heads // kv_heads
+    out = torch.empty(1, q_len, heads, dim, dtype=q.dtype, device=q.device)
+    mask = mask.view(torch.uint8) if mask.dtype == torch.bool else mask      # Triton loads bytes, not bools
+    sm_m = mask.stride(0) if mask.shape[0] > 1 else 0                        # one row: shared by every query
+    grid = (kv_heads, triton.cdiv(groups * q_len, BLOCK_M))
+    wrap(_attention_kernel)[grid](q, k, v, mask, out, q_len, kv_len, groups, scale,
+                                  q.stride(1), q.stride(2), k.stride(1), k.stride(2), v.stride(1), v.stride(2),
+                                  sm_m, mask.stride(1), out.stride(1), out.stride(2),
+                                  ADDITIVE=mask.is_floating_point(), IEEE=q.dtype == torch.float32, D=dim,
+                                  BM=BLOCK_M, BN=BLOCK_N, num_warps=4)
+    return out
+
+
+if triton is not None:
+    @torch.library.triton_op("ddtree::masked_attention", mutates_args=())
+    def _op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
+        return _launch(torch.library.wrap_triton, q, k, v, mask, scale)
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
+    """See the module docstring."""
+    return _op(q, k, v, mask, scale)
+
+
+def attention_interpreted(q, k, v, mask, scale):
+    """`attention` without the op wrapper: Triton's interpreter on CPU tensors, for tests."""
+    return _launch(lambda kernel: kernel, q, k, v, mask, scale)
