@@ -41,13 +41,10 @@ GROUPED = "grouped_sdpa"        # the attention implementation name registered w
 
 def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
                       scale: float | None) -> torch.Tensor:
-    """SDPA with fewer K/V heads than query heads, without repeating K/V. q [1, Hq, Q, D], k / v [1, Hkv, K, D],
-    mask None, or bool / additive [Q or 1, K] -> [1, Hq, Q, D]. With a mask on CUDA: remote.attention_kernel (its
-    output is [1, Q, Hq, D] contiguous, returned as a view); otherwise the query heads that share a K/V head are
-    stacked along the query axis, and a per-query mask with them, for torch's SDPA."""
+    """SDPA with fewer K/V heads than query heads, without repeating K/V: the query heads that share a K/V head
+    are stacked along the query axis, and a per-query mask with them. q [1, Hq, Q, D], k / v [1, Hkv, K, D],
+    mask None, or bool / additive [Q or 1, K] -> [1, Hq, Q, D]."""
     _, heads, q_len, dim = q.shape
-    if mask is not None and attention_kernel.available(q):
-        return attention_kernel.attention(q, k, v, mask, dim ** -0.5 if scale is None else scale).transpose(1, 2)
     groups = heads // k.shape[1]
     if mask is not None and mask.shape[0] > 1:
         mask = mask.repeat(groups, 1)                                  # row g * Q + i: query i of group member g
@@ -60,8 +57,10 @@ def _grouped_sdpa(module, query, key, value, attention_mask, dropout=0.0, scalin
     """transformers' attention-function signature; batch 1 with a mask shared by the heads ([1, 1, Q, K])."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    if attention_mask is None or query.shape[0] != 1 or (query.shape[1] == key.shape[1]
-                                                         and not attention_kernel.available(query)):
+    if attention_mask is not None and query.shape[0] == 1 and attention_kernel.available(query):
+        scale = query.shape[-1] ** -0.5 if scaling is None else scaling
+        return attention_kernel.attention(query, key, value, attention_mask[0, 0], scale), None   # [1, Q, Hq, D]
+    if attention_mask is None or query.shape[0] != 1 or query.shape[1] == key.shape[1]:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       is_causal=is_causal, **kwargs)
     out = grouped_attention(query, key, value, attention_mask[0, 0], scaling)
