@@ -123,15 +123,22 @@ def test_a_connection_cut_mid_run_loses_nothing(sshd_netns, tmp_path):
     workdir = Path(sshd_netns.facts.host_config()["workdir"])
     # long enough that the run is still decoding when the cut comes, even on a loaded machine
     args = ["method=ddtree", *sshd_netns.facts.overrides(io_timeout=1.5, connect_timeout=1.5), "device=cpu",
-            "num_prompts=4", "max_new_tokens=64"]
+            "num_prompts=6", "max_new_tokens=96"]
     proc = subprocess.Popen(cli(args), cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
     try:
         run_dir = remote_run_dir(workdir, '"start"')   # the runner is up and writing
+        # The tail starts after the run line: MLflow opens the run first, seconds under load, and a cut before
+        # the tail would go unnoticed.
+        head = []
+        for line in proc.stdout:
+            head.append(line)
+            if line.startswith("run ") and " on " in line:
+                break
         sshd_netns.cut()
         time.sleep(6)
         sshd_netns.restore()
-        out, _ = proc.communicate(timeout=180)
+        out = "".join(head) + proc.communicate(timeout=180)[0]
     finally:
         sshd_netns.restore()
         if proc.poll() is None:
