@@ -128,8 +128,8 @@ class LabelledTimer(PhaseTimer):
 
     @contextmanager
     def phase(self, name: str):
-        with record_function(name), super().phase(name):
-            yield
+        with record_function(name), super().phase(name) as span:
+            yield span
 
 
 def profile_methods(run: Run, budget: int, directory: Path, gens: int) -> list[str]:

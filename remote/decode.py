@@ -80,19 +80,21 @@ def generate_ar(model, input_ids: torch.Tensor, max_new: int, temperature: float
         token = sample(out.logits[0, -1:].float(), temperature, generator)              # [1]
         done = gen.extend(to_host(token), max_new, stop_ids)
     position = torch.full((1, 1), n, dtype=torch.long, device=dev)                      # of `token`, kept on device
-    with timer.phase("decode"):
-        unread = None              # the last sampled token, not yet read: read after the next forward is queued
+    with timer.phase("decode") as span:
+        unread = unread_at = None  # the last sampled token, not yet read: read after the next forward is queued
         while not done:
-            queued = None
+            queued = queued_at = None
             if len(gen.tokens) + (unread is not None) < max_new:        # a token is still wanted after `unread`
                 out = model(input_ids=token.view(1, 1).to(dev), position_ids=position, use_cache=True,
                             **{kw: cache})
                 position = position + 1
                 token = queued = sample(out.logits[0, -1:].float(), temperature, generator)
+                queued_at = timer.mark()
             if unread is not None:
-                # If `unread` is a stop id, the queued forward was wasted: one forward per generation.
+                # If `unread` is a stop id, the queued forward was wasted (one per generation): not decode time.
                 done = gen.extend(to_host(unread), max_new, stop_ids)
-            unread = queued
+                span.end = unread_at if done else None
+            unread, unread_at = queued, queued_at
     return gen
 
 

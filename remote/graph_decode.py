@@ -207,15 +207,17 @@ class GraphDecoder:
             self._prefill(input_ids)
             done = gen.extend(decode.to_host(self.root), max_new, stop_ids)
         self.count.zero_()
-        with timer.phase("decode"):
-            unread = False           # the last decoded token is read after the next step is queued
+        with timer.phase("decode") as span:
+            unread = None            # when the last decoded token's step ended: it is read after the next is queued
             while not done:
-                queued = len(gen.tokens) + unread < max_new
-                if queued:
+                queued = None
+                if len(gen.tokens) + (unread is not None) < max_new:
                     self._replay(("ar",), lambda: self._ar_step())
-                if unread:
+                    queued = timer.mark()
+                if unread is not None:
                     index = len(gen.tokens) - 1          # history[i] is the token after gen.tokens[i]
                     done = gen.extend(decode.to_host(self.history[index:index + 1]), max_new, stop_ids)
+                    span.end = unread if done else None  # a step queued after a stop token is not decode time
                 unread = queued
         return gen
 
@@ -293,21 +295,22 @@ class GraphDecoder:
             done = gen.extend(decode.to_host(self.root), max_new, stop_ids)
         key, step = ("spec", method, budget), lambda: self._spec_step(self.context, self.context_rows, method, budget)
         length, queued = input_ids.shape[1], 0        # committed rows as the host knows them; steps not yet read
-        with timer.phase("decode"):
+        with timer.phase("decode") as span:
             while not done:
                 # The next step is queued before this one is read, so the GPU works through the host's read and
                 # bookkeeping: its inputs are all on the device. Not when this step may end the generation.
                 while queued < 2 and len(gen.tokens) + height * queued < max_new:
                     if length + height * queued + width > self.capacity:
                         raise RuntimeError(f"static cache of {self.capacity} rows is full at {length}")
-                    self._reads.put(self._replay(key, step))
+                    self._reads.put(self._replay(key, step), timer)
                     queued += 1
-                read = self._reads.take()
+                read, ended = self._reads.take()
                 tokens = accepted_tokens(read, len(read) // 2)
                 queued -= 1
                 done = gen.extend_step(tokens, max_new, stop_ids)
                 length += len(tokens)
-        self._reads.clear()       # a step still queued at a stop token runs out on the device, unread
+                span.end = ended if done else None   # a step queued after a stop token runs out unread, untimed
+        self._reads.clear()
         return gen
 
 
@@ -316,27 +319,26 @@ class _Reads:
     captured step's output tensor is overwritten by the next replay): a FIFO of up to two, read in order."""
 
     def __init__(self, size: int, device: torch.device):
-        cuda = device.type == "cuda"
-        self._buffers = [torch.empty(size, dtype=torch.long, pin_memory=cuda) for _ in range(2)]
-        self._done = [torch.cuda.Event() if cuda else None for _ in range(2)]
+        self._buffers = [torch.empty(size, dtype=torch.long, pin_memory=device.type == "cuda") for _ in range(2)]
+        self._done: list = [None, None]          # the timer's mark after each copy (a CUDA event on CUDA)
         self._sizes = [0, 0]
         self._put = self._taken = 0
 
-    def put(self, read: torch.Tensor) -> None:
+    def put(self, read: torch.Tensor, timer: PhaseTimer) -> None:
         slot = self._put % 2
         self._sizes[slot] = read.shape[0]
         self._buffers[slot][:read.shape[0]].copy_(read, non_blocking=True)
-        if self._done[slot] is not None:
-            self._done[slot].record()
+        self._done[slot] = timer.mark()
         self._put += 1
 
-    def take(self) -> list[int]:
-        """The oldest read not taken: the step's one host synchronisation."""
+    def take(self) -> tuple[list[int], object]:
+        """The oldest read not taken (the step's one host synchronisation), and the mark of when it was there."""
         slot = self._taken % 2
-        if self._done[slot] is not None:
-            self._done[slot].synchronize()
+        done = self._done[slot]
+        if isinstance(done, torch.cuda.Event):
+            done.synchronize()
         self._taken += 1
-        return decode.to_host(self._buffers[slot][:self._sizes[slot]])
+        return decode.to_host(self._buffers[slot][:self._sizes[slot]]), done
 
     def clear(self) -> None:
         self._put = self._taken = 0

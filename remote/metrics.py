@@ -21,7 +21,8 @@ DEFINITIONS = {
     "accept_rate_depth_<i>": "unconditional: fraction of verify steps that accepted at least i drafted tokens",
     "tokens_per_s": "end to end: generated tokens / (prefill + decode) wall time, pooled over prompts",
     "tpot_ms": "decode only: mean over prompts of decode time / tokens generated after the first one; decode "
-               "time starts after the first token and includes the drafter's first pass over the prompt",
+               "time starts after the first token and includes the drafter's first pass over the prompt; it ends "
+               "when the step that produced the last token ended (a step queued ahead of a stop token is not in it)",
     "ttft_ms": "mean over prompts of the time to the first token (target prefill + first token choice)",
     "speedup_vs_ar": "ar_tpot_ms / tpot_ms, AR run in the same process on the same prompts",
     "draft_ms": "drafter forward + draft logits, per verify step (pooled mean); graphed runs (decode_path "

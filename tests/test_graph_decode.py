@@ -67,6 +67,36 @@ def test_queued_steps_stop_with_the_generation():
     assert _both(decoder, target, drafter, model, ids, 30, set(), "ddtree", 16)[1].tokens == full[0].tokens
 
 
+class _Clock(PhaseTimer):
+    """A CPU timer whose clock counts its marks: a phase lasts as many marks as were taken inside it."""
+
+    def __init__(self):
+        super().__init__(torch.device("cpu"))
+        self.now = 0
+
+    def mark(self):
+        self.now += 1
+        return self.now
+
+
+@pytest.mark.parametrize("method", ["ar", "ddtree", "eager-ar"])
+def test_decode_time_ends_with_the_last_token_step(method):
+    """The step queued after a stop token (before the host knew) is not decode time: the phase ends at the mark
+    of the step that produced the last token; generations that end at max_new_tokens queue no such step."""
+    model, drafter, _ = tiny_pair("narrow", block_size=8)
+    decoder = GraphDecoder(model, drafter, drafter.target_layer_ids, graphs=False)
+    ids = prompts(model, 1, seed=3)[0]
+    run = {"ar": lambda stop, timer: decoder.generate_ar(ids, 30, stop, timer),
+           "ddtree": lambda stop, timer: decoder.generate_spec(ids, 30, stop, timer, "ddtree", 16),
+           "eager-ar": lambda stop, timer: generate_ar(model, ids, 30, 0.0, None, stop, timer)}[method]
+    full = run(set(), PhaseTimer(ids.device)).tokens
+    for stop in (set(), {full[9]}):
+        clock = _Clock()
+        gen = run(stop, clock)
+        steps = len(gen.accepted) if method == "ddtree" else len(gen.tokens) - 1   # one mark per step
+        assert clock.totals_ms()["decode"] == 1000 * steps, (stop, gen.tokens)
+
+
 def test_support_names_what_keeps_a_run_eager():
     model = tiny_model("narrow")
     drafter = tiny_drafter(model)

@@ -75,8 +75,8 @@ class _LoopTimer(PhaseTimer):
     def phase(self, name: str):
         outer, self.in_loop = self.in_loop, self.in_loop or name == "decode"
         try:
-            with super().phase(name):
-                yield
+            with super().phase(name) as span:
+                yield span
         finally:
             self.in_loop = outer
 
@@ -179,11 +179,11 @@ def test_cuda_loop_synchronises_only_at_the_read(method, budget, monkeypatch):
     class Timer(PhaseTimer):
         @contextmanager
         def phase(self, name):
-            with super().phase(name):             # the timer's own events stay outside the watched window
+            with super().phase(name) as span:     # the timer's own events stay outside the watched window
                 if name == "decode":
                     torch.cuda.set_sync_debug_mode("warn")
                 try:
-                    yield
+                    yield span
                 finally:
                     if name == "decode":
                         torch.cuda.set_sync_debug_mode(0)
