@@ -42,12 +42,14 @@ methods() {  # name seconds args...
 }
 
 date +%T
-step tests 90 python3 -m pytest -q -p no:cacheprovider -k "cuda or phase_split or graphed" tests/test_tree_kernel.py \
-  tests/test_graph_decode.py tests/test_runner_syncs.py tests/test_runner_e2e.py
+step tests 150 python3 -m pytest -q -p no:cacheprovider -k "cuda or phase_split or graphed or compiled_drafter" \
+  tests/test_tree_kernel.py tests/test_attention_kernel.py tests/test_graph_decode.py tests/test_runner_syncs.py \
+  tests/test_runner_e2e.py
 step kernels 40 python3 bench/bench_kernels.py --preset demo-qwen3 --caps 1024 --kinds attention,norm,select \
   --out "$OUT/kernels.json"
 step tree 120 python3 bench/bench_kernels.py --kinds tree --budgets 32,64,128 --out "$OUT/tree.json"
 methods q3_graph 90 $Q3 --temperatures 0 --num-prompts 6 --budgets 32,64,128 --stock-generate --ar-again
+methods q3_graph24 90 $Q3 --temperatures 0 --num-prompts 24 --budgets 32,64 --ar-again
 methods q3_compile 150 $Q3 --temperatures 0 --num-prompts 6 --budgets 128,64 --compile --ar-again
 methods q35 150 $Q35 --temperatures 0 --num-prompts 6 --max-new-tokens 96 --budgets 32,64,128 --ar-again --phase-kernels
 methods q8b 75 --random "$Q8" --dataset builtin --num-prompts 2 --max-new-tokens 48 --budgets 64 --temperatures 0 \
