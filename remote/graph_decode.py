@@ -5,7 +5,9 @@ forward: ~460 top-level ops per AR token of the 6-layer demo target, ~1000 per D
 Here a step is a function of device state only: preallocated caches (remote.static_cache), the committed length,
 root token and drafter context as device tensors. AR's step is one forward and an argmax; a speculative step is
 draft, tree build, verify, walk and commit (the same functions as remote.decode). Each shape is captured once and
-replayed: one launch and one host read per step (the accepted tokens).
+replayed: one launch and one host read per step (the accepted tokens), and the next step is queued before that read
+(AR reads its token one step late; a speculative step's read is copied out behind it, `_Reads`), so the GPU does
+not wait for the host in between.
 
 Contract: `GraphDecoder(model, drafter, target_layer_ids, graphs)` has `generate_ar` / `generate_spec` with the
 results of remote.decode's at temperature 0 (argmax; sampling stays on the eager loop). With `graphs=False` the
@@ -17,9 +19,10 @@ needs more rows. `graph_support` says why a run cannot use it (None when it can)
 fails to capture turns graphs off for the rest of the run (`fallback`). Timer phases: ttft and decode only (a
 replayed step has no inner boundaries).
 
-While a step is warmed up and captured, it uses remote.step_kernels (one-kernel RMSNorm, grouped attention); with
-`compiled=True` each step is also torch.compile'd first (inductor fuses the rest; a compile failure falls back to
-the plain step and `compile_failed` says why). Hybrid targets get `HybridGraphDecoder`: the same steps through
+While a step is warmed up and captured, it uses remote.step_kernels (one-kernel RMSNorm, the attention kernel); with
+`compiled=True` each step is also torch.compile'd first (inductor fuses the rest), with `compiled_drafter=True`
+(the runner's default) only the draft (half the drafter's kernels, the target as AR runs it); a compile failure
+falls back to the plain step and `compile_failed` says why. Hybrid targets get `HybridGraphDecoder`: the same steps through
 HybridTarget's layer loop on reserved state (a tree's GDN recurrence is one kernel call per layer, with no host
 value: remote.gdn_tree).
 """
