@@ -321,32 +321,19 @@ def test_step_kernels_compute_the_model_norms_and_attention_and_are_undone():
     assert (fused - plain).abs().max() < 1e-5 and torch.equal(again, plain)
 
 
-def test_compiled_steps_decode_the_eager_tokens():
-    """compile_steps: the torch.compile'd steps (inductor, C++ on a CPU) emit the plain steps' tokens."""
+@pytest.mark.parametrize("kind, graphs", [("compiled", 2), ("compiled_drafter", 1)])
+def test_compiled_steps_decode_the_eager_tokens(kind, graphs):
+    """compile_steps (the AR and DDTree steps torch.compile'd) and compile_drafter (the draft only): inductor (C++
+    on a CPU) leaves the tokens and every step's acceptance as the plain steps have them."""
     model, drafter, _ = tiny_pair("narrow", block_size=8)
     from torch._dynamo.utils import counters
 
     plain = GraphDecoder(model, drafter, drafter.target_layer_ids, graphs=False)
-    compiled = GraphDecoder(model, drafter, drafter.target_layer_ids, graphs=False, compiled=True)
+    compiled = GraphDecoder(model, drafter, drafter.target_layer_ids, graphs=False, **{kind: True})
     ids = prompts(model, 1, seed=2)[0]
     timer = PhaseTimer(ids.device)
     graphs_before = counters["stats"]["unique_graphs"]
     assert compiled.generate_ar(ids, 24, set(), timer).tokens == plain.generate_ar(ids, 24, set(), timer).tokens
     spec = [d.generate_spec(ids, 24, set(), timer, "ddtree", 8) for d in (compiled, plain)]
     assert spec[0].tokens == spec[1].tokens and spec[0].accepted == spec[1].accepted
-    assert counters["stats"]["unique_graphs"] >= graphs_before + 2      # the AR step and the DDTree step compiled
-
-
-def test_compiled_drafter_drafts_the_eager_tokens():
-    """compile_drafter: the torch.compile'd draft (inductor, C++ on a CPU) leaves every step as it was."""
-    model, drafter, _ = tiny_pair("narrow", block_size=8)
-    from torch._dynamo.utils import counters
-
-    plain = GraphDecoder(model, drafter, drafter.target_layer_ids, graphs=False)
-    compiled = GraphDecoder(model, drafter, drafter.target_layer_ids, graphs=False, compiled_drafter=True)
-    ids = prompts(model, 1, seed=2)[0]
-    timer = PhaseTimer(ids.device)
-    graphs_before = counters["stats"]["unique_graphs"]
-    spec = [d.generate_spec(ids, 24, set(), timer, "ddtree", 8) for d in (compiled, plain)]
-    assert spec[0].tokens == spec[1].tokens and spec[0].accepted == spec[1].accepted
-    assert compiled.compiled_drafter and counters["stats"]["unique_graphs"] > graphs_before
+    assert getattr(compiled, kind) and counters["stats"]["unique_graphs"] >= graphs_before + graphs
