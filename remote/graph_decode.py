@@ -19,12 +19,12 @@ needs more rows. `graph_support` says why a run cannot use it (None when it can)
 fails to capture turns graphs off for the rest of the run (`fallback`). Timer phases: ttft and decode only (a
 replayed step has no inner boundaries).
 
-While a step is warmed up and captured, it uses remote.step_kernels (one-kernel RMSNorm, the attention kernel); with
-`compiled=True` each step is also torch.compile'd first (inductor fuses the rest), with `compiled_drafter=True`
+While a step is warmed up and captured, it uses remote.step_kernels (one-kernel RMSNorm, the attention kernel);
+with `compiled=True` each step is also torch.compile'd first (inductor fuses the rest), with `compiled_drafter=True`
 (the runner's default) only the draft (half the drafter's kernels, the target as AR runs it); a compile failure
-falls back to the plain step and `compile_failed` says why. Hybrid targets get `HybridGraphDecoder`: the same steps through
-HybridTarget's layer loop on reserved state (a tree's GDN recurrence is one kernel call per layer, with no host
-value: remote.gdn_tree).
+falls back to the plain step and `compile_failed` says why. Hybrid targets get `HybridGraphDecoder`: the same
+steps through HybridTarget's layer loop on reserved state (a tree's GDN recurrence is one kernel call per layer,
+with no host value: remote.gdn_tree).
 """
 from __future__ import annotations
 

@@ -346,11 +346,11 @@ class HybridTarget(Target):
         if isinstance(tree, Static):        # all reserved rows, masked to the committed ones and these tokens
             kv.put(tree.start + torch.arange(t, device=h.device), k, v)
             if attention_kernel.available(q):    # one kernel, no mask copies (remote.attention_kernel)
-                o = attention_kernel.attention(q, kv.keys, kv.values, tree.visible, attn.scaling).transpose(1, 2)
+                o = attention_kernel.attention(q, kv.keys, kv.values, tree.visible, attn.scaling)    # [1, T, Hq, D]
             else:
                 o = F.scaled_dot_product_attention(q, kv.keys, kv.values, attn_mask=tree.visible[None, None],
-                                                   scale=attn.scaling, enable_gqa=True)
-            return attn.o_proj(o.transpose(1, 2).reshape(1, t, -1) * torch.sigmoid(gate))
+                                                   scale=attn.scaling, enable_gqa=True).transpose(1, 2)
+            return attn.o_proj(o.reshape(1, t, -1) * torch.sigmoid(gate))
         kv.write(self._len, k, v)
         keys, values = kv.keys[:, :, : self._len + t], kv.values[:, :, : self._len + t]
         if tree is None:

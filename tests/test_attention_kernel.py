@@ -25,7 +25,8 @@ out = []
 for spec in json.loads(sys.argv[1]):
     q, k, v, mask, scale = case(*spec)
     got = attention_kernel.attention_interpreted(q, k, v, mask, scale)
-    out.append({"case": spec, "shape": list(got.shape), "error": (got - reference(q, k, v, mask, scale)).abs().max().item()})
+    error = (got - reference(q, k, v, mask, scale)).abs().max().item()
+    out.append({"case": spec, "shape": list(got.shape), "error": error})
 print(json.dumps(out))
 """
 # (heads, kv_heads, queries, rows, head_dim, mask kind, seed): a tree verify, an AR query, a drafter block whose
@@ -44,11 +45,13 @@ def case(heads, kv_heads, queries, rows, dim, kind, seed, dtype=torch.float32, d
     cols = torch.arange(rows)
     visible = cols[None] < start + 1 + torch.arange(queries)[:, None]                 # a chain's causal rows
     if kind in ("tree", "additive"):                                  # each node sees the prefix and some of the tree
-        visible = (cols[None] < start) | ((torch.rand(queries, rows, generator=g) < 0.5) & (cols[None] < start + queries))
+        some = (torch.rand(queries, rows, generator=g) < 0.5) & (cols[None] < start + queries)
+        visible = (cols[None] < start) | some
         visible[torch.arange(queries), start + torch.arange(queries)] = True
     if kind == "row":
         visible = visible[-1:]
-    mask = visible if kind != "additive" else torch.zeros(visible.shape).masked_fill(~visible, torch.finfo(torch.float32).min)
+    mask = visible if kind != "additive" else \
+        torch.zeros(visible.shape).masked_fill(~visible, torch.finfo(torch.float32).min)
     as_ = dict(dtype=dtype, device=device)
     return q.to(**as_), k.to(**as_), v.to(**as_), mask.to(device), dim ** -0.5
 
