@@ -12,9 +12,11 @@ drafter keeps SDPA: inside its torch.compile'd forward the opaque op cost induct
 Contract: `attention(q, k, v, mask, scale)`: q [1, Hq, Q, D] (any strides), k / v [1, Hkv, K, D], Hq a multiple
 of Hkv, mask [Q or 1, K] bool (True = may attend) or additive float -> [1, Q, Hq, D] contiguous, q's dtype; every
 query must see at least one row. float32 inputs multiply in full precision (no TF32). `available(q)` says whether
-it can run (CUDA, Triton, head size a power of two, 16 to 128). Under torch.compile it is an opaque op
-(`torch.library.triton_op`). `attention_interpreted` runs the kernel under Triton's interpreter
-(TRITON_INTERPRET=1, CPU tensors) for tests. Non-goal: prefill-sized query counts (transformers' SDPA runs those).
+the captured steps use it (CUDA, Triton, head size a power of two from 16 to MAX_HEAD: the kernel is tested up to
+128, but at Qwen3-8B widths, one program per K/V head for an AR query, its speed is unmeasured). Under
+torch.compile it is an opaque op (`torch.library.triton_op`). `attention_interpreted` runs the kernel under
+Triton's interpreter (TRITON_INTERPRET=1, CPU tensors) for tests. Non-goal: prefill-sized query counts
+(transformers' SDPA runs those).
 """
 from __future__ import annotations
 
@@ -30,9 +32,12 @@ BLOCK_M = 16     # stacked query rows a program holds (tl.dot's smallest M)
 BLOCK_N = 64     # K/V rows per iteration
 
 
+MAX_HEAD = 64    # where it was measured faster than SDPA (the demo targets); larger heads keep SDPA until measured
+
+
 def available(q: torch.Tensor) -> bool:
-    d = q.shape[-1]     # up to 128, the sizes measured on the H200 (256 would hold 64 KB of K/V tiles per stage)
-    return triton is not None and q.is_cuda and 16 <= d <= 128 and d & (d - 1) == 0
+    d = q.shape[-1]
+    return triton is not None and q.is_cuda and 16 <= d <= MAX_HEAD and d & (d - 1) == 0
 
 
 if triton is not None:
