@@ -15,7 +15,12 @@ What is timed (microseconds per call: --calls calls captured in one graph, media
 - `select/<variant>`: one level of the best-first tree build (remote.tree): top-`budget` of the candidate scores,
   torch.topk, a stable descending sort, or pairwise ranking (`remote.tree.ranked`), also torch.compile'd.
 - `tree/<variant>`: a whole tree from [15, --vocab] draft logits: `torch` (remote.tree's torch ops), `kernel` (the
-  runner's: remote.tree_kernel's top-k and search), `search-w<N>` (the search kernel alone at N warps).
+  runner's: remote.tree_kernel's top-k and search), `search-<sort|rank>-w<N>` (the search kernel alone at N
+  warps, each level's best found by a sorting network or, up to 256 candidates, by counting ranks).
+- `gdn/<walk>-v<BV>-w<W>`: one GDN layer's tree recurrence (remote.gdn_tree_kernel, node states kept) for a
+  DFlash chain of 16 and best-first trees of --budgets + 1 nodes with a 15-deep spine, at the value-head shapes of
+  --gdn-preset, with BV value columns a program and W warps; `leaf` walks once per leaf (the runner's), `node`
+  once per node (before session 9).
 The last stdout line is compact JSON; --out writes the rows.
 """
 from __future__ import annotations
@@ -40,6 +45,10 @@ SHAPES = {   # (query heads, K/V heads, head dim, hidden size)
     "demo-qwen3": (4, 2, 64, 256),
     "qwen3-8b": (32, 8, 128, 4096),
     "qwen3.6-27b": (24, 4, 256, 5120),
+}
+GDN_SHAPES = {   # (value heads, key head dim, value head dim) of the GDN layers
+    "demo-qwen3_5": (4, 64, 64),
+    "qwen3.6-27b": (48, 128, 128),
 }
 BACKENDS = {"default": None, "cudnn": SDPBackend.CUDNN_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
             "math": SDPBackend.MATH}
@@ -124,11 +133,46 @@ def tree_fns(vocab: int, budget: int) -> dict:
     k = min(budget, vocab)
     plan = _plan(15, k, budget, torch.device("cuda"))
     top_lp, top_ids = tree_kernel.top_k(logits, k)
-    search = {f"search-w{w}": (lambda w=w: tree_kernel._launch(
+    search = {f"search-{how}-w{w}": (lambda w=w, ranked=ranked: tree_kernel._launch(
         lambda kernel: kernel, top_lp, top_ids, plan.parent, plan.rank, budget, plan.levels,
-        min(budget, plan.real), num_warps=w)) for w in (1, 2, 4, 8, 16)}
+        min(budget, plan.real), num_warps=w, ranked=ranked)) for w in (2, 4, 8)
+        for how, ranked in (("sort", False), ("rank", True)) if not ranked or plan.parent.shape[0] <= 256}
     return {"torch": lambda: torch_tree(logits, budget, k, plan),
             "kernel": lambda: kernel_tree(logits, budget, k, plan), **search}
+
+
+def gdn_fns(preset: str, nodes: int) -> dict:
+    """Tree recurrence variants for a chain (nodes 16) or a best-first tree of `nodes - 1` draft nodes from a
+    confident drafter (one token a depth far ahead: a 15-deep spine, the other nodes its siblings)."""
+    from remote import gdn_tree_kernel
+    from remote.tree import Ancestry, best_first_tree
+
+    heads, dk, dv = GDN_SHAPES[preset]
+    if nodes == 16:
+        tree = Ancestry.chain_of(16, torch.device("cuda"))
+    else:
+        logits = torch.randn(15, 4096, device="cuda")
+        logits[:, 0] += 12
+        tree = best_first_tree(logits, nodes - 1).ancestry()
+    n = tree.size
+    q, k = (torch.randn(n, heads, dk, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    v = torch.randn(n, heads, dv, device="cuda", dtype=torch.bfloat16)
+    g, beta = -torch.rand(n, heads, device="cuda"), torch.rand(n, heads, device="cuda")
+    state = torch.randn(heads, dk, dv, device="cuda")
+
+    def variant(bv: int, warps: int, owner):
+        def run():
+            saved = gdn_tree_kernel.BLOCK_V, gdn_tree_kernel.NUM_WARPS
+            gdn_tree_kernel.BLOCK_V, gdn_tree_kernel.NUM_WARPS = bv, warps
+            try:
+                gdn_tree_kernel.tree_recurrence(q, k, v, g, beta, state, tree.ancestors, tree.depth, keep=True,
+                                                owner=owner)
+            finally:
+                gdn_tree_kernel.BLOCK_V, gdn_tree_kernel.NUM_WARPS = saved
+        return run
+    walks = {"leaf": tree.owner, "node": None}      # leaves walk (the runner's), or every node its own path
+    return {f"{walk}-v{bv}-w{w}": variant(bv, w, owner) for walk, owner in walks.items()
+            for bv in (8, 16, 32) for w in (1, 2) if bv <= dv}
 
 
 def main(argv: list[str]) -> int:
@@ -141,6 +185,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--kinds", default="attention,norm,select,tree", help="which blocks to time")
     p.add_argument("--vocab", type=int, default=4096, help="draft vocabulary of the `tree` kind")
+    p.add_argument("--gdn-preset", default="demo-qwen3_5", choices=sorted(GDN_SHAPES))
     p.add_argument("--out")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
@@ -168,6 +213,9 @@ def main(argv: list[str]) -> int:
         for budget in map(int, args.budgets.split(",")) if "tree" in kinds else ():
             for name, fn in tree_fns(args.vocab, budget).items():
                 record("tree", name, graph_us(fn, args.calls, args.repeats), budget=budget, vocab=args.vocab)
+        for nodes in [16, *(b + 1 for b in map(int, args.budgets.split(",")))] if "gdn" in kinds else ():
+            for name, fn in gdn_fns(args.gdn_preset, nodes).items():
+                record("gdn", name, graph_us(fn, args.calls, args.repeats), nodes=nodes, preset=args.gdn_preset)
     meta = {"preset": args.preset, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
     if args.out:
         Path(args.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP, Qwen3RMSNorm, Qwen3RotaryEmbedding, rotate_half
 
 from .step_kernels import grouped_attention
@@ -64,6 +65,23 @@ class DrafterCache:
         return None
 
 
+def _fuse(linears: list[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One weight (and bias) for linears that read the same input, their rows stacked; each linear's weight
+    becomes a view of it, so the parameters stay as published and nothing is held twice."""
+    weight = torch.cat([lin.weight.detach() for lin in linears])
+    has_bias = any(lin.bias is not None for lin in linears)
+    bias = torch.cat([lin.bias.detach() if lin.bias is not None else weight.new_zeros(lin.out_features)
+                      for lin in linears]) if has_bias else None
+    start = 0
+    for lin in linears:
+        rows = slice(start, start + lin.out_features)
+        lin.weight = nn.Parameter(weight[rows], requires_grad=False)
+        if has_bias:
+            lin.bias = nn.Parameter(bias[rows], requires_grad=False)
+        start += lin.out_features
+    return weight, bias
+
+
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     # x [1, H, L, D]; cos/sin [1, L, D]
     return x * cos.unsqueeze(1) + rotate_half(x) * sin.unsqueeze(1)
@@ -87,6 +105,10 @@ class DrafterAttention(nn.Module):
         is_causal = getattr(config, "is_causal", None)
         self.is_causal = sliding if is_causal is None else bool(is_causal)
         self.window = getattr(config, "sliding_window", None) if sliding else None
+        self.qkv: tuple[torch.Tensor, torch.Tensor | None] | None = None     # `fuse`: q, k, v as one GEMM
+
+    def fuse(self) -> None:
+        self.qkv = _fuse([self.q_proj, self.k_proj, self.v_proj])
 
     def _heads(self, x: torch.Tensor, n: int) -> torch.Tensor:
         return x.view(1, x.shape[1], n, self.head_dim)                # [1, L, n, D]
@@ -107,10 +129,16 @@ class DrafterAttention(nn.Module):
     def forward(self, x, ctx, cos, sin, positions, cache: DrafterCache):
         # x [1, Q, H] block; ctx [1, C, H] new context; cos/sin [1, C+Q, D]; positions [C+Q]
         q_len, c_len = x.shape[1], ctx.shape[1]
-        q = self.q_norm(self._heads(self.q_proj(x), self.num_heads)).transpose(1, 2)       # [1, Hq, Q, D]
         both = torch.cat([ctx, x], dim=1)
-        k = self.k_norm(self._heads(self.k_proj(both), self.num_kv)).transpose(1, 2)       # [1, Hkv, C+Q, D]
-        v = self._heads(self.v_proj(both), self.num_kv).transpose(1, 2)
+        if self.qkv is None:
+            q, k, v = self.q_proj(x), self.k_proj(both), self.v_proj(both)
+        else:   # the context rows' queries are computed and dropped: one GEMM costs less than three launches
+            q, k, v = F.linear(both, *self.qkv).split([self.q_proj.out_features, self.k_proj.out_features,
+                                                       self.v_proj.out_features], dim=-1)
+            q = q[:, c_len:]
+        q = self.q_norm(self._heads(q, self.num_heads)).transpose(1, 2)                     # [1, Hq, Q, D]
+        k = self.k_norm(self._heads(k, self.num_kv)).transpose(1, 2)                        # [1, Hkv, C+Q, D]
+        v = self._heads(v, self.num_kv).transpose(1, 2)
         q = _rope(q, cos[:, c_len:], sin[:, c_len:])
         k = _rope(k, cos, sin)
         k_ctx, v_ctx = cache.extend(self.layer_idx, k[:, :, :c_len], v[:, :, :c_len])
@@ -135,10 +163,21 @@ class DrafterLayer(nn.Module):
         self.mlp = Qwen3MLP(config)
         self.input_layernorm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.post_attention_layernorm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.gate_up: tuple[torch.Tensor, torch.Tensor | None] | None = None   # `fuse`: gate and up as one GEMM
+
+    def fuse(self) -> None:
+        self.self_attn.fuse()
+        self.gate_up = _fuse([self.mlp.gate_proj, self.mlp.up_proj])
+
+    def _mlp(self, x: torch.Tensor) -> torch.Tensor:
+        if self.gate_up is None:
+            return self.mlp(x)
+        gate, up = F.linear(x, *self.gate_up).chunk(2, dim=-1)
+        return self.mlp.down_proj(self.mlp.act_fn(gate) * up)
 
     def forward(self, x, ctx, cos, sin, positions, cache):
         x = x + self.self_attn(self.input_layernorm(x), ctx, cos, sin, positions, cache)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        return x + self._mlp(self.post_attention_layernorm(x))
 
 
 class DFlashDrafter(nn.Module):
@@ -159,6 +198,14 @@ class DFlashDrafter(nn.Module):
         self.fc = nn.Linear(len(self.target_layer_ids) * hidden, hidden, bias=False)
         self.hidden_norm = Qwen3RMSNorm(hidden, eps=config.rms_norm_eps)
         self.rotary_emb = Qwen3RotaryEmbedding(config)
+
+    def fuse_projections(self) -> "DFlashDrafter":
+        """For decoding: each layer's q/k/v and gate/up projections run as one GEMM each (3 launches fewer per
+        layer and draft; a draft is latency-bound, so a wider GEMM costs about what one of its parts did). The
+        weights stay shared with the published parameters; not for training (the fused weights are detached)."""
+        for layer in self.layers:
+            layer.fuse()
+        return self
 
     def new_cache(self) -> DrafterCache:
         return DrafterCache(len(self.layers))

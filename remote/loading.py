@@ -88,9 +88,10 @@ def load_tokenizer(ms: ModelSpec):
 
 
 def load_drafter_for(ds: DrafterSpec, target: torch.nn.Module, tokenizer, seed: int) -> DFlashDrafter:
+    """The drafter for decoding (its projections fused: `DFlashDrafter.fuse_projections`)."""
     if ds.path:
         weight = target.get_output_embeddings().weight
-        return load_drafter(ds.path, weight.dtype, weight.device, ds.block_size)
+        return load_drafter(ds.path, weight.dtype, weight.device, ds.block_size).fuse_projections()
     if ds.random is not None:
-        return random_drafter(target, tokenizer, ds.random, ds.block_size, seed + 1)
+        return random_drafter(target, tokenizer, ds.random, ds.block_size, seed + 1).fuse_projections()
     raise SpecError("this method needs a drafter: set drafter.path (published DFlash checkpoint) or drafter.random")

@@ -60,8 +60,15 @@ def test_same_weights_same_output_both_ways(tmp_path, variant):
     theirs.save_pretrained(str(tmp_path / "theirs"))
     reloaded = load_drafter(str(tmp_path / "theirs"), torch.float32, "cpu")
     d2 = _compare(reloaded, theirs, model.config.hidden_size)
-    print(f"\nmax |ours - theirs| ({variant}): saved by us {d1:.1e}, saved by them {d2:.1e}")
-    assert d1 <= TOL and d2 <= TOL
+    # as the runner decodes with it: q/k/v and gate/up as one GEMM each, the published parameters unchanged
+    published = {name: p.clone() for name, p in reloaded.state_dict().items()}
+    fused = reloaded.fuse_projections()
+    assert fused.layers[0].self_attn.qkv is not None and fused.layers[0].gate_up is not None
+    assert all(torch.equal(published[name], p) for name, p in fused.state_dict().items())
+    assert fused.state_dict().keys() == published.keys()
+    d3 = _compare(fused, theirs, model.config.hidden_size)
+    print(f"\nmax |ours - theirs| ({variant}): saved by us {d1:.1e}, saved by them {d2:.1e}, fused {d3:.1e}")
+    assert d1 <= TOL and d2 <= TOL and d3 <= TOL
 
 
 @torch.inference_mode()
