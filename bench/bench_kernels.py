@@ -15,12 +15,10 @@ What is timed (microseconds per call: --calls calls captured in one graph, media
 - `select/<variant>`: one level of the best-first tree build (remote.tree): top-`budget` of the candidate scores,
   torch.topk, a stable descending sort, or pairwise ranking (`remote.tree.ranked`), also torch.compile'd.
 - `tree/<variant>`: a whole tree from [15, --vocab] draft logits: `torch` (remote.tree's torch ops), `kernel` (the
-  runner's: remote.tree_kernel's top-k and search), `search-<sort|rank>-w<N>` (the search kernel alone at N
-  warps, each level's best found by a sorting network or, up to 256 candidates, by counting ranks).
-- `gdn/<walk>-v<BV>-w<W>`: one GDN layer's tree recurrence (remote.gdn_tree_kernel, node states kept) for a
-  DFlash chain of 16 and best-first trees of --budgets + 1 nodes with a 15-deep spine, at the value-head shapes of
-  --gdn-preset, with BV value columns a program and W warps; `leaf` walks once per leaf (the runner's), `node`
-  once per node (before session 9).
+  runner's: remote.tree_kernel's top-k and search), `search-w<N>` (the search kernel alone at N warps).
+- `gdn/v<BV>-w<W>`: one GDN layer's tree recurrence (remote.gdn_tree_kernel, node states kept) for a DFlash chain
+  of 16 and best-first trees of --budgets + 1 nodes with a 15-deep spine, at the value-head shapes of --gdn-preset,
+  with BV value columns a program and W warps.
 The last stdout line is compact JSON; --out writes the rows.
 """
 from __future__ import annotations
@@ -133,10 +131,9 @@ def tree_fns(vocab: int, budget: int) -> dict:
     k = min(budget, vocab)
     plan = _plan(15, k, budget, torch.device("cuda"))
     top_lp, top_ids = tree_kernel.top_k(logits, k)
-    search = {f"search-{how}-w{w}": (lambda w=w, ranked=ranked: tree_kernel._launch(
+    search = {f"search-w{w}": (lambda w=w: tree_kernel._launch(
         lambda kernel: kernel, top_lp, top_ids, plan.parent, plan.rank, budget, plan.levels,
-        min(budget, plan.real), num_warps=w, ranked=ranked)) for w in (2, 4, 8)
-        for how, ranked in (("sort", False), ("rank", True)) if not ranked or plan.parent.shape[0] <= 256}
+        min(budget, plan.real), num_warps=w)) for w in (1, 2, 4, 8, 16)}
     return {"torch": lambda: torch_tree(logits, budget, k, plan),
             "kernel": lambda: kernel_tree(logits, budget, k, plan), **search}
 
@@ -160,19 +157,16 @@ def gdn_fns(preset: str, nodes: int) -> dict:
     g, beta = -torch.rand(n, heads, device="cuda"), torch.rand(n, heads, device="cuda")
     state = torch.randn(heads, dk, dv, device="cuda")
 
-    def variant(bv: int, warps: int, owner):
+    def variant(bv: int, warps: int):
         def run():
             saved = gdn_tree_kernel.BLOCK_V, gdn_tree_kernel.NUM_WARPS
             gdn_tree_kernel.BLOCK_V, gdn_tree_kernel.NUM_WARPS = bv, warps
             try:
-                gdn_tree_kernel.tree_recurrence(q, k, v, g, beta, state, tree.ancestors, tree.depth, keep=True,
-                                                owner=owner)
+                gdn_tree_kernel.tree_recurrence(q, k, v, g, beta, state, tree.ancestors, tree.depth, keep=True)
             finally:
                 gdn_tree_kernel.BLOCK_V, gdn_tree_kernel.NUM_WARPS = saved
         return run
-    walks = {"leaf": tree.owner, "node": None}      # leaves walk (the runner's), or every node its own path
-    return {f"{walk}-v{bv}-w{w}": variant(bv, w, owner) for walk, owner in walks.items()
-            for bv in (8, 16, 32) for w in (1, 2) if bv <= dv}
+    return {f"v{bv}-w{w}": variant(bv, w) for bv in (8, 16, 32) for w in (1, 2) if bv <= dv}
 
 
 def main(argv: list[str]) -> int:

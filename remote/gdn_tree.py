@@ -39,12 +39,11 @@ class TreeLayout:
     ancestors: torch.Tensor          # [N, H] each node's ancestor at every depth (itself past its own depth)
     visible: torch.Tensor            # [N, N] bool, visible[i, j] = j is i or an ancestor of i
     conv_index: torch.Tensor         # [N, K] columns of cat(conv_state [K], tree inputs [N]) forming each node's window
-    owner: torch.Tensor              # [N] the leaf whose walk computes each node (remote.tree.Ancestry.owner)
     chain: bool = False              # parents == [-1, 0, 1, ...]: one sequence
 
     @classmethod
     def build(cls, tree: Ancestry, conv_kernel: int) -> "TreeLayout":
-        return cls(tree.depth, tree.ancestors, tree.visible, _conv_index(tree, conv_kernel), tree.owner, tree.chain)
+        return cls(tree.depth, tree.ancestors, tree.visible, _conv_index(tree, conv_kernel), tree.chain)
 
     def to(self, device: torch.device) -> "TreeLayout":
         """The layout on `device` (layers of a device_map model may sit on several)."""
@@ -52,7 +51,7 @@ class TreeLayout:
             return self
         move = lambda t: t.to(device)  # noqa: E731
         return TreeLayout(move(self.depth), move(self.ancestors), move(self.visible), move(self.conv_index),
-                          move(self.owner), self.chain)
+                          self.chain)
 
 
 def _conv_index(tree: Ancestry, k: int) -> torch.Tensor:
@@ -181,10 +180,10 @@ def gdn_tree(gdn: torch.nn.Module, h: torch.Tensor, layout: TreeLayout, conv_sta
     conv_out = _conv_window(gdn, windows, mixed.dtype)                                       # [N, C]
     q, k, v, g, beta = _qkv_gates(gdn, conv_out[None], b, a)                                  # [1, N, ...]
     states = NodeStates(windows, (q, k, v, g, beta), recurrent, layout, kernels)
-    if kernels.tree is not None:    # one launch: the leaves walk their paths, node states kept if small
+    if kernels.tree is not None:    # one launch: every node from its parent's state, node states kept if small
         keep = n * recurrent.numel() * 4 <= KEEP_LIMIT
         core, states.nodes = kernels.tree(q[0], k[0], v[0], g[0], beta[0], recurrent[0], layout.ancestors,
-                                          layout.depth, keep=keep, owner=layout.owner)
+                                          layout.depth, keep=keep)
         return _output(gdn, core[None], z), states
     if layout.chain:        # one sequence: the recurrent kernel runs all of it in one call
         return _output(gdn, kernels.step(q, k, v, g, beta, recurrent)[0], z), states

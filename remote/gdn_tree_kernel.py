@@ -5,19 +5,17 @@ Why: run through the sequence kernels (remote.gdn_tree's torch/fla path), a tree
 path tensors, materialises N copies of the committed state and gathers each node's output back (~8 kernels a
 layer), and commit recomputes the accepted path (~10 more). On the hybrid demo pair (H200, graphed, session 6)
 this kernel took DDTree-64's commit from 0.41 to 0.14 ms and its verify from 1.46 to 1.34 ms. Here a program
-(row, value head, block of value columns) loads its row's path (`ancestors`, `depth` of remote.tree.Ancestry) in
-one round of loads and runs the steps of that path in registers. Given the tree's `owner` (Ancestry.owner), only
-leaves walk, each writing the outputs (and with `keep` the states, so that commit only copies one) of the nodes it
-owns on its way down: a node's state is computed by one walk instead of by its own and every descendant's, and a
-chain of 16 is one walk instead of 16.
+(node, value head, block of BLOCK_V value columns) loads its node's path (`ancestors`, `depth` of
+remote.tree.Ancestry) in one round of loads, runs the steps up to the node's own depth in registers, and with `keep` writes the node's
+state out, so that commit only copies it.
 
-Contract: `tree_recurrence(q, k, v, g, beta, state, ancestors, depth, keep, owner=None)` -> (out [N, HV, Dv] in
-v's dtype, states [N, HV, Dk, Dv] float32 or None), from the inputs of all T tree nodes: q, k [T, HV, Dk] raw
-(l2-normalised here, q scaled by Dk^-0.5, as fla's `use_qk_l2norm_in_kernel`), v [T, HV, Dv], g (log decay) and
-beta [T, HV], state [HV, Dk, Dv] float32 (the committed one). With `owner` [T], `ancestors` [T, H] and `depth` [T]
-are the whole tree's and row i of the results is node i. Without it, the rows given may be any of a tree's (row i
-names its node itself, ancestors[i, depth[i]]; commit recomputes one node's state) and row i of the results is
-that node. Same arithmetic order as fla's fused-recurrent kernel, so a chain agrees with it to float32 rounding.
+Contract: `tree_recurrence(q, k, v, g, beta, state, ancestors, depth, keep)` -> (out [N, HV, Dv] in v's dtype,
+states [N, HV, Dk, Dv] float32 or None) for the N nodes whose rows of the tree's `ancestors` [N, H] and `depth`
+[N] are given, from the inputs of all T tree nodes: q, k [T, HV, Dk] raw (l2-normalised here, q scaled by Dk^-0.5,
+as fla's `use_qk_l2norm_in_kernel`), v [T, HV, Dv], g (log decay) and beta [T, HV], state [HV, Dk, Dv] float32 (the
+committed one). Row i of `ancestors` / `depth` names its node itself (ancestors[i, depth[i]]), so any rows of a
+tree's may be passed (commit recomputes one node's state). Same arithmetic order as fla's fused-recurrent kernel,
+so a chain agrees with it to float32 rounding.
 """
 from __future__ import annotations
 
@@ -41,65 +39,52 @@ if triton is not None:
         return tl.sum(tl.where(hp == d, path, 0), 0)
 
     @triton.jit
-    def _pick(values, at):
-        """The entry of `values` [HP] where `at` holds."""
-        return tl.sum(tl.where(at, values, 0), 0)
-
-    @triton.jit
-    def _tree_gdn_kernel(q, k, v, g, beta, state, ancestors, depth, owner, out, states, HV, H, q_t, q_h, k_t, k_h,
-                         v_t, v_h, scale, DK: tl.constexpr, DV: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-                         HP: tl.constexpr, KEEP: tl.constexpr, OWNED: tl.constexpr):
+    def _tree_gdn_kernel(q, k, v, g, beta, state, ancestors, depth, out, states, HV, H, q_t, q_h, k_t, k_h, v_t,
+                         v_h, scale, DK: tl.constexpr, DV: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+                         HP: tl.constexpr, KEEP: tl.constexpr):
         block, nh = tl.program_id(0), tl.program_id(1)
-        row, head = nh // HV, nh % HV
+        node, head = nh // HV, nh % HV
         dk = tl.arange(0, BK)
         dv = block * BV + tl.arange(0, BV)
         in_k, in_v = dk < DK, dv < DV
         grid = dk[:, None] * DV + dv[None, :]
         in_kv = in_k[:, None] & in_v[None, :]
         # The whole path's inputs in one round of loads (not one dependent round a step): rows 0..depth
-        d = tl.load(depth + row)
+        d = tl.load(depth + node)
         hp = tl.arange(0, HP)
         on = hp <= d
-        path = tl.load(ancestors + row * H + hp, mask=on, other=0)
-        if OWNED:   # a leaf's walk computes the nodes on its path that it owns; other rows have nothing to do
-            mine = on & (tl.load(owner + path, mask=on, other=-1) == row)
-            steps = tl.where(_pick(mine.to(tl.int32), hp == d) > 0, d + 1, 0)
-        else:       # the row's own node only, written at the row's index
-            mine = hp == d
-            steps = d + 1
+        path = tl.load(ancestors + node * H + hp, mask=on, other=0)
         ks = tl.load(k + path[:, None] * k_t + head * k_h + dk[None, :], mask=on[:, None] & in_k[None, :],
                      other=0.0).to(tl.float32)
         ks = ks / tl.sqrt(tl.sum(ks * ks, 1) + 1e-6)[:, None]
-        qs = tl.load(q + path[:, None] * q_t + head * q_h + dk[None, :], mask=mine[:, None] & in_k[None, :],
-                     other=0.0).to(tl.float32)
-        qs = qs / tl.sqrt(tl.sum(qs * qs, 1) + 1e-6)[:, None] * scale
         vs = tl.load(v + path[:, None] * v_t + head * v_h + dv[None, :], mask=on[:, None] & in_v[None, :],
                      other=0.0).to(tl.float32)
         decay = tl.exp(tl.load(g + path * HV + head, mask=on, other=0.0).to(tl.float32))
         betas = tl.load(beta + path * HV + head, mask=on, other=0.0).to(tl.float32)
         s = tl.load(state + head * DK * DV + grid, mask=in_kv, other=0.0)
-        for step in range(steps):
+        for step in range(d + 1):
             at = hp == step
             kk = tl.sum(tl.where(at[:, None], ks, 0.0), 0)
-            s *= _pick(decay, at)
-            vv = (tl.sum(tl.where(at[:, None], vs, 0.0), 0) - tl.sum(s * kk[:, None], 0)) * _pick(betas, at)
+            s *= tl.sum(tl.where(at, decay, 0.0), 0)
+            vv = (tl.sum(tl.where(at[:, None], vs, 0.0), 0) - tl.sum(s * kk[:, None], 0)) \
+                * tl.sum(tl.where(at, betas, 0.0), 0)
             s += kk[:, None] * vv[None, :]
-            if _pick(mine.to(tl.int32), at) > 0:
-                if OWNED:
-                    slot = _pick(path, at) * HV + head
-                else:
-                    slot = row * HV + head
-                o = tl.sum(s * tl.sum(tl.where(at[:, None], qs, 0.0), 0)[:, None], 0)
-                tl.store(out + slot * DV + dv, o.to(out.dtype.element_ty), mask=in_v)
-                if KEEP:
-                    tl.store(states + slot * DK * DV + grid, s, mask=in_kv)
+        qq = tl.load(q + _node_token(path, d, hp) * q_t + head * q_h + dk, mask=in_k, other=0.0).to(tl.float32)
+        qq = qq / tl.sqrt(tl.sum(qq * qq) + 1e-6) * scale
+        o = tl.sum(s * qq[:, None], 0)
+        tl.store(out + nh * DV + dv, o.to(out.dtype.element_ty), mask=in_v)
+        if KEEP:
+            tl.store(states + nh * DK * DV + grid, s, mask=in_kv)
 
 
-BLOCK_V = 16      # value columns a program holds (bench_kernels --kinds gdn: 8-32 measured, session 9)
+# Blocking: value columns a program holds, and its warps. 16 / 1 measured fastest or within 10% of it for a DFlash
+# chain of 16 and best-first trees of 32 and 64 nodes, at the demo's and Qwen3.6-27B's widths (bench_kernels
+# --kinds gdn, session 9: 27B widths, 64 nodes: 114 us against fla's 8 columns' 186).
+BLOCK_V = 16
 NUM_WARPS = 1
 
 
-def tree_recurrence(q, k, v, g, beta, state, ancestors, depth, keep: bool, owner=None):
+def tree_recurrence(q, k, v, g, beta, state, ancestors, depth, keep: bool):
     """See the module docstring. Runs under Triton's interpreter on CPU tensors too (TRITON_INTERPRET=1, tests).
     The blocking (BLOCK_V, NUM_WARPS) is read at every call, so bench/bench_kernels.py can time others."""
     if not (q.stride(-1) == k.stride(-1) == v.stride(-1) == 1):
@@ -111,9 +96,7 @@ def tree_recurrence(q, k, v, g, beta, state, ancestors, depth, keep: bool, owner
     bv = min(triton.next_power_of_2(dv), BLOCK_V)
     g, beta, state, ancestors, depth = (x.contiguous() for x in (g, beta, state, ancestors, depth))
     _tree_gdn_kernel[(triton.cdiv(dv, bv), n * hv)](
-        q, k, v, g, beta, state, ancestors, depth, depth if owner is None else owner.contiguous(), out,
-        states if keep else out, hv, ancestors.shape[1],
+        q, k, v, g, beta, state, ancestors, depth, out, states if keep else out, hv, ancestors.shape[1],
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), dk ** -0.5,
-        DK=dk, DV=dv, BK=bk, BV=bv, HP=triton.next_power_of_2(ancestors.shape[1]), KEEP=keep,
-        OWNED=owner is not None, num_warps=NUM_WARPS)
+        DK=dk, DV=dv, BK=bk, BV=bv, HP=triton.next_power_of_2(ancestors.shape[1]), KEEP=keep, num_warps=NUM_WARPS)
     return out, states

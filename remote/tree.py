@@ -64,17 +64,6 @@ class Ancestry:
     depth: torch.Tensor              # [N] long, 0 for nodes on the prefix
     ancestors: torch.Tensor          # [N, H] long: ancestor of node i at depth d; i itself for d >= depth[i]
     chain: bool                      # parents == [-1, 0, 1, ...]: the model's own causal path applies
-    built_owner: torch.Tensor | None = None     # `owner`, where the builder made it (remote.tree_kernel)
-
-    @property
-    def owner(self) -> torch.Tensor:
-        """[N] long: the leaf whose root-to-leaf walk computes node i (the lowest-index leaf below it), so that a
-        recurrence over the tree runs once per leaf, not once per node (remote.gdn_tree_kernel). Made on first
-        use where the builder did not."""
-        if self.built_owner is None:
-            self.built_owner = torch.full_like(self.parents, self.size - 1) if self.chain else \
-                owners(self.parents, self.ancestors)
-        return self.built_owner
 
     @property
     def size(self) -> int:
@@ -94,8 +83,7 @@ class Ancestry:
     def to(self, device: torch.device) -> "Ancestry":
         if self.parents.device == torch.device(device):
             return self
-        owner = None if self.built_owner is None else self.built_owner.to(device)
-        return Ancestry(self.parents.to(device), self.depth.to(device), self.ancestors.to(device), self.chain, owner)
+        return Ancestry(self.parents.to(device), self.depth.to(device), self.ancestors.to(device), self.chain)
 
     @classmethod
     def of(cls, parents: torch.Tensor, depth: torch.Tensor, height: int, chain: bool = False) -> "Ancestry":
@@ -131,15 +119,6 @@ class Ancestry:
         index = torch.arange(n, device=device)
         ancestors = torch.minimum(index[None, :], index[:, None])      # ancestor of i at depth d: min(d, i)
         return cls(index - 1, index, ancestors, True)
-
-
-def owners(parents: torch.Tensor, ancestors: torch.Tensor) -> torch.Tensor:
-    """`Ancestry.owner` in torch ops: the lowest-index leaf whose path (its row of `ancestors`) holds each node."""
-    n = parents.shape[0]
-    index = torch.arange(n, device=parents.device)
-    children = torch.zeros_like(index).scatter_add_(0, parents.clamp(min=0), (parents >= 0).long())
-    walker = torch.where(children == 0, index, n)[:, None].expand_as(ancestors)        # leaves walk, others not
-    return torch.full_like(index, n).scatter_reduce_(0, ancestors.reshape(-1), walker.reshape(-1), "amin")
 
 
 @dataclass
@@ -240,10 +219,10 @@ def best_first_tree(draft_logits: torch.Tensor, budget: int) -> DeviceTree:
 def kernel_tree(draft_logits: torch.Tensor, budget: int, k: int, plan: _Plan) -> DeviceTree:
     """`best_first_tree` by remote.tree_kernel (CUDA): the draft top-k (two kernels) and the whole search (one)."""
     top_lp, top_ids = tree_kernel.top_k(draft_logits, k)                                        # [D, k] each
-    tokens, parents, depth, ancestors, owner = tree_kernel.build(top_lp, top_ids, plan.parent, plan.rank, budget,
-                                                                 plan.levels, min(budget, plan.real))
+    tokens, parents, depth, ancestors = tree_kernel.build(top_lp, top_ids, plan.parent, plan.rank, budget,
+                                                          plan.levels, min(budget, plan.real))
     return DeviceTree(tokens=tokens, parents=parents[1:], depths=depth[1:], height=plan.levels + 1,
-                      built=Ancestry(parents, depth, ancestors, False, owner))
+                      built=Ancestry(parents, depth, ancestors, False))
 
 
 def torch_tree(draft_logits: torch.Tensor, budget: int, k: int, plan: _Plan) -> DeviceTree:

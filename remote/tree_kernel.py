@@ -10,9 +10,9 @@ barrier orders each level's stores before the next level's gathers.
 
 Contract: `top_k(draft_logits, k)` -> the k best log-probs and token ids per row (two kernels where the chunks'
 candidates fit TOP_K_MERGE: the demo's 4096 vocabulary up to k = 256). `build(top_lp, top_ids, parent, rank,
-budget, levels, n)` -> (tokens [n], parents [n + 1], depth [n + 1], ancestors [n + 1, levels + 1], owner [n + 1]
-as remote.tree.Ancestry.owner) with the root at index 0 (parent -1): the tree remote.tree's torch ops build, up
-to the order of equal scores (lower candidate index first here). `available(device)` says whether they can run. Under torch.compile each is an opaque op
+budget, levels, n)` -> (tokens [n], parents [n + 1], depth [n + 1], ancestors [n + 1, levels + 1]) with the root at
+index 0 (parent -1): the tree remote.tree's torch ops build, up to the order of equal scores (lower candidate index
+first here). `available(device)` says whether they can run. Under torch.compile each is an opaque op
 (`torch.library.triton_op`). `torch_top_k` is top_k in torch ops (the fallback, and remote.tree's CPU path).
 """
 from __future__ import annotations
@@ -54,10 +54,9 @@ if triton is not None:
         return tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits).to(tl.float32, bitcast=True)
 
     @triton.jit
-    def _tree_kernel(top_lp, top_ids, cand_parent, cand_rank, scores, picks, vindex, flags,
-                     tokens, parents, depths, ancestors, owner, K, C, B, levels, n,
-                     CP: tl.constexpr, SP: tl.constexpr, NP: tl.constexpr, HP: tl.constexpr,
-                     RANKED: tl.constexpr):
+    def _tree_kernel(top_lp, top_ids, cand_parent, cand_rank, scores, picks, vindex,
+                     tokens, parents, depths, ancestors, K, C, B, levels, n,
+                     CP: tl.constexpr, SP: tl.constexpr, NP: tl.constexpr, HP: tl.constexpr):
         neg = float("-inf")
         H = levels + 1
         c = tl.arange(0, CP)                # the candidates, and the kept slots (CP >= C and CP >= B)
@@ -71,18 +70,10 @@ if triton is not None:
         for level in range(levels):
             # finite floor for impossible tokens, so that every real prefix outranks an empty slot
             gain = tl.maximum(tl.load(top_lp + level * K + rank, mask=live, other=0.0), -1e30)
-            x = tl.where(live, tl.gather(prev, par, 0) + gain, neg)
-            if RANKED:   # few candidates: each one's rank by counting who outranks it, no sorting network
-                above = (x[None, :] > x[:, None]) | ((x[None, :] == x[:, None]) & (c[None, :] < c[:, None]))
-                hit = tl.sum(above.to(tl.int32), 1)[None, :] == c[:, None]        # [slot, candidate]
-                best = tl.sum(tl.where(hit, x[None, :], 0.0), 1)
-                pick = tl.sum(tl.where(hit, c[None, :], 0), 1)
-            else:
-                key = tl.sort(_key(x, CP - 1 - c), descending=True)
-                best, pick = _score(key), CP - 1 - (key & 0xFFFFFFFF)
-            prev = tl.where(kept, best, neg)
+            key = tl.sort(_key(tl.where(live, tl.gather(prev, par, 0) + gain, neg), CP - 1 - c), descending=True)
+            prev = tl.where(kept, _score(key), neg)
             tl.store(scores + level * B + c, prev, mask=kept)
-            tl.store(picks + level * B + c, pick, mask=kept)
+            tl.store(picks + level * B + c, CP - 1 - (key & 0xFFFFFFFF), mask=kept)
         tl.debug_barrier()
         # the best n prefixes of all levels; equal scores keep the shallower (level-major slot order) first
         s = tl.arange(0, SP)
@@ -114,14 +105,6 @@ if triton is not None:
         tl.store(parents + v, pv, mask=node)
         tl.store(depths + v, dv, mask=node)
         tl.store(ancestors + v[:, None] * H + d[None, :], anc, mask=node[:, None] & (d[None, :] < H))
-        # owner[j]: the lowest-index leaf (no node names it as parent) whose path, its row of anc, holds j
-        tl.store(flags + v, 0, mask=node)
-        tl.store(owner + v, NP, mask=node)
-        tl.debug_barrier()
-        tl.store(flags + pv, 1, mask=node & (pv >= 0))
-        tl.debug_barrier()
-        leaf = node & (tl.load(flags + v, mask=node, other=1) == 0)
-        tl.atomic_min(owner + anc, v[:, None] + d[None, :] * 0, mask=leaf[:, None] & (d[None, :] < H))
 
     @triton.jit
     def _top_k_chunk_kernel(logits, part_key, part_max, part_sum, V, per, stride, tie_top, CHUNK: tl.constexpr):
@@ -183,32 +166,26 @@ def _launch_top_k(wrap, logits, k: int, chunk: int = TOP_K_CHUNK):
     return top_lp, top_ids
 
 
-RANK_LIMIT = 128    # candidates a level ranks by counting (a [c, c] comparison) instead of sorting
-
-
-def _launch(wrap, top_lp, top_ids, parent, rank, budget: int, levels: int, n: int, num_warps: int | None = None,
-            ranked: bool | None = None):
-    """Allocate and run; `wrap` is torch.library.wrap_triton inside the op, identity otherwise; `num_warps` and
-    `ranked` other than the defaults for bench/bench_kernels.py."""
+def _launch(wrap, top_lp, top_ids, parent, rank, budget: int, levels: int, n: int, num_warps: int | None = None):
+    """Allocate and run; `wrap` is torch.library.wrap_triton inside the op, identity otherwise; `num_warps` other
+    than the default for bench/bench_kernels.py."""
     device, k, c = top_lp.device, top_lp.shape[1], parent.shape[0]
     as_long = dict(dtype=torch.long, device=device)
     scores = torch.empty(levels * budget, dtype=torch.float32, device=device)
     picks, vindex = torch.empty(levels * budget, **as_long), torch.empty(levels * budget, **as_long)
     tokens, parents, depths = torch.empty(n, **as_long), torch.empty(n + 1, **as_long), torch.empty(n + 1, **as_long)
     ancestors = torch.empty(n + 1, levels + 1, **as_long)
-    flags, owner = torch.empty(n + 1, **as_long), torch.empty(n + 1, **as_long)
-    sp, cp = _pow2(levels * budget), _pow2(max(c, budget))
-    wrap(_tree_kernel)[(1,)](top_lp, top_ids, parent, rank, scores, picks, vindex, flags, tokens, parents, depths,
-                             ancestors, owner, k, c, budget, levels, n, CP=cp, SP=sp, NP=_pow2(n + 1),
-                             HP=_pow2(levels + 1), RANKED=cp <= RANK_LIMIT if ranked is None else ranked,
-                             num_warps=num_warps or _warps(sp))
-    return tokens, parents, depths, ancestors, owner
+    sp = _pow2(levels * budget)
+    wrap(_tree_kernel)[(1,)](top_lp, top_ids, parent, rank, scores, picks, vindex, tokens, parents, depths, ancestors,
+                             k, c, budget, levels, n, CP=_pow2(max(c, budget)), SP=sp, NP=_pow2(n + 1),
+                             HP=_pow2(levels + 1), num_warps=num_warps or _warps(sp))
+    return tokens, parents, depths, ancestors
 
 
 if triton is not None:
     @torch.library.triton_op("ddtree::best_first_tree", mutates_args=())
     def _op(top_lp: torch.Tensor, top_ids: torch.Tensor, parent: torch.Tensor, rank: torch.Tensor, budget: int,
-            levels: int, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+            levels: int, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         return _launch(torch.library.wrap_triton, top_lp, top_ids, parent, rank, budget, levels, n)
 
     @torch.library.triton_op("ddtree::top_k", mutates_args=())

@@ -62,9 +62,7 @@ def test_tree_kernel_compiles_for_hopper():
     from tests.test_tree_kernel import hopper_ptx
 
     pointers = {"q": "*bf16", "k": "*bf16", "v": "*bf16", "g": "*fp32", "beta": "*bf16", "state": "*fp32",
-                "ancestors": "*i64", "depth": "*i64", "owner": "*i64", "out": "*bf16", "states": "*fp32"}
+                "ancestors": "*i64", "depth": "*i64", "out": "*bf16", "states": "*fp32"}
     ints = {name: "i32" for name in ("HV", "H", "q_t", "q_h", "k_t", "k_h", "v_t", "v_h")}
-    for owned in (True, False):      # the leaf walks of a verify, a single row's walk at commit
-        constants = {"DK": 128, "DV": 128, "BK": 128, "BV": 32, "HP": 16, "KEEP": True, "OWNED": owned}
-        assert ".entry" in hopper_ptx(gdn_tree_kernel._tree_gdn_kernel, {**pointers, **ints, "scale": "fp32"},
-                                      constants)
+    constants = {"DK": 128, "DV": 128, "BK": 128, "BV": 8, "HP": 16, "KEEP": True}
+    assert ".entry" in hopper_ptx(gdn_tree_kernel._tree_gdn_kernel, {**pointers, **ints, "scale": "fp32"}, constants)

@@ -204,17 +204,3 @@ def test_ranked_selection_is_topk_with_ties_in_index_order(seed):
     best, pick = ranked(scores, budget)
     order = torch.sort(scores, descending=True, stable=True)
     assert torch.equal(best, order.values[:budget]) and torch.equal(pick, order.indices[:budget])
-
-
-@pytest.mark.parametrize("parents", [[-1, 0, 0, 1, 1, 2], [-1, 0, 1, 2], [-1, 0, 0, 0], [-1]])
-def test_owner_is_the_lowest_leaf_below_each_node(parents):
-    """Ancestry.owner, which the GDN tree kernel's leaf walks follow, against its definition on host lists."""
-    tree = Ancestry.from_parents(parents)
-    leaves = [i for i in range(len(parents)) if i not in parents]
-
-    def on_path(node, leaf):
-        while leaf != -1 and leaf != node:
-            leaf = parents[leaf]
-        return leaf == node
-
-    assert tree.owner.tolist() == [min(leaf for leaf in leaves if on_path(i, leaf)) for i in range(len(parents))]

@@ -32,8 +32,8 @@ for depth, vocab, budget, seed in json.loads(sys.argv[1]):
     top_lp, top_ids = torch.topk(torch.log_softmax(logits.float(), dim=-1), k, dim=-1)
     plan = tree._plan(depth, k, budget, logits.device)
     n = min(budget, plan.real)
-    tokens, parents, depths, ancestors, owner = tree_kernel.build_interpreted(
-        top_lp, top_ids, plan.parent, plan.rank, budget, plan.levels, n)
+    tokens, parents, depths, ancestors = tree_kernel.build_interpreted(top_lp, top_ids, plan.parent, plan.rank,
+                                                                       budget, plan.levels, n)
     want = ref.ancestry()
     top_k = None                         # the interpreter sorts slowly: small cases only
     if depth * vocab <= 2000:
@@ -44,7 +44,6 @@ for depth, vocab, budget, seed in json.loads(sys.argv[1]):
     out.append({"case": [depth, vocab, budget, seed], "top_k": top_k,
                 "tokens": torch.equal(tokens, ref.tokens), "parents": torch.equal(parents, want.parents),
                 "depths": torch.equal(depths, want.depth), "ancestors": torch.equal(ancestors, want.ancestors),
-                "owner": torch.equal(owner, tree.owners(want.parents, want.ancestors)),
                 "n": n})
 print(json.dumps(out))
 """
@@ -64,7 +63,7 @@ def test_kernel_builds_the_torch_tree():
         # the last case takes impossible prefixes (all scored at the -1e30 floor: equal scores), whose order within
         # a level is free; across levels both keep the shallower first, so the depths still agree
         keys = ("depths", "top_k") if r["case"] == list(cases[-1]) else \
-            ("tokens", "parents", "depths", "ancestors", "owner", "top_k")
+            ("tokens", "parents", "depths", "ancestors", "top_k")
         assert r["n"] > 0 and all(r[key] is not False for key in keys), r
     assert sum(r["top_k"] is True for r in results) >= 3
 
@@ -82,7 +81,6 @@ def test_cuda_tree_equals_the_torch_tree(vocab, budget):
     want, got = cpu.ancestry(), gpu.ancestry()
     assert torch.equal(gpu.tokens.cpu(), cpu.tokens) and torch.equal(got.parents.cpu(), want.parents)
     assert torch.equal(got.depth.cpu(), want.depth) and torch.equal(got.ancestors.cpu(), want.ancestors)
-    assert torch.equal(got.owner.cpu(), want.owner)
 
 
 def hopper_ptx(kernel, signature: dict, constants: dict) -> str:
@@ -101,17 +99,15 @@ def test_kernels_compile_for_hopper():
     only on the GPU): both kernels compile for sm_90 here, without a GPU."""
     from remote import tree_kernel
 
-    longs = ("top_ids", "cand_parent", "cand_rank", "picks", "vindex", "flags", "tokens", "parents", "depths",
-             "ancestors", "owner")
+    longs = ("top_ids", "cand_parent", "cand_rank", "picks", "vindex", "tokens", "parents", "depths", "ancestors")
     tree = {**{name: "*i64" for name in longs}, "top_lp": "*fp32", "scores": "*fp32",
             **{name: "i32" for name in ("K", "C", "B", "levels", "n")}}
-    sizes = {"CP": 1024, "SP": 2048, "NP": 256, "HP": 16, "RANKED": False}
+    sizes = {"CP": 1024, "SP": 2048, "NP": 256, "HP": 16}
     chunk = {"logits": "*fp32", "part_key": "*i64", "part_max": "*fp32", "part_sum": "*fp32",
              **{name: "i32" for name in ("V", "per", "stride", "tie_top")}}
     merge = {"part_key": "*i64", "part_max": "*fp32", "part_sum": "*fp32", "top_lp": "*fp32", "top_ids": "*i64",
              **{name: "i32" for name in ("K", "chunks", "per", "tie_top")}}
     for kernel, signature, constants in [(tree_kernel._tree_kernel, tree, sizes),
-                                         (tree_kernel._tree_kernel, tree, {**sizes, "CP": 128, "RANKED": True}),
                                          (tree_kernel._top_k_chunk_kernel, chunk, {"CHUNK": 512}),
                                          (tree_kernel._top_k_merge_kernel, merge, {"MP": 1024, "CP": 8})]:
         assert ".entry" in hopper_ptx(kernel, signature, constants)
