@@ -6,8 +6,8 @@ path tensors, materialises N copies of the committed state and gathers each node
 layer), and commit recomputes the accepted path (~10 more). On the hybrid demo pair (H200, graphed, session 6)
 this kernel took DDTree-64's commit from 0.41 to 0.14 ms and its verify from 1.46 to 1.34 ms. Here a program
 (node, value head, block of BLOCK_V value columns) loads its node's path (`ancestors`, `depth` of
-remote.tree.Ancestry) in one round of loads, runs the steps up to the node's own depth in registers, and with `keep` writes the node's
-state out, so that commit only copies it.
+remote.tree.Ancestry) in one round of loads, runs the steps up to the node's own depth in registers, and with
+`keep` writes the node's state out, so that commit only copies it.
 
 Contract: `tree_recurrence(q, k, v, g, beta, state, ancestors, depth, keep)` -> (out [N, HV, Dv] in v's dtype,
 states [N, HV, Dk, Dv] float32 or None) for the N nodes whose rows of the tree's `ancestors` [N, H] and `depth`
@@ -77,9 +77,9 @@ if triton is not None:
             tl.store(states + nh * DK * DV + grid, s, mask=in_kv)
 
 
-# Blocking: value columns a program holds, and its warps. 16 / 1 measured fastest or within 10% of it for a DFlash
-# chain of 16 and best-first trees of 32 and 64 nodes, at the demo's and Qwen3.6-27B's widths (bench_kernels
-# --kinds gdn, session 9: 27B widths, 64 nodes: 114 us against fla's 8 columns' 186).
+# Blocking: value columns a program holds, and its warps (bench_kernels --kinds gdn, session 9). At the demo's
+# widths 16 / 1 was fastest or within 10% of it for a DFlash chain of 16 and trees of 32 and 64 nodes; at Qwen3.6-27B's
+# it took a chain of 16 from fla's 8 columns' 81 us to 51 and 64 nodes from 186 to 114 (32 columns: 51 and 95).
 BLOCK_V = 16
 NUM_WARPS = 1
 
