@@ -105,10 +105,12 @@ class DrafterAttention(nn.Module):
         is_causal = getattr(config, "is_causal", None)
         self.is_causal = sliding if is_causal is None else bool(is_causal)
         self.window = getattr(config, "sliding_window", None) if sliding else None
-        self.qkv: tuple[torch.Tensor, torch.Tensor | None] | None = None     # `fuse`: q, k, v as one GEMM
+        # `fuse`: q, k, v as one GEMM (buffers, so that a later `.to()` moves them too; not in the state dict)
+        self.register_buffer("qkv_weight", None, persistent=False)
+        self.register_buffer("qkv_bias", None, persistent=False)
 
     def fuse(self) -> None:
-        self.qkv = _fuse([self.q_proj, self.k_proj, self.v_proj])
+        self.qkv_weight, self.qkv_bias = _fuse([self.q_proj, self.k_proj, self.v_proj])
 
     def _heads(self, x: torch.Tensor, n: int) -> torch.Tensor:
         return x.view(1, x.shape[1], n, self.head_dim)                # [1, L, n, D]
@@ -130,10 +132,10 @@ class DrafterAttention(nn.Module):
         # x [1, Q, H] block; ctx [1, C, H] new context; cos/sin [1, C+Q, D]; positions [C+Q]
         q_len, c_len = x.shape[1], ctx.shape[1]
         both = torch.cat([ctx, x], dim=1)
-        if self.qkv is None:
+        if self.qkv_weight is None:
             q, k, v = self.q_proj(x), self.k_proj(both), self.v_proj(both)
         else:   # the context rows' queries are computed and dropped: one GEMM costs less than three launches
-            q, k, v = F.linear(both, *self.qkv).split([self.q_proj.out_features, self.k_proj.out_features,
+            q, k, v = F.linear(both, self.qkv_weight, self.qkv_bias).split([self.q_proj.out_features, self.k_proj.out_features,
                                                        self.v_proj.out_features], dim=-1)
             q = q[:, c_len:]
         q = self.q_norm(self._heads(q, self.num_heads)).transpose(1, 2)                     # [1, Hq, Q, D]
@@ -163,16 +165,16 @@ class DrafterLayer(nn.Module):
         self.mlp = Qwen3MLP(config)
         self.input_layernorm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.post_attention_layernorm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        self.gate_up: tuple[torch.Tensor, torch.Tensor | None] | None = None   # `fuse`: gate and up as one GEMM
+        self.register_buffer("gate_up_weight", None, persistent=False)     # `fuse`: gate and up as one GEMM
 
     def fuse(self) -> None:
         self.self_attn.fuse()
-        self.gate_up = _fuse([self.mlp.gate_proj, self.mlp.up_proj])
+        self.gate_up_weight, _ = _fuse([self.mlp.gate_proj, self.mlp.up_proj])     # Qwen3MLP has no biases
 
     def _mlp(self, x: torch.Tensor) -> torch.Tensor:
-        if self.gate_up is None:
+        if self.gate_up_weight is None:
             return self.mlp(x)
-        gate, up = F.linear(x, *self.gate_up).chunk(2, dim=-1)
+        gate, up = F.linear(x, self.gate_up_weight).chunk(2, dim=-1)
         return self.mlp.down_proj(self.mlp.act_fn(gate) * up)
 
     def forward(self, x, ctx, cos, sin, positions, cache):

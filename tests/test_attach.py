@@ -11,21 +11,32 @@ import time
 from mlflow.tracking import MlflowClient
 
 
+def _first(pattern: str, root, deadline: float) -> list:
+    found = []
+    while time.time() < deadline and not (found := [p for p in root.rglob(pattern) if p.stat().st_size]):
+        time.sleep(0.1)
+    return found
+
+
 def test_attach_after_the_orchestrator_died(tmp_path):
     env = os.environ.copy()
-    # long enough that the runner is still decoding when the job file appears: MLflow opens the run (seconds of
-    # import and database work) before that, and a shorter run finished first on a loaded machine
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "method=dflash", "num_prompts=4",
-                             "max_new_tokens=96", "host=local"], cwd=tmp_path, env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "method=dflash", "num_prompts=2",
+                             "max_new_tokens=32", "host=local"], cwd=tmp_path, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 120
-    job_files = []
-    while time.time() < deadline and not job_files:   # wait for the launch to be recorded
-        job_files = [p for p in (tmp_path / "runs").rglob("job.json")]
-        time.sleep(0.1)
-    assert job_files, "the run never launched"
-    proc.send_signal(signal.SIGKILL)      # like a closed terminal: no cleanup of ours runs
-    proc.wait()
+    # The runner's process group is held stopped until the orchestrator is gone, so the run cannot finish first
+    # (MLflow opens the run, seconds of import and database work, before the job file is written).
+    pid_files = _first("pid", tmp_path / "runs" / ".host", deadline)
+    assert pid_files, "the runner never started"
+    group = int(pid_files[0].read_text())
+    os.killpg(group, signal.SIGSTOP)
+    try:
+        job_files = _first("job.json", tmp_path / "runs", deadline)
+        assert job_files, "the run never launched"
+        proc.send_signal(signal.SIGKILL)      # like a closed terminal: no cleanup of ours runs
+        proc.wait()
+    finally:
+        os.killpg(group, signal.SIGCONT)
     run_dir = job_files[0].parent
     meta = json.loads(job_files[0].read_text())
     client = MlflowClient(meta["tracking_uri"])

@@ -326,6 +326,7 @@ def test_compiled_steps_decode_the_eager_tokens(kind, graphs):
     """compile_steps (the AR and DDTree steps torch.compile'd) and compile_drafter (the draft only): inductor (C++
     on a CPU) leaves the tokens and every step's acceptance as the plain steps have them."""
     model, drafter, _ = tiny_pair("narrow", block_size=8)
+    drafter.fuse_projections()                              # as the runner loads it (remote.loading)
     from torch._dynamo.utils import counters
 
     plain = GraphDecoder(model, drafter, drafter.target_layer_ids, graphs=False)

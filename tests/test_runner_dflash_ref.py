@@ -63,7 +63,7 @@ def test_same_weights_same_output_both_ways(tmp_path, variant):
     # as the runner decodes with it: q/k/v and gate/up as one GEMM each, the published parameters unchanged
     published = {name: p.clone() for name, p in reloaded.state_dict().items()}
     fused = reloaded.fuse_projections()
-    assert fused.layers[0].self_attn.qkv is not None and fused.layers[0].gate_up is not None
+    assert fused.layers[0].self_attn.qkv_weight is not None and fused.layers[0].gate_up_weight is not None
     assert all(torch.equal(published[name], p) for name, p in fused.state_dict().items())
     assert fused.state_dict().keys() == published.keys()
     d3 = _compare(fused, theirs, model.config.hidden_size)
