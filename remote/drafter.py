@@ -135,8 +135,8 @@ class DrafterAttention(nn.Module):
         if self.qkv_weight is None:
             q, k, v = self.q_proj(x), self.k_proj(both), self.v_proj(both)
         else:   # the context rows' queries are computed and dropped: one GEMM costs less than three launches
-            q, k, v = F.linear(both, self.qkv_weight, self.qkv_bias).split([self.q_proj.out_features, self.k_proj.out_features,
-                                                       self.v_proj.out_features], dim=-1)
+            widths = [self.q_proj.out_features, self.k_proj.out_features, self.v_proj.out_features]
+            q, k, v = F.linear(both, self.qkv_weight, self.qkv_bias).split(widths, dim=-1)
             q = q[:, c_len:]
         q = self.q_norm(self._heads(q, self.num_heads)).transpose(1, 2)                     # [1, Hq, Q, D]
         k = self.k_norm(self._heads(k, self.num_kv)).transpose(1, 2)                        # [1, Hkv, C+Q, D]
