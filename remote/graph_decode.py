@@ -92,7 +92,7 @@ class GraphDecoder:
         self.device = input_device(model)
         self.dtype = model.get_input_embeddings().weight.dtype
         self._targets(target_layer_ids)
-        self.capacity = 0
+        self.capacity = self.context_capacity = 0    # target and drafter cache rows
         self.fallback: str | None = None             # why graphs were turned off mid-run, if they were
         self.compiled, self.compile_failed = compiled, None
         if compiled:
@@ -113,30 +113,43 @@ class GraphDecoder:
     def reserve(self, prompt_len: int, max_new: int, method: str, budget: int, exact: bool = False) -> None:
         """Caches for a generation of this size; growing them drops the graphs captured on the old ones. `exact`:
         exactly this size, also smaller (attention runs over every row, so a cache sized for a larger budget slows
-        a smaller one down; bench/bench_methods.py sizes them per budget)."""
-        rows = prompt_len + max_new + 2 * self._width(method, budget)
-        if rows == self.capacity or (rows < self.capacity and not exact):
-            return
-        self.capacity = rows if exact else max(rows, 2 * self.capacity)
-        self._graphs.clear()
-        self._cols = torch.arange(self.capacity, device=self.device)
-        self.history = torch.zeros(self.capacity, dtype=torch.long, device=self.device)
-        self._allocate()
+        a smaller one down; bench/bench_methods.py sizes them per budget). The drafter's context cache does not
+        depend on the method: a tree's width would otherwise make DDTree's draft attend over more rows than
+        DFlash's (on the demo pair cuDNN's drafter attention took 6 us a step more for budget 31's 32 rows)."""
+        # A step starts at most at prompt_len + max_new - 2 (generate_spec's launch rule) and writes `width` rows
+        grown = self._grow("capacity", prompt_len + max_new + self._width(method, budget), exact)
+        if grown:
+            self._cols = torch.arange(self.capacity, device=self.device)
+            self.history = torch.zeros(self.capacity, dtype=torch.long, device=self.device)
+            self._allocate()
+        # drafter context rows end before the block's start + block_size
+        if self.drafter is not None and self._grow("context_capacity", prompt_len + max_new + self.drafter.block_size,
+                                                   exact):
+            self._allocate_drafter()
+            grown = True
+        if grown:
+            self._graphs.clear()
+
+    def _grow(self, name: str, rows: int, exact: bool) -> bool:
+        """Set the capacity `name` for `rows` (doubling when it grows, unless `exact`); True if it changed."""
+        have = getattr(self, name)
+        if rows == have or (rows < have and not exact):
+            return False
+        setattr(self, name, rows if exact else max(rows, 2 * have))
+        return True
 
     def _allocate(self) -> None:
-        """The static caches of `capacity` rows."""
+        """The target's static caches of `capacity` rows."""
         self.kv = StaticKV(self.model, self.capacity)
         self.featured.cache = self.plain.cache = self.kv
-        self._allocate_drafter()
 
     def _allocate_drafter(self) -> None:
-        if self.drafter is not None:
-            attn, weight = self.drafter.layers[0].self_attn, self.drafter.fc.weight
-            self.dkv = StaticDrafterKV(len(self.drafter.layers), attn.num_kv, attn.head_dim, self.capacity,
-                                       weight.dtype, weight.device)
-            self.context = torch.zeros(1, self.drafter.block_size, weight.shape[1], dtype=weight.dtype,
-                                       device=weight.device)
-            self._reads = _Reads(2 * self.drafter.block_size + 1, weight.device)    # `accept`'s read [2H + 1]
+        attn, weight = self.drafter.layers[0].self_attn, self.drafter.fc.weight
+        self.dkv = StaticDrafterKV(len(self.drafter.layers), attn.num_kv, attn.head_dim, self.context_capacity,
+                                   weight.dtype, weight.device)
+        self.context = torch.zeros(1, self.drafter.block_size, weight.shape[1], dtype=weight.dtype,
+                                   device=weight.device)
+        self._reads = _Reads(2 * self.drafter.block_size + 1, weight.device)    # `accept`'s read [2H + 1]
 
     def _width(self, method: str, budget: int) -> int:
         """Cache rows one step may write at or past the committed length."""
@@ -356,7 +369,6 @@ class HybridGraphDecoder(GraphDecoder):
 
     def _allocate(self) -> None:
         self.target.reserve(self.capacity)
-        self._allocate_drafter()
 
     def _run_prompt(self, input_ids: torch.Tensor, featured: bool):
         return self.target.prefill(input_ids)         # one target for all methods: the features come along

@@ -55,51 +55,62 @@ if triton is not None:
         return tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits).to(tl.float32, bitcast=True)
 
     @triton.jit
-    def _tree_kernel(top_lp, top_ids, cand_parent, cand_rank, scores, picks, vindex,
-                     tokens, parents, depths, ancestors, K, C, B, levels, n,
-                     CP: tl.constexpr, SP: tl.constexpr, NP: tl.constexpr, HP: tl.constexpr):
+    def _tree_kernel(top_lp, top_ids, cand_parent, cand_rank, vindex, tokens, parents, depths, ancestors,
+                     K, C, B, levels, n, CP: tl.constexpr, SP: tl.constexpr, NP: tl.constexpr, HP: tl.constexpr):
         neg = float("-inf")
-        H = levels + 1
         c = tl.arange(0, CP)                # the candidates, and the kept slots (CP >= C and CP >= B)
         live = c < C
         par = tl.load(cand_parent + c, mask=live, other=0)
         rank = tl.load(cand_rank + c, mask=live, other=0)
         kept = c < B
-        # The level being searched lives in registers: its parents' scores are gathered from the last level's
-        # kept scores, so a level costs its sort and no memory round trip (stores are only read after the loop).
+        # Every level's kept scores and candidates, level-major (slot = level * B + kept index), in registers
+        s = tl.arange(0, SP)
+        col = s % B
+        scores = tl.full([SP], neg, tl.float32)
+        picks = tl.zeros([SP], tl.int64)
+        # The level being searched lives in registers too: its parents' scores are gathered from the last level's.
         prev = tl.where(c == 0, 0.0, neg)   # the virtual level above depth 1: slot 0 is the root, the rest empty
-        for level in range(levels):
+        level = 0
+        more = levels > 0
+        while more:
             # finite floor for impossible tokens, so that every real prefix outranks an empty slot
             gain = tl.maximum(tl.load(top_lp + level * K + rank, mask=live, other=0.0), -1e30)
             key = tl.sort(_key(tl.where(live, tl.gather(prev, par, 0) + gain, neg), CP - 1 - c), descending=True)
             prev = tl.where(kept, _score(key), neg)
-            tl.store(scores + level * B + c, prev, mask=kept)
-            tl.store(picks + level * B + c, CP - 1 - (key & 0xFFFFFFFF), mask=kept)
-        tl.debug_barrier()
-        # the best n prefixes of all levels; equal scores keep the shallower (level-major slot order) first
-        s = tl.arange(0, SP)
-        key = tl.sort(_key(tl.load(scores + s, mask=s < levels * B, other=neg), SP - 1 - s), descending=True)
+            here = s // B == level
+            scores = tl.where(here, tl.gather(prev, col, 0), scores)
+            picks = tl.where(here, tl.gather(CP - 1 - (key & 0xFFFFFFFF), col, 0), picks)
+            level += 1
+            # Stop once no deeper prefix can be chosen: every one scores at most `bound` (this level's best plus
+            # the next level's best gain; a prefix under a dropped one is outscored by this level's kept), and n
+            # prefixes at most this deep score at least that (on equal scores the shallower is chosen first).
+            best_gain = tl.load(top_lp + level * K, mask=level < levels, other=0.0)
+            bound = tl.max(prev, 0) + tl.maximum(best_gain, -1e30)
+            more = (level < levels) & (tl.sum((scores >= bound).to(tl.int32), 0) < n)
+        # the best n prefixes of the levels searched; equal scores keep the shallower (level-major slot) first
+        key = tl.sort(_key(scores, SP - 1 - s), descending=True)
         slot = SP - 1 - (key & 0xFFFFFFFF)
         chosen = s < n
-        level = slot // B
-        pick = tl.load(picks + slot, mask=chosen, other=0)
-        token = tl.load(top_ids + level * K + tl.gather(rank, pick, 0), mask=chosen, other=0)
+        depth = slot // B
+        pick = tl.gather(picks, slot, 0)
+        token = tl.load(top_ids + depth * K + tl.gather(rank, pick, 0), mask=chosen, other=0)
         tl.store(tokens + s, token, mask=chosen)
         tl.store(vindex + slot, s + 1, mask=chosen)
         tl.debug_barrier()
-        above = tl.maximum(level - 1, 0) * B + tl.gather(par, pick, 0)
-        parent = tl.where(level == 0, 0, tl.load(vindex + above, mask=chosen & (level > 0), other=0))
+        above = tl.maximum(depth - 1, 0) * B + tl.gather(par, pick, 0)
+        parent = tl.where(depth == 0, 0, tl.load(vindex + above, mask=chosen & (depth > 0), other=0))
         # Verify index v: the root is 0, chosen prefix s is s + 1. ancestors[v, d]: v's ancestor at depth d, v
-        # itself from its own depth on; the walk up to the root runs in registers too.
+        # itself from its own depth on; the walk up to the root runs in registers too, as deep as the search went.
+        H = levels + 1
         v = tl.arange(0, NP).to(tl.int64)
         node = v <= n
         prior = tl.minimum(tl.maximum(v - 1, 0), SP - 1)
         pv = tl.where(node & (v > 0), tl.gather(parent, prior, 0), -1)
-        dv = tl.where(node & (v > 0), tl.gather(level + 1, prior, 0), 0)
+        dv = tl.where(node & (v > 0), tl.gather(depth + 1, prior, 0), 0)
         d = tl.arange(0, HP)
         anc = v[:, None] + d[None, :] * 0
         up = v
-        for step in range(H):
+        for step in range(level + 1):
             anc = tl.where(d[None, :] == (dv - step)[:, None], up[:, None], anc)
             above_up = tl.gather(pv, up, 0)
             up = tl.where(above_up < 0, up, above_up)
@@ -172,12 +183,11 @@ def _launch(wrap, top_lp, top_ids, parent, rank, budget: int, levels: int, n: in
     than the default for bench/bench_kernels.py."""
     device, k, c = top_lp.device, top_lp.shape[1], parent.shape[0]
     as_long = dict(dtype=torch.long, device=device)
-    scores = torch.empty(levels * budget, dtype=torch.float32, device=device)
-    picks, vindex = torch.empty(levels * budget, **as_long), torch.empty(levels * budget, **as_long)
+    vindex = torch.empty(levels * budget, **as_long)
     tokens, parents, depths = torch.empty(n, **as_long), torch.empty(n + 1, **as_long), torch.empty(n + 1, **as_long)
     ancestors = torch.empty(n + 1, levels + 1, **as_long)
     sp = _pow2(levels * budget)
-    wrap(_tree_kernel)[(1,)](top_lp, top_ids, parent, rank, scores, picks, vindex, tokens, parents, depths, ancestors,
+    wrap(_tree_kernel)[(1,)](top_lp, top_ids, parent, rank, vindex, tokens, parents, depths, ancestors,
                              k, c, budget, levels, n, CP=_pow2(max(c, budget)), SP=sp, NP=_pow2(n + 1),
                              HP=_pow2(levels + 1), num_warps=num_warps or _warps(sp))
     return tokens, parents, depths, ancestors

@@ -49,6 +49,22 @@ def test_stop_id_and_cache_growth():
         assert static.tokens == eager.tokens and static.tokens[-1] in stop
 
 
+def test_exactly_sized_caches_hold_every_step():
+    """Caches sized exactly for a generation (as bench/bench_methods.py sizes them) hold every row its steps write,
+    queued steps included, at every length; the drafter's context cache is the same size for every method."""
+    model, drafter, target = tiny_pair("narrow", block_size=8)
+    decoder = GraphDecoder(model, drafter, drafter.target_layer_ids, graphs=False)
+    ids = prompts(model, 1, seed=3)[0]
+    for max_new in (1, 2, 3, 7, 9, 17, 30):
+        contexts = set()
+        for method, budget in [("ar", 0), ("dflash", 0), ("ddtree", 16), ("ddtree", 3)]:
+            decoder.reserve(ids.shape[1], max_new, method, budget, exact=True)
+            contexts.add(decoder.context_capacity)
+            eager, static = _both(decoder, target, drafter, model, ids, max_new, set(), method, budget)
+            assert static.tokens == eager.tokens, (max_new, method, budget)
+        assert len(contexts) == 1, contexts
+
+
 def test_queued_steps_stop_with_the_generation():
     """The next speculative step is queued before the host reads the current one: at a stop token one step runs
     unread (and the next generation starts clean), at max_new_tokens none does."""
