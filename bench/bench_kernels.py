@@ -14,8 +14,9 @@ What is timed (microseconds per call: --calls calls captured in one graph, media
 - `norm/<variant>` over [Q, hidden]: transformers' Qwen3RMSNorm (six kernels) vs F.rms_norm.
 - `select/<variant>`: one level of the best-first tree build (remote.tree): top-`budget` of the candidate scores,
   torch.topk, a stable descending sort, or pairwise ranking (`remote.tree.ranked`), also torch.compile'd.
-- `tree/<variant>`: a whole tree from [15, --vocab] draft logits: `torch` (remote.tree's torch ops), `kernel` (the
-  runner's: remote.tree_kernel's top-k and search), `search-w<N>` (the search kernel alone at N warps).
+- `tree/<variant>`: a whole tree from [15, --vocab] draft logits, spread or a confident spine (`tree_fns`): `torch`
+  (remote.tree's torch ops), `kernel` (the runner's: remote.tree_kernel's top-k and search), `search-w<N>` (the
+  search kernel alone at N warps).
 - `gdn/v<BV>-w<W>`: one GDN layer's tree recurrence (remote.gdn_tree_kernel, node states kept) for a DFlash chain
   of 16 and best-first trees of --budgets + 1 nodes with a 15-deep spine, at the value-head shapes of --gdn-preset,
   with BV value columns a program and W warps.
@@ -126,8 +127,12 @@ def select_fns(budget: int) -> dict:
             "rank-compiled": torch.compile(lambda: ranked(scores, budget))}
 
 
-def tree_fns(vocab: int, budget: int) -> dict:
-    logits = torch.randn(15, vocab, device="cuda") * 3
+def tree_fns(vocab: int, budget: int, draft: str) -> dict:
+    """`draft`: `spread` logits (N(0, 9): a bushy tree, whose search stops after a few levels, like the demo
+    drafters') or a `spine` (one token far ahead at every depth, as from a confident drafter: all 15 levels)."""
+    logits = torch.randn(15, vocab, device="cuda") * (3 if draft == "spread" else 1)
+    if draft == "spine":
+        logits[:, 0] += 12
     k = min(budget, vocab)
     plan = _plan(15, k, budget, torch.device("cuda"))
     top_lp, top_ids = tree_kernel.top_k(logits, k)
@@ -205,8 +210,10 @@ def main(argv: list[str]) -> int:
             for name, fn in select_fns(budget).items():
                 record("select", name, graph_us(fn, args.calls, args.repeats), budget=budget)
         for budget in map(int, args.budgets.split(",")) if "tree" in kinds else ():
-            for name, fn in tree_fns(args.vocab, budget).items():
-                record("tree", name, graph_us(fn, args.calls, args.repeats), budget=budget, vocab=args.vocab)
+            for draft in ("spread", "spine"):
+                for name, fn in tree_fns(args.vocab, budget, draft).items():
+                    record("tree", name, graph_us(fn, args.calls, args.repeats), budget=budget, vocab=args.vocab,
+                           draft=draft)
         for nodes in [16, *(b + 1 for b in map(int, args.budgets.split(",")))] if "gdn" in kinds else ():
             for name, fn in gdn_fns(args.gdn_preset, nodes).items():
                 record("gdn", name, graph_us(fn, args.calls, args.repeats), nodes=nodes, preset=args.gdn_preset)

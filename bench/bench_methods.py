@@ -14,7 +14,9 @@ profiler), a torch.profiler chrome trace and a key_averages table of --profile-g
 dflash, ddtree at the budget with the best speedup, stock `generate`), with the decode phases (draft, tree_build,
 verify, commit) as named ranges. Graphed runs report the GPU split of one replayed step (remote.graph_split:
 each prefix of the step captured and timed; AR: forward_ms) in the draft/tree_build/verify/commit columns;
-`--phase-kernels` prints the slowest kernels of each phase (torch.profiler over the prefix graphs' replays).
+`--phase-kernels` prints, after every timed run, the slowest kernels of each phase (torch.profiler over the prefix
+graphs' replays). A split replays one committed state (where the last generation ended), so a data-dependent phase
+shows that state's cost, not the mean: the tree search stops early on a bushy tree and runs every level on a spine.
 """
 from __future__ import annotations
 
@@ -60,14 +62,20 @@ def make_spec(args, temperature: float) -> RunSpec:
     )
 
 
-def measure(run: Run, method: str, budget: int) -> tuple[list, dict]:
+def prepare(run: Run, method: str, budget: int) -> None:
+    """Set the budget and decode one full-length generation. Static caches are sized as a run of this method and
+    budget alone sizes them. A full-length warm-up: a short one leaves first-time costs of longer sequences
+    (allocator growth, new shapes) inside the first timed generations, which made the first method measured (AR)
+    look 1.4-3x slower."""
     run.spec.decoding.tree_budget = budget
-    if run.graphed:      # static caches as a run of this method and budget alone sizes them
+    if run.graphed:
         run.graphed.reserve(max(ids.shape[1] for ids in run.inputs), run.spec.decoding.max_new_tokens, method,
                             budget, exact=True)
-    # A full-length warm-up: a short one leaves first-time costs of longer sequences (allocator growth, new
-    # shapes) inside the first timed generations, which made the first method measured (AR) look 1.4-3x slower.
     run.generate(method, 0)
+
+
+def measure(run: Run, method: str, budget: int) -> tuple[list, dict]:
+    prepare(run, method, budget)
     reset_peak_memory(run.device)
     gens = [run.generate(method, i) for i in range(len(run.inputs))]
     peak = peak_memory_gb(run.device) if run.device.type == "cuda" else None
@@ -77,9 +85,11 @@ def measure(run: Run, method: str, budget: int) -> tuple[list, dict]:
 
 def phase_kernels(run: Run, method: str, budget: int, out: Path, top: int = 12) -> None:
     """Print the slowest kernels of each phase of a replayed step (remote.graph_split.split_kernels) and add them
-    to out/phase_kernels.json."""
+    to out/phase_kernels.json. Runs after every timed run: the profiler left methods timed after it up to 4%
+    slower (the hybrid demo's DDTree, session 10). One generation first leaves a real committed state to split."""
     if not (run.graphed and run.graphed.graphs) or run.graphed.compiled:
         return
+    prepare(run, method, budget)
     name = method if method != "ddtree" else f"ddtree-{budget}"
     split = split_kernels(run.graphed, method, budget)
     for phase, rows in split.items():
@@ -213,8 +223,6 @@ def main(argv: list[str] | None = None) -> None:
         spin_up(run.device)
         ar_gens, ar_metrics = measure(run, "ar", 1)
         record(row("ar", None, temperature, ar_metrics, ar_metrics, ar_gens, ar_gens))
-        if args.phase_kernels:
-            phase_kernels(run, "ar", 1, out)
         if args.stock_generate and temperature == 0:
             tpot = stock_generate_tpot(run)
             record({"run": "hf_generate-T0", "status": "FINISHED", "model": "", "method": "hf_generate",
@@ -222,18 +230,17 @@ def main(argv: list[str] | None = None) -> None:
                     "speedup_vs_ar": ar_metrics["tpot_ms"] / tpot, "accept_by_depth": []})
         gens, metrics = measure(run, "dflash", 1)
         record(row("dflash", None, temperature, metrics, ar_metrics, gens, ar_gens))
-        if args.phase_kernels:
-            phase_kernels(run, "dflash", 1, out)
         for budget in budgets:
             gens, metrics = measure(run, "ddtree", budget)
             record(row("ddtree", budget, temperature, metrics, ar_metrics, gens, ar_gens))
-            if args.phase_kernels:
-                phase_kernels(run, "ddtree", budget, out)
         if args.ar_again:         # order effects (clocks, allocator, caches) show as a drift between the two AR rows
             gens, metrics = measure(run, "ar", 1)
             again = row("ar", None, temperature, metrics, ar_metrics, gens, ar_gens)
             record({**again, "run": f"ar-again-T{temperature:g}",
                     "speedup_vs_ar": ar_metrics["tpot_ms"] / metrics["tpot_ms"]})
+        if args.phase_kernels:
+            for method, budget in [("ar", 1), ("dflash", 1), *(("ddtree", b) for b in budgets)]:
+                phase_kernels(run, method, budget, out)
         if args.profile and temperature == temperatures[0]:
             best = max((r for r in rows if r["method"] == "ddtree" and r["temperature"] == temperature),
                        key=lambda r: r.get("speedup_vs_ar", 0))["tree_budget"]

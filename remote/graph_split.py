@@ -11,7 +11,9 @@ commit_ms; AR: forward_ms) for a `GraphDecoder` that has just decoded with graph
 committed state); `split_kernels(decoder, method, budget)` -> the kernels of each phase, from torch.profiler. The
 committed state (length, root, drafter context, AR count) is put back after every replay; cache rows past the
 committed length are scratch anyway, but a hybrid target's GDN states are advanced in place by every replayed
-commit, so call it between prompts (the next prefill overwrites them), as the runner and bench_methods do.
+commit, so call it between prompts (the next prefill overwrites them), as the runner and bench_methods do. A
+phase whose cost depends on the data shows this state's cost, not a generation's mean: the tree search stops after
+a few levels on a bushy tree and runs all of them on a confident spine (remote.tree_kernel).
 """
 from __future__ import annotations
 

@@ -7,7 +7,11 @@ on the demo pair (H200, remote.graph_split), as much as one AR forward. Here one
 scores the same candidates as remote.tree (`_plan`: parent slot, token rank), sorts them in registers (score and
 candidate index packed into one int64 key, so equal scores keep index order) and keeps the best `budget` there
 for the next level to gather from; the sort is the cost (~1.3 us a level at budget 31, H200, session 9: ranking
-by a [c, c] comparison instead was 6x slower). The final order and the ancestry follow the stored levels.
+by a [c, c] comparison instead was 6x slower). The search stops at the first level past which no prefix can be
+chosen (every deeper one scores at most that level's best plus the next level's best gain, and n kept prefixes
+score at least that): on the demo drafters' trees after 3-4 of 15 levels (fp32 and bf16 on HumanEval, session 10),
+which took the search at budget 31 from 22 us to 8 (a 15-deep spine still runs every level: 28). The final order
+and the ancestry follow the kept levels.
 
 Contract: `top_k(draft_logits, k)` -> the k best log-probs and token ids per row (two kernels where the chunks'
 candidates fit TOP_K_MERGE: the demo's 4096 vocabulary up to k = 256). `build(top_lp, top_ids, parent, rank,
@@ -36,10 +40,11 @@ def _pow2(n: int) -> int:
 
 
 def _warps(length: int) -> int:
-    """Warps of the CTA that sorts `length` int64 keys. Measured for the search (H200, bench_kernels --kinds tree,
-    session 6): 512 keys (budget 32) 21 us at 4 warps, 25 at 16; 1024 (budget 64) 64 us at 4, 49 at 16; 2048
-    (budget 128) 208 us at 4, 115 at 16."""
-    return 4 if length <= 512 else 16
+    """Warps of the CTA that sorts `length` int64 keys. Measured for the search (H200, bench_kernels --kinds tree):
+    512 keys (budget 31) 8.4 / 7.4 / 6.8 us at 4 / 8 / 16 warps on a bushy tree (the search stops after a few
+    levels), 27.7 / 28.8 / 32.6 on a 15-deep spine (session 10); 1024 (budget 63) 33 / 24 / 21 and 89 / 62 / 59;
+    2048 (budget 128) 208 us at 4, 115 at 16 (session 6, before the early stop)."""
+    return 4 if length <= 256 else 8 if length <= 512 else 16
 
 
 if triton is not None:
