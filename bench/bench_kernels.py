@@ -12,12 +12,13 @@ What is timed (microseconds per call: --calls calls captured in one graph, media
     packed-<backend>   the query heads of one K/V head stacked along the query axis (one K/V read, no copy)
   with <backend> default (torch's choice), cudnn, efficient or math.
 - `norm/<variant>` over [Q, hidden]: transformers' Qwen3RMSNorm (six kernels) vs F.rms_norm.
-- `select/<variant>`: one level of the best-first tree build (remote.tree): top-`budget` of the candidate scores,
-  torch.topk, a stable descending sort, or pairwise ranking (`remote.tree.ranked`), also torch.compile'd.
+- `select/<variant>`: one level of the best-first tree build (remote.decoding.tree_build): top-`budget` of the
+  candidate scores, torch.topk, a stable descending sort, or pairwise ranking (`remote.decoding.tree_build.ranked`),
+  also torch.compile'd.
 - `tree/<variant>`: a whole tree from [15, --vocab] draft logits, spread or a confident spine (`tree_fns`): `torch`
-  (remote.tree's torch ops), `kernel` (the runner's: remote.tree_kernel's top-k and search), `search-w<N>` (the
-  search kernel alone at N warps).
-- `gdn/v<BV>-w<W>`: one GDN layer's tree recurrence (remote.gdn_tree_kernel, node states kept) for a DFlash chain
+  (remote.decoding.tree_build's torch ops), `kernel` (the runner's: remote.kernels.tree_search's top-k and search),
+  `search-w<N>` (the search kernel alone at N warps).
+- `gdn/v<BV>-w<W>`: one GDN layer's tree recurrence (remote.kernels.gdn_tree, node states kept) for a DFlash chain
   of 16 and best-first trees of --budgets + 1 nodes with a 15-deep spine, at the value-head shapes of --gdn-preset,
   with BV value columns a program and W warps.
 The last stdout line is compact JSON; --out writes the rows.
@@ -37,8 +38,9 @@ from torch.nn import functional as F  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm  # noqa: E402
 
-from remote import tree_kernel  # noqa: E402
-from remote.tree import _plan, kernel_tree, ranked, torch_tree  # noqa: E402
+from remote.kernels import tree_search  # noqa: E402
+from remote.decoding.tree_build import _plan, kernel_tree, ranked  # noqa: E402
+from remote.tree import torch_tree  # noqa: E402
 
 SHAPES = {   # (query heads, K/V heads, head dim, hidden size)
     "demo-qwen3": (4, 2, 64, 256),
@@ -135,8 +137,8 @@ def tree_fns(vocab: int, budget: int, draft: str) -> dict:
         logits[:, 0] += 12
     k = min(budget, vocab)
     plan = _plan(15, k, budget, torch.device("cuda"))
-    top_lp, top_ids = tree_kernel.top_k(logits, k)
-    search = {f"search-w{w}": (lambda w=w: tree_kernel._launch(
+    top_lp, top_ids = tree_search.top_k(logits, k)
+    search = {f"search-w{w}": (lambda w=w: tree_search._launch(
         lambda kernel: kernel, top_lp, top_ids, plan.parent, plan.rank, budget, plan.levels,
         min(budget, plan.real), num_warps=w)) for w in (1, 2, 4, 8, 16)}
     return {"torch": lambda: torch_tree(logits, budget, k, plan),
@@ -146,8 +148,9 @@ def tree_fns(vocab: int, budget: int, draft: str) -> dict:
 def gdn_fns(preset: str, nodes: int) -> dict:
     """Tree recurrence variants for a chain (nodes 16) or a best-first tree of `nodes - 1` draft nodes from a
     confident drafter (one token a depth far ahead: a 15-deep spine, the other nodes its siblings)."""
-    from remote import gdn_tree_kernel
-    from remote.tree import Ancestry, best_first_tree
+    from remote.kernels import gdn_tree as gdn_tree_kernel
+    from remote.decoding.tree_build import best_first_tree
+    from remote.tree import Ancestry
 
     heads, dk, dv = GDN_SHAPES[preset]
     if nodes == 16:

@@ -12,7 +12,7 @@ it is measured (a run stopped at a time limit keeps them), and the last stdout l
 `--profile DIR` adds, after the timed runs of the first temperature (so no reported time is taken under the
 profiler), a torch.profiler chrome trace and a key_averages table of --profile-gens generations per method (ar,
 dflash, ddtree at the budget with the best speedup, stock `generate`), with the decode phases (draft, tree_build,
-verify, commit) as named ranges. Graphed runs report the GPU split of one replayed step (remote.graph_split:
+verify, commit) as named ranges. Graphed runs report the GPU split of one replayed step (remote.decoding.phase_split:
 each prefix of the step captured and timed; AR: forward_ms) in the draft/tree_build/verify/commit columns;
 `--phase-kernels` prints, after every timed run, the slowest kernels of each phase (torch.profiler over the prefix
 graphs' replays). A split replays one committed state (where the last generation ended), so a data-dependent phase
@@ -36,9 +36,9 @@ from torch.profiler import ProfilerActivity, profile, record_function  # noqa: E
 import remote.runner  # noqa: E402
 from bench_verify import save_profile  # noqa: E402
 from orchestrator.compare import render_table, summarize  # noqa: E402
-from remote.graph_split import split_kernels  # noqa: E402
+from remote.decoding.phase_split import split_kernels  # noqa: E402
 from remote.metrics import aggregate, compare  # noqa: E402
-from remote.placement import describe  # noqa: E402
+from remote.models.placement import describe  # noqa: E402
 from remote.runner import Run, graphed_split, peak_memory_gb, reset_peak_memory  # noqa: E402
 from remote.spec import DatasetSpec, DecodingSpec, DrafterSpec, ModelSpec, RunSpec  # noqa: E402
 from remote.timing import PhaseTimer  # noqa: E402
@@ -84,8 +84,8 @@ def measure(run: Run, method: str, budget: int) -> tuple[list, dict]:
 
 
 def phase_kernels(run: Run, method: str, budget: int, out: Path, top: int = 12) -> None:
-    """Print the slowest kernels of each phase of a replayed step (remote.graph_split.split_kernels) and add them
-    to out/phase_kernels.json. Runs after every timed run: the profiler left methods timed after it up to 4%
+    """Print the slowest kernels of each phase of a replayed step (remote.decoding.phase_split.split_kernels) and
+    add them to out/phase_kernels.json. Runs after every timed run: the profiler left methods timed after it up to 4%
     slower (the hybrid demo's DDTree, session 10). One generation first leaves a real committed state to split."""
     if not (run.graphed and run.graphed.graphs) or run.graphed.compiled:
         return

@@ -7,12 +7,13 @@ vs one AR token, through the runner's own code paths.
 What is measured, after a prompt prefill of --prompt-len random tokens (a fresh prefill before every measure, so
 every measure sees the same context length; each step then commits --accept drafted tokens + the root):
 
-- `tree`  : one DDTree verify + commit through `remote.backends.build_target` (AttentionTarget / HybridTarget),
-            tree from `remote.tree.build_tree` at each --budgets value on synthetic draft logits (--draft peaked:
-            a confident-then-fading drafter, realistic depth; random: flat, a depth-1 fan). `verify_ms` includes
-            choosing the target token at every node (one host sync), as the runner's verify phase does.
+- `tree`  : one DDTree verify + commit through `remote.models.backends.build_target` (AttentionTarget / HybridTarget),
+            tree from `remote.decoding.tree_build.build_tree` at each --budgets value on synthetic draft logits
+            (--draft peaked: a confident-then-fading drafter, realistic depth; random: flat, a depth-1 fan).
+            `verify_ms` includes choosing the target token at every node (one host sync), as the runner's verify phase
+            does.
 - `chain` : the same number of tokens (budget + 1, the root included) verified as a chain, committing as many.
-- `ar`    : ms per token of `remote.decode.generate_ar` (the runner's AR, TPOT as the runner reports it).
+- `ar`    : ms per token of `remote.decoding.loop.generate_ar` (the runner's AR, TPOT as the runner reports it).
 - `hf_generate` : ms per token of the model's own `generate` (greedy, KV cache), (t(n) - t(1)) / (n - 1).
 - `prefill`: `Target.prefill` of the prompt.
 
@@ -49,10 +50,10 @@ from torch.autograd import DeviceType  # noqa: E402
 from torch.profiler import ProfilerActivity, profile, record_function  # noqa: E402
 
 from conf import random_fields  # noqa: E402
-from remote.backends import build_target  # noqa: E402
-from remote.decode import generate_ar  # noqa: E402
-from remote.drafter_io import even_layer_ids  # noqa: E402
-from remote.loading import load_target, pick_device  # noqa: E402
+from remote.models.backends import build_target  # noqa: E402
+from remote.decoding.loop import generate_ar  # noqa: E402
+from remote.models.drafter_io import even_layer_ids  # noqa: E402
+from remote.models.loading import load_target, pick_device  # noqa: E402
 from remote.spec import ModelSpec  # noqa: E402
 from remote.timing import PhaseTimer  # noqa: E402
 from remote.tree import build_tree  # noqa: E402

@@ -2,9 +2,9 @@
 # The GPU measurements behind docs/PERFORMANCE.md, ~12 minutes on one H200 (two 10-minute slots: STEPS): the CUDA
 # tests, the step building blocks, demo-qwen3 (graphs, graphs + torch.compile), the hybrid demo pair (graphs), one
 # step at Qwen3-8B widths, the hybrid verify at Qwen3.6-27B widths; graphed rows carry the phase split of a replayed
-# step (remote.graph_split). Each step has its own time limit, so a slow one cannot starve the rest; every log and
-# result lands under OUT. The hybrid CUDA tests come last: on a fresh host fla autotunes its kernels for every new
-# shape, and they took over 100 s (session 5).
+# step (remote.decoding.phase_split). Each step has its own time limit, so a slow one cannot starve the rest; every
+# log and result lands under OUT. The hybrid CUDA tests come last: on a fresh host fla autotunes its kernels for every
+# new shape, and they took over 100 s (session 5).
 #
 #   OUT=/tmp/out WHEELS=/path/to/wheels bash bench/gpu_suite.sh
 #

@@ -7,7 +7,7 @@ Pipeline (recipe and measurements: shared/research/demo_pair_recipe.md):
   2. tokenizer   byte-level BPE, vocab 4096, `<|endoftext|>` = 0, `<|MASK|>` = 1
   3. targets     Qwen3 (pure attention) and Qwen3.5 text (3 Gated DeltaNet : 1 full attention), bf16 autocast
   4. drafters    per target: greedy self-distillation (its own continuations + hidden states), then a DFlash
-                 drafter (target embeddings / LM head frozen) trained on anchor blocks through remote.drafter
+                 drafter (target embeddings / LM head frozen) trained on anchor blocks through remote.models.drafter
   5. save        bf16: `demo-qwen3/`, `demo-qwen3_5/` (transformers dirs + tokenizer), `demo-qwen3-dflash/`,
                  `demo-qwen3_5-dflash/` (published DFlash format), `heldout_prompts.jsonl`, `train_report.json`
   6. evaluate    each saved pair opened from disk by the runner (remote.runner.Run), temperature 0, held-out
@@ -46,7 +46,7 @@ from demo_training.drafter_train import new_drafter, spread_layer_ids, train_dra
 from demo_training.evaluate import open_pair, runner_check, simulated_taus  # noqa: E402
 from demo_training.targets import build_target, train_lm  # noqa: E402
 from demo_training.tokenizer import encode_stream, heldout_prompts, save_tokenizer, train_tokenizer  # noqa: E402
-from remote.drafter_io import save_drafter  # noqa: E402
+from remote.models.drafter_io import save_drafter  # noqa: E402
 
 DEFAULT_OUT = REPO / "remote" / "assets" / "models"
 SIZE_LIMIT_MB = 40.0

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from remote.compat import cache_kwarg, make_cache
+from remote.models.compat import cache_kwarg, make_cache
 
 from .common import log
 

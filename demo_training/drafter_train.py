@@ -1,15 +1,15 @@
 """DFlash drafter training on self-distilled sequences, through the runtime drafter module's own submodules.
 
-Contract: `new_drafter(target, tokenizer, layers, block_size, layer_ids, seed)` is a float32 `remote.drafter.
-DFlashDrafter` shaped from the target by `remote.drafter_io.random_drafter` (RoPE over the full head dim, with the
-target's theta). `block_forward(drafter, noise, context, anchors)` is the batched, masked entry point the runtime
-module does not have: for every anchor a of a sequence it computes what `DFlashDrafter.forward` computes at decode
-time for the block [token a, MASK x (B-1)] at positions a..a+B-1 whose committed context is positions 0..a-1 (the
-same submodules, RoPE, scale and residual order; the runtime's cache only changes where context K/V are kept).
-All blocks of a row share one attention: a block's queries see context keys before its anchor and the keys of its
-own block (bidirectionally), nothing else. `train_drafter` trains on random anchors (>= the prompt length, where the
-target's own greedy tokens start), loss weighted 0.9^(k-1) at block position k, with the target's embeddings and LM
-head frozen. Non-goal: causal or sliding-window drafter layers (refused).
+Contract: `new_drafter(target, tokenizer, layers, block_size, layer_ids, seed)` is a float32
+`remote.models.drafter.DFlashDrafter` shaped from the target by `remote.models.drafter_io.random_drafter` (RoPE over
+the full head dim, with the target's theta). `block_forward(drafter, noise, context, anchors)` is the batched, masked
+entry point the runtime module does not have: for every anchor a of a sequence it computes what
+`DFlashDrafter.forward` computes at decode time for the block [token a, MASK x (B-1)] at positions a..a+B-1 whose
+committed context is positions 0..a-1 (the same submodules, RoPE, scale and residual order; the runtime's cache only
+changes where context K/V are kept). All blocks of a row share one attention: a block's queries see context keys
+before its anchor and the keys of its own block (bidirectionally), nothing else. `train_drafter` trains on random
+anchors (>= the prompt length, where the target's own greedy tokens start), loss weighted 0.9^(k-1) at block position
+k, with the target's embeddings and LM head frozen. Non-goal: causal or sliding-window drafter layers (refused).
 """
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ import time
 import torch
 import torch.nn.functional as F
 
-from remote.drafter import DFlashDrafter, _rope
-from remote.drafter_io import random_drafter
+from remote.models.drafter import DFlashDrafter, _rope
+from remote.models.drafter_io import random_drafter
 
 from .common import StepWindow, adamw, autocast, log, lr_at, set_lr
 

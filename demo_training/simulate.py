@@ -7,7 +7,8 @@ drafter's output for each root position, so it can be replayed:
 
     root r = P (the prefill token), count = 1
     each verify step: draft logits for the block rooted at r (context = target features of positions < r);
-                      build the chain (`remote.tree.chain_tree`) or the tree (`remote.tree.build_tree`, budget b);
+                      build the chain (`remote.decoding.tree_build.chain_tree`) or the tree
+                      (`remote.decoding.tree_build.build_tree`, budget b);
                       accepted a = depth of the deepest node on the path y[r+1], y[r+2], ... (the runner's `walk`
                       at T=0: a child is accepted iff it is the target's argmax);
                       committed = min(a + 1, n - count) (bonus included, capped like `Generation.extend`); r += a + 1
@@ -23,7 +24,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from remote.tree import build_tree, chain_tree
+from remote.decoding.tree_build import build_tree, chain_tree
 
 from .distill import _greedy_batch, target_features
 from .drafter_train import block_forward

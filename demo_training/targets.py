@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from remote.kernels import torch_gdn_path
+from remote.kernels.gdn_paths import torch_gdn_path
 
 from .common import StepWindow, adamw, autocast, log, lr_at, set_lr
 

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from statistics import mean
 
-from .decode import Generation
-
-PHASES = ("draft", "tree_build", "verify", "commit")
+from .decoding.loop import Generation
+from .timing import PHASES
 
 DEFINITIONS = {
     "tau": "pooled mean acceptance length: committed tokens / verify steps over all prompts, bonus token "
@@ -26,7 +25,8 @@ DEFINITIONS = {
     "ttft_ms": "mean over prompts of the time to the first token (target prefill + first token choice)",
     "speedup_vs_ar": "ar_tpot_ms / tpot_ms, AR run in the same process on the same prompts",
     "draft_ms": "drafter forward + draft logits, per verify step (pooled mean); graphed runs (decode_path "
-                "cuda_graph): GPU time of this phase in one replayed step (remote.graph_split), likewise below",
+                "cuda_graph): GPU time of this phase in one replayed step (remote.decoding.phase_split), likewise "
+                "below",
     "tree_build_ms": "tree (ddtree) or chain (dflash) construction from draft logits, per verify step",
     "verify_ms": "target forward over the tree/chain + choosing the target token at every node, per verify step",
     "commit_ms": "tree walk + KV compaction + drafter context selection, per verify step",

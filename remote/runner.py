@@ -20,21 +20,21 @@ import torch
 import transformers
 
 from .assets import with_assets
-from .backends import build_target
-from .compat import input_device, output_device
-from .decode import Generation, generate_ar, generate_spec
-from .drafter_io import check_pair
+from .decoding.graph import graph_decoder, graph_support
+from .decoding.loop import Generation, generate_ar, generate_spec
+from .decoding.phase_split import split_step
+from .decoding.sampling import make_generator
 from .errors import SpecError, first_line
 from .events import EventWriter, write_json_atomic
 from .files import RunFiles
-from .graph_decode import graph_decoder, graph_support
-from .graph_split import split_step
-from .kernels import torch_gdn_path
-from .loading import load_drafter_for, load_target, load_tokenizer, pick_device
+from .kernels.gdn_paths import torch_gdn_path
 from .metrics import DEFINITIONS, aggregate, compare, first_divergence, prompt_metrics
-from .placement import describe
+from .models.backends import build_target
+from .models.compat import input_device, output_device
+from .models.drafter_io import check_pair
+from .models.loading import load_drafter_for, load_target, load_tokenizer, pick_device
+from .models.placement import describe
 from .prompts import encode, load_prompts
-from .sampling import make_generator
 from .spec import METHODS, RunSpec
 from .timing import PhaseTimer
 
@@ -255,7 +255,7 @@ def report_lossless_failures(method: str, gens: list[Generation], ar_gens: list[
 
 
 def graphed_split(run: Run, method: str, warn) -> dict[str, float]:
-    """A replayed step's phases (remote.graph_split) for a graphed run, whose timers see only whole steps; {}
+    """A replayed step's phases (remote.decoding.phase_split) for a graphed run, whose timers see only whole steps; {}
     otherwise. `warn(message)` hears why a split failed (the run's results stand without it)."""
     decoder = run.graphed
     if not (decoder and decoder.graphs) or decoder.compiled:    # compiled: each prefix would compile again

@@ -47,7 +47,7 @@ class DecodingSpec:
     temperature: float = 0.0
     baseline: str = "ar"                   # "ar": also run AR on the same prompts (in turns); "none": skip it
     warmup: int = 1                        # warm-up generations per method before timing
-    cuda_graphs: bool = True               # replay each step as a CUDA graph where supported (remote.graph_decode)
+    cuda_graphs: bool = True               # replay each step as a CUDA graph where supported (remote.decoding.graph)
     compile_steps: bool = False            # also torch.compile each graphed step (kernel fusion; compiles per shape)
     compile_drafter: bool = True           # torch.compile the graphed steps' drafter forward (one compile per run)
 

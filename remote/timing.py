@@ -18,6 +18,8 @@ from contextlib import contextmanager
 
 import torch
 
+PHASES = ("draft", "tree_build", "verify", "commit")     # a speculative step's phases, in order
+
 
 class Span:
     end = None          # a `PhaseTimer.mark()` at which the phase ends, if earlier than the end of its block

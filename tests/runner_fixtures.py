@@ -9,8 +9,8 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from conf import random_fields
-from remote.backends import build_target
-from remote.drafter_io import random_drafter
+from remote.models.backends import build_target
+from remote.models.drafter_io import random_drafter
 
 # name -> transformers config fields (qwen3). Two shapes: different width, depth, heads, GQA ratio, vocab.
 # Pass initializer_range=0.3 for peaked distributions (the drafter's too, through the target's LM head): deep trees.

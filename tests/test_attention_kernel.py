@@ -1,4 +1,4 @@
-"""The one-kernel masked attention (remote.attention_kernel) against torch's SDPA: run by Triton's interpreter on
+"""The one-kernel masked attention (remote.kernels.attention) against torch's SDPA: run by Triton's interpreter on
 the CPU (a subprocess: the interpreter is chosen when the kernel module is imported), compiled for sm_90 here, and
 on CUDA through the op the captured steps call."""
 from __future__ import annotations
@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CHECK = r"""
 import json, sys
 import torch
-from remote import attention_kernel
+from remote.kernels import attention as attention_kernel
 from tests.test_attention_kernel import case, reference
 
 out = []
@@ -77,7 +77,7 @@ def test_interpreted_kernel_equals_sdpa():
 
 
 def test_kernel_compiles_for_hopper():
-    from remote import attention_kernel
+    from remote.kernels import attention as attention_kernel
     from tests.test_tree_kernel import hopper_ptx
 
     signature = {"q": "*bf16", "k": "*bf16", "v": "*bf16", "mask": "*u8", "out": "*bf16", "scale": "fp32",
@@ -91,7 +91,7 @@ def test_kernel_compiles_for_hopper():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the kernel runs on CUDA")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_cuda_kernel_equals_sdpa(dtype):
-    from remote import attention_kernel
+    from remote.kernels import attention as attention_kernel
 
     for spec in CASES + [(32, 8, 65, 2100, 128, "tree", 5), (16, 2, 129, 600, 64, "tree", 6)]:
         q, k, v, mask, scale = case(*spec, dtype=dtype, device="cuda")

@@ -8,7 +8,8 @@ import pytest
 
 from orchestrator import failures as F
 from orchestrator.failures import (CatalogError, Detector, Severity, classify_exit_code, exit_signal,
-                                   extract_traceback, load_catalog, scan_file, scan_text)
+                                   extract_traceback, load_catalog, prefilter, scan_file, scan_text)
+from orchestrator.failures.scanner import _MAX_PENDING
 
 DATA = Path(__file__).parent / "data" / "failures"
 OOM_LINE = (DATA / "cuda_oom__h200.log").read_text().splitlines()[-1]
@@ -54,7 +55,7 @@ def test_every_prefilter_literal_starts_with_a_rare_character():
     """Performance guard: the prefilter skips to rare first characters; an entry whose literal starts with a
     common one (a lowercase letter, a space) slows every scan. Reword the pattern to include a rarer literal."""
     slow = [(e.id, a) for e in load_catalog().entries for p in e.patterns for a in p.anchors
-            if a[0] not in F._RARE_FIRST]
+            if a[0] not in prefilter._RARE_FIRST]
     assert not slow
 
 
@@ -103,8 +104,8 @@ def test_the_fallback_entry_is_required(tmp_path):
 
 
 def test_a_pattern_alternation_gets_one_literal_per_branch():
-    assert set(F._anchors("(?:Killed process|Out of memory)")) == {"Killed process", "Out of memory"}
-    assert F._anchors("(?i:killed)") == ()
+    assert set(prefilter.anchors("(?:Killed process|Out of memory)")) == {"Killed process", "Out of memory"}
+    assert prefilter.anchors("(?i:killed)") == ()
 
 
 # ------------------------------------------------------------------------------------------------ streaming
@@ -162,7 +163,7 @@ def test_feed_lines_takes_lines_without_newlines():
 def test_a_progress_bar_that_never_ends_its_line_is_still_scanned():
     detector = Detector()
     bar = "Generating: 50%|█████     | 50/100\r"
-    detector.feed(bar * (F._MAX_PENDING // len(bar) + 10) + OOM_LINE + "\r")
+    detector.feed(bar * (_MAX_PENDING // len(bar) + 10) + OOM_LINE + "\r")
     assert [f.id for f in detector.fatal] == ["cuda_oom"]
 
 

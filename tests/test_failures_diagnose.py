@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from orchestrator.diagnose import main
+from orchestrator.failures.diagnose import main
 
 DATA = Path(__file__).parent / "data" / "failures"
 OOM = DATA / "cuda_oom__h200.log"

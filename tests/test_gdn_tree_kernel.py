@@ -1,4 +1,4 @@
-"""The GDN tree kernel (remote.gdn_tree_kernel) inside `HybridTarget`, against the oracle (the model's own forward
+"""The GDN tree kernel (remote.kernels.gdn_tree) inside `HybridTarget`, against the oracle (the model's own forward
 over each ancestor path) on a tiny random hybrid model in float32: Triton's interpreter runs it on the CPU (in a
 subprocess: the interpreter is chosen when the kernel module is imported), keeping every node's state and, with a
 zero keep limit, recomputing the accepted node's at commit; both kernels compile for sm_90 without a GPU."""
@@ -17,7 +17,8 @@ pytest.importorskip("triton")
 ROOT = Path(__file__).resolve().parent.parent
 CHECK = r"""
 import dataclasses, json, sys
-from remote import gdn_tree, gdn_tree_kernel, hybrid_target
+from remote.kernels import gdn_tree as gdn_tree_kernel
+from remote.models import gdn, hybrid_target
 from tests import test_hybrid_target as oracle
 
 calls = []
@@ -29,7 +30,7 @@ select = hybrid_target.select_gdn_kernels
 hybrid_target.select_gdn_kernels = lambda *a, **kw: dataclasses.replace(select(*a, **kw), tree=counted)
 ran = []
 for test, keep_limit in json.loads(sys.argv[1]):
-    gdn_tree.KEEP_LIMIT = keep_limit
+    gdn.KEEP_LIMIT = keep_limit
     del calls[:]
     getattr(oracle, test)("qwen3_5-narrow")
     ran.append([test, len(calls), sum(calls)])     # launches, of which kept every node's state
@@ -40,7 +41,7 @@ print(json.dumps(ran))
 def test_tree_kernel_matches_the_oracle_under_the_interpreter():
     # the oracle tests of tests/test_hybrid_target.py on a model narrow enough for the interpreter; with a zero keep
     # limit commit recomputes the accepted node's state with the kernel instead of copying it
-    from remote.gdn_tree import KEEP_LIMIT
+    from remote.models.gdn import KEEP_LIMIT
 
     cases = [("test_every_tree_node_matches_its_ancestor_path", KEEP_LIMIT),
              ("test_commit_installs_the_state_of_a_plain_forward", KEEP_LIMIT),
@@ -58,7 +59,7 @@ def test_tree_kernel_matches_the_oracle_under_the_interpreter():
 
 def test_tree_kernel_compiles_for_hopper():
     """Triton's compiler types what its interpreter does not; the kernel compiles for sm_90 here, without a GPU."""
-    from remote import gdn_tree_kernel
+    from remote.kernels import gdn_tree as gdn_tree_kernel
     from tests.test_tree_kernel import hopper_ptx
 
     pointers = {"q": "*bf16", "k": "*bf16", "v": "*bf16", "g": "*fp32", "beta": "*bf16", "state": "*fp32",

@@ -1,14 +1,14 @@
-"""The graph decoder's step functions (remote.graph_decode), run eagerly on the CPU in float32: token for token the
-same as the eager loop (remote.decode), per-step acceptance included, on two tiny Qwen3 shapes and against a stop
+"""The graph decoder's step functions (remote.decoding.graph), run eagerly on the CPU in float32: token for token the
+same as the eager loop (remote.decoding.loop), per-step acceptance included, on two tiny Qwen3 shapes and against a stop
 id; on CUDA, the captured graphs replay the same tokens as the eager steps."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from remote.decode import generate_ar, generate_spec
-from remote.step_kernels import step_kernels
-from remote.graph_decode import GraphDecoder, HybridGraphDecoder, graph_support
+from remote.decoding.loop import generate_ar, generate_spec
+from remote.kernels.step import step_kernels
+from remote.decoding.graph import GraphDecoder, HybridGraphDecoder, graph_support
 from remote.timing import PhaseTimer
 from tests.runner_fixtures import prompts, tiny_drafter, tiny_model, tiny_pair
 
@@ -153,7 +153,7 @@ def test_cuda_graph_replays_equal_eager_steps(method, budget):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
 @pytest.mark.parametrize("method,budget", [("ar", 0), ("ddtree", 32)])
 def test_phase_split_times_every_phase_and_leaves_the_decoder_as_it_was(method, budget):
-    from remote.graph_split import split_step
+    from remote.decoding.phase_split import split_step
 
     model, drafter, _ = tiny_pair("wide", block_size=8)
     model, drafter = model.cuda(), drafter.cuda()
@@ -259,8 +259,8 @@ def test_hybrid_static_commit_equals_the_eager_commit(shape, seed):
     and every layer's state of HybridTarget's eager verify + commit, on chains and trees, for several paths."""
     import random
 
-    from remote.gdn_tree import TreeLayout
-    from remote.hybrid_target import HybridTarget, Static
+    from remote.models.gdn import TreeLayout
+    from remote.models.hybrid_target import HybridTarget, Static
     from remote.tree import Ancestry
     from tests.test_hybrid_lossless import tiny_hybrid_pair
     from tests.test_hybrid_models import ancestor_path, random_tree
@@ -342,7 +342,7 @@ def test_compiled_steps_decode_the_eager_tokens(kind, graphs):
     """compile_steps (the AR and DDTree steps torch.compile'd) and compile_drafter (the draft only): inductor (C++
     on a CPU) leaves the tokens and every step's acceptance as the plain steps have them."""
     model, drafter, _ = tiny_pair("narrow", block_size=8)
-    drafter.fuse_projections()                              # as the runner loads it (remote.loading)
+    drafter.fuse_projections()                              # as the runner loads it (remote.models.loading)
     from torch._dynamo.utils import counters
 
     plain = GraphDecoder(model, drafter, drafter.target_layer_ids, graphs=False)

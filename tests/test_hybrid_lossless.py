@@ -12,10 +12,10 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from remote.backends import build_target
-from remote.decode import generate_ar, generate_spec
-from remote.drafter_io import random_drafter
-from remote.hybrid_target import HybridTarget
+from remote.models.backends import build_target
+from remote.decoding.loop import generate_ar, generate_spec
+from remote.models.drafter_io import random_drafter
+from remote.models.hybrid_target import HybridTarget
 from remote.timing import PhaseTimer
 
 LIN, FULL = "linear_attention", "full_attention"

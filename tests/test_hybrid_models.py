@@ -1,5 +1,5 @@
 """Tiny random hybrid (attention + Gated DeltaNet) models for the hybrid-target tests, the oracle they are checked
-against, and the facts about these models that make `remote.hybrid_target` necessary.
+against, and the facts about these models that make `remote.models.hybrid_target` necessary.
 
 The oracle is the model's own forward over a whole sequence with a cache built from its config
 (`DynamicCache(config=...)`): what a node's logits must equal is this forward over prefix + ancestor path.
@@ -20,7 +20,7 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, DynamicCache
 
-from remote.kernels import torch_gdn_path
+from remote.kernels.gdn_paths import torch_gdn_path
 
 ASSETS = Path(__file__).resolve().parent.parent / "remote" / "assets"
 VOCAB = 1024
@@ -178,7 +178,7 @@ def test_flattened_tree_verification_is_wrong_and_hybrid_target_is_right(name):
     """The reference recipe: the model's own forward over the flattened tree, 4-D ancestor mask, positions
     prefix + depth, cache from DynamicCache(config=...). Attention honours the mask, the GDN recurrence cannot, so
     any node whose list-order predecessors are not exactly its ancestors gets wrong logits."""
-    from remote.hybrid_target import HybridTarget
+    from remote.models.hybrid_target import HybridTarget
 
     model = tiny_model(name)
     prompt = real_token_ids()[0][:12]

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from remote.errors import SpecError
-from remote.hybrid_target import TRANSFORMERS_BELOW, TRANSFORMERS_MIN, HybridTarget, check_transformers_version
+from remote.models.hybrid_target import TRANSFORMERS_BELOW, TRANSFORMERS_MIN, HybridTarget, check_transformers_version
 from tests.test_hybrid_models import (  # noqa: F401
     ancestor_path, cache_state, layer_types, plain_forward, plain_last_batch, random_tree,
     real_token_ids, tiny_model,
@@ -173,7 +173,7 @@ def test_unsupported_models_and_layers_are_refused_with_the_choices():
 def test_fast_kernels_compute_the_torch_math_on_cuda():
     """The bundle `auto` picks (fla / causal_conv1d where installed) against the torch bundle, float32, same inputs:
     the recurrent step exactly (1e-5), the chunk kernel to within fla's TF32 rounding (2% of the output scale)."""
-    from remote.kernels import select_gdn_kernels
+    from remote.kernels.gdn_paths import select_gdn_kernels
 
     gdn = tiny_model("qwen3_5-3to1").model.layers[0].linear_attn
     fast, ref = select_gdn_kernels(gdn, torch.device("cuda"), "auto"), select_gdn_kernels(gdn, "cuda", "torch")
@@ -241,7 +241,7 @@ def _conv_window_reference(parents: list[int], node: int, k: int) -> list[int]:
 def test_tree_layout_on_the_device_equals_the_host_walk(seed):
     """Conv windows and per-node paths of the device-built layout, on trees and forests, against a host walk up the
     parents, for conv kernels shorter and longer than the tree is deep."""
-    from remote.gdn_tree import TreeLayout
+    from remote.models.gdn import TreeLayout
     from remote.tree import Ancestry
 
     rng = random.Random(seed)
@@ -259,7 +259,7 @@ def test_tree_layout_on_the_device_equals_the_host_walk(seed):
 def test_step_kernels_fuse_the_zero_centred_and_gated_norms(name):
     """Inside `step_kernels` (the graphed steps) each `1 + weight` RMSNorm and each gated norm of a hybrid is one
     `rms_norm` op and the logits stay the model's own; on exit transformers' norms are back."""
-    from remote.step_kernels import GATED, ZERO_CENTRED, step_kernels
+    from remote.kernels.step import GATED, ZERO_CENTRED, step_kernels
 
     model = tiny_model(name)
     ids = real_token_ids()[0][:12]

@@ -7,9 +7,9 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from remote.decode import generate_spec
-from remote.drafter_io import load_drafter, save_drafter
-from remote.backends import build_target
+from remote.decoding.loop import generate_spec
+from remote.models.drafter_io import load_drafter, save_drafter
+from remote.models.backends import build_target
 from remote.timing import PhaseTimer
 from tests.runner_fixtures import prompts, tiny_drafter, tiny_model  # noqa: F401
 
@@ -49,7 +49,7 @@ def test_same_weights_same_output_both_ways(tmp_path, variant):
     model = tiny_model("wide", vocab_size=64)
     extra = {} if variant == "plain" else {"layer_types": ["sliding_attention", "full_attention"],
                                            "use_sliding_window": True, "sliding_window": 64}
-    from remote.drafter_io import random_drafter
+    from remote.models.drafter_io import random_drafter
     ours = random_drafter(model, None, {"num_hidden_layers": 2, **extra, "dflash_config": {"mask_token_id": 63}},
                           8, seed=3)
     save_drafter(ours, tmp_path / "ours")

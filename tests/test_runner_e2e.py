@@ -85,7 +85,7 @@ def test_other_methods_in_process(tmp_path, method, baseline):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="graphed decoding needs a GPU")
 def test_a_graphed_run_reports_where_its_steps_go(tmp_path):
-    """A replayed step has no phase timers: the runner times its phases afterwards (remote.graph_split)."""
+    """A replayed step has no phase timers: the runner times its phases afterwards (remote.decoding.phase_split)."""
     results = run(tiny_spec("ddtree", top={"device": "cuda"}), str(tmp_path))
     m, env = results["metrics"], results["environment"]
     assert env["decode_path"] == "cuda_graph+compiled_drafter", env["decode_path"]     # the compile worked

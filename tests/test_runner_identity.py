@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from remote.decode import generate_ar, generate_spec
+from remote.decoding.loop import generate_ar, generate_spec
 from remote.timing import PhaseTimer
 from tests.runner_fixtures import prompts, tiny_pair
 

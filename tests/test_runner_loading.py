@@ -6,10 +6,10 @@ import json
 import pytest
 import torch
 
-from remote.drafter_io import check_pair, random_drafter, save_drafter
+from remote.models.drafter_io import check_pair, random_drafter, save_drafter
 from remote.errors import SpecError
-from remote.loading import load_tokenizer
-from remote.placement import describe, spread
+from remote.models.loading import load_tokenizer
+from remote.models.placement import describe, spread
 from remote.prompts import encode, load_prompts
 from remote.runner import Run
 from remote.spec import DatasetSpec, ModelSpec

@@ -8,7 +8,7 @@ import itertools
 import pytest
 import torch
 
-from remote.decode import generate_spec
+from remote.decoding.loop import generate_spec
 from remote.timing import PhaseTimer
 from tests.runner_fixtures import tiny_drafter, tiny_model  # noqa: F401
 
@@ -51,7 +51,7 @@ def _chi2(counts: dict[tuple, int], exact: dict[tuple, float], n: int) -> float:
 def samples():
     model = tiny_model("narrow", initializer_range=0.3)
     drafter = tiny_drafter(model, block_size=4)
-    from remote.backends import build_target
+    from remote.models.backends import build_target
     target = build_target(model, drafter.target_layer_ids)
     timer = PhaseTimer(torch.device("cpu"))
     out, walked = [], 0

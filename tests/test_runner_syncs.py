@@ -22,8 +22,8 @@ import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
-from remote import decode
-from remote.decode import generate_ar, generate_spec
+from remote.decoding import loop
+from remote.decoding.loop import generate_ar, generate_spec
 from remote.timing import PhaseTimer
 from tests.runner_fixtures import prompts, tiny_pair
 
@@ -161,13 +161,13 @@ def test_drafter_reads_nothing():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA sync debug mode needs a GPU")
 @pytest.mark.parametrize("method, budget", [("ar", 0), ("dflash", 0), ("ddtree", 16)])
 def test_cuda_loop_synchronises_only_at_the_read(method, budget, monkeypatch):
-    """Inside the loop every synchronising CUDA call warns, except the sanctioned `decode.to_host`."""
-    from remote.backends import build_target
+    """Inside the loop every synchronising CUDA call warns, except the sanctioned `loop.to_host`."""
+    from remote.models.backends import build_target
     model, drafter, _ = tiny_pair("wide", block_size=8)
     model, drafter = model.cuda(), drafter.cuda()
     target = build_target(model, drafter.target_layer_ids)
     ids = prompts(model, 1, seed=1)[0].cuda()
-    read = decode.to_host
+    read = loop.to_host
 
     def sanctioned(t):
         torch.cuda.set_sync_debug_mode(0)

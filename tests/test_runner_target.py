@@ -7,10 +7,10 @@ import random
 import pytest
 import torch
 
-from remote.attention_target import AttentionTarget
-from remote.backends import build_target
-from remote.decode import draft
-from remote.tree import build_tree
+from remote.models.attention_target import AttentionTarget
+from remote.models.backends import build_target
+from remote.decoding.loop import draft
+from remote.decoding.tree_build import build_tree
 from tests.runner_fixtures import tiny_drafter, tiny_model  # noqa: F401
 
 TOL = 1e-4

@@ -9,8 +9,9 @@ import random
 import pytest
 import torch
 
-from remote.decode import walk
-from remote.tree import Ancestry, ancestor_mask, best_first_tree, build_tree, chain_tree, depths_of
+from remote.decoding.loop import walk
+from remote.decoding.tree_build import best_first_tree, build_tree, chain_tree
+from remote.tree import Ancestry, ancestor_mask, depths_of
 
 
 def _paths(tree):
@@ -195,7 +196,7 @@ def test_device_walk_equals_the_python_walk(seed):
 @pytest.mark.parametrize("seed", range(4))
 def test_ranked_selection_is_topk_with_ties_in_index_order(seed):
     """The compiled tree build's selection (`ranked`) against a stable sort, on scores with many ties and -inf."""
-    from remote.tree import ranked
+    from remote.decoding.tree_build import ranked
 
     g = torch.Generator().manual_seed(seed)
     scores = torch.randint(-6, 0, (300,), generator=g).float()

@@ -4,7 +4,7 @@
   AutoModelForCausalLM, tokenizers with AutoTokenizer, drafters with remote's `load_drafter`; the runner decodes
   with each pair losslessly (DFlash and DDTree tokens == AR tokens, float32).
 - The drafter's batched training forward (`demo_training.drafter_train.block_forward`) is the runtime drafter's math:
-  each anchor block gives the logits `remote.decode.draft` gives for that block at decode time.
+  each anchor block gives the logits `remote.decoding.loop.draft` gives for that block at decode time.
 - The distillation features are what the runner's targets hand the drafter (`Target.prefill(...).features`).
 - The simulated taus the script reports equal the runner's on the prompts both decoded (the script's own check).
 """
@@ -22,9 +22,9 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from demo_training.distill import target_features
 from demo_training.drafter_train import block_batch, block_forward, new_drafter
-from remote.backends import build_target
-from remote.decode import draft
-from remote.drafter_io import check_pair, load_drafter
+from remote.models.backends import build_target
+from remote.decoding.loop import draft
+from remote.models.drafter_io import check_pair, load_drafter
 from remote.runner import Run
 from remote.spec import DatasetSpec, DecodingSpec, DrafterSpec, ModelSpec, RunSpec
 

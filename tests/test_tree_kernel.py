@@ -1,7 +1,7 @@
-"""The one-kernel tree build (remote.tree_kernel) against remote.tree's torch ops, run by Triton's interpreter on the
-CPU (a subprocess: the interpreter is chosen when the kernel module is imported): the same tokens, parents, depths
-and ancestry for budgets from 1 to past the candidates of one level, vocabularies smaller and larger than the
-budget."""
+"""The one-kernel tree build (remote.kernels.tree_search) against remote.decoding.tree_build's torch ops, run by
+Triton's interpreter on the CPU (a subprocess: the interpreter is chosen when the kernel module is imported): the same
+tokens, parents, depths and ancestry for budgets from 1 to past the candidates of one level, vocabularies smaller and
+larger than the budget."""
 from __future__ import annotations
 
 import json
@@ -19,7 +19,8 @@ ROOT = Path(__file__).resolve().parent.parent
 CHECK = r"""
 import json, sys
 import torch
-from remote import tree, tree_kernel
+from remote.decoding import tree_build
+from remote.kernels import tree_search
 
 out = []
 for depth, vocab, budget, seed in json.loads(sys.argv[1]):
@@ -31,17 +32,17 @@ for depth, vocab, budget, seed in json.loads(sys.argv[1]):
     # score at least the next level's best: one short of where the kernel's search may stop
     if seed % 5 == 0:
         logits[torch.arange(depth), torch.randint(vocab // 3, vocab, (depth,), generator=g)] += 9
-    ref = tree.best_first_tree(logits, budget)
+    ref = tree_build.best_first_tree(logits, budget)
     k = min(budget, vocab)
     top_lp, top_ids = torch.topk(torch.log_softmax(logits.float(), dim=-1), k, dim=-1)
-    plan = tree._plan(depth, k, budget, logits.device)
+    plan = tree_build._plan(depth, k, budget, logits.device)
     n = min(budget, plan.real)
-    tokens, parents, depths, ancestors = tree_kernel.build_interpreted(top_lp, top_ids, plan.parent, plan.rank,
+    tokens, parents, depths, ancestors = tree_search.build_interpreted(top_lp, top_ids, plan.parent, plan.rank,
                                                                        budget, plan.levels, n)
     want = ref.ancestry()
     top_k = None                         # the interpreter sorts slowly: small cases only
     if depth * vocab <= 2000:
-        lp_k, ids_k = tree_kernel.top_k_interpreted(logits, k, chunk=16)   # several chunks a row
+        lp_k, ids_k = tree_search.top_k_interpreted(logits, k, chunk=16)   # several chunks a row
         finite = torch.isfinite(top_lp)  # -inf logits tie: their order is free
         top_k = torch.equal(torch.isfinite(lp_k), finite) and torch.equal(ids_k[finite], top_ids[finite]) and \
             torch.allclose(lp_k[finite], top_lp[finite], atol=1e-5)
@@ -78,7 +79,7 @@ def test_kernel_builds_the_torch_tree():
 def test_cuda_tree_equals_the_torch_tree(vocab, budget):
     """The runner's full shapes (15 levels, the demo's 4096 and Qwen's 151936 vocabularies, the latter through
     torch.topk) on the GPU against the CPU's torch ops."""
-    from remote.tree import best_first_tree
+    from remote.decoding.tree_build import best_first_tree
 
     logits = torch.randn(15, vocab, generator=torch.Generator().manual_seed(budget)) * 3
     cpu, gpu = best_first_tree(logits, budget), best_first_tree(logits.cuda(), budget)
@@ -102,7 +103,7 @@ def hopper_ptx(kernel, signature: dict, constants: dict) -> str:
 def test_kernels_compile_for_hopper():
     """Triton's compiler types what its interpreter does not (a loop-carried int32 that becomes int64 compiled
     only on the GPU): both kernels compile for sm_90 here, without a GPU."""
-    from remote import tree_kernel
+    from remote.kernels import tree_search
 
     longs = ("top_ids", "cand_parent", "cand_rank", "vindex", "tokens", "parents", "depths", "ancestors")
     tree = {**{name: "*i64" for name in longs}, "top_lp": "*fp32",
@@ -112,7 +113,7 @@ def test_kernels_compile_for_hopper():
              **{name: "i32" for name in ("V", "per", "stride", "tie_top")}}
     merge = {"part_key": "*i64", "part_max": "*fp32", "part_sum": "*fp32", "top_lp": "*fp32", "top_ids": "*i64",
              **{name: "i32" for name in ("K", "chunks", "per", "tie_top")}}
-    for kernel, signature, constants in [(tree_kernel._tree_kernel, tree, sizes),
-                                         (tree_kernel._top_k_chunk_kernel, chunk, {"CHUNK": 512}),
-                                         (tree_kernel._top_k_merge_kernel, merge, {"MP": 1024, "CP": 8})]:
+    for kernel, signature, constants in [(tree_search._tree_kernel, tree, sizes),
+                                         (tree_search._top_k_chunk_kernel, chunk, {"CHUNK": 512}),
+                                         (tree_search._top_k_merge_kernel, merge, {"MP": 1024, "CP": 8})]:
         assert ".entry" in hopper_ptx(kernel, signature, constants)

@@ -1,12 +1,12 @@
 """Preallocated K/V caches whose every update is a device-indexed write: nothing in a step depends on a host value,
-so a whole decoding step can be captured once as a CUDA graph and replayed (remote.graph_decode).
+so a whole decoding step can be captured once as a CUDA graph and replayed (remote.decoding.graph).
 
 Contract: `StaticKV(model, capacity)` stands in for a transformers cache in a pure-attention model's forward (it
 implements the two methods those forwards call: `update` and `get_seq_length`). Before each forward the caller sets
 `slots` ([n] long, on the device): the cache rows the n new tokens' K/V go to. `update` writes them there and
 returns all `capacity` rows, so the caller's 4-D mask (`visibility_mask`) decides which rows a query sees: rows past
 the committed length hold stale or padding K/V and must be masked. `StaticDrafterKV` is the same for the DFlash
-drafter's context K/V (remote.drafter calls `extend` and `context_mask`). `compact(start, path)` keeps the path's
+drafter's context K/V (remote.models.drafter calls `extend` and `context_mask`). `compact(start, path)` keeps the path's
 rows at `start..start+H-1` (the accepted path of a verify, padded to the tree height: rows past the accepted
 length are stale copies, masked later). Non-goal: sliding-window layers and recurrent (hybrid) layers.
 """

@@ -1,7 +1,7 @@
 """The gated delta rule over a token tree as one Triton kernel (CUDA): every node's output from its parent's
 recurrent state, and, where asked, every node's state, for one GDN layer in one launch.
 
-Why: run through the sequence kernels (remote.gdn_tree's torch/fla path), a tree verify gathers five [N, H, ...]
+Why: run through the sequence kernels (remote.models.gdn's torch/fla path), a tree verify gathers five [N, H, ...]
 path tensors, materialises N copies of the committed state and gathers each node's output back (~8 kernels a
 layer), and commit recomputes the accepted path (~10 more). On the hybrid demo pair (H200, graphed, session 6)
 this kernel took DDTree-64's commit from 0.41 to 0.14 ms and its verify from 1.46 to 1.34 ms. Here a program
@@ -24,7 +24,7 @@ import torch
 try:
     import triton
     import triton.language as tl
-except ImportError:          # CPU-only installs: remote.gdn_tree keeps the sequence kernels
+except ImportError:          # CPU-only installs: remote.models.gdn keeps the sequence kernels
     triton = None
 
 

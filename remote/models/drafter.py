@@ -22,7 +22,7 @@ from torch import nn
 from torch.nn import functional as F
 from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP, Qwen3RMSNorm, Qwen3RotaryEmbedding, rotate_half
 
-from .step_kernels import grouped_attention
+from ..kernels.step import grouped_attention
 
 
 def dflash_value(config, name: str, default=None):
@@ -61,7 +61,7 @@ class DrafterCache:
         """Called before each forward with the new context's positions; a growing cache needs neither."""
 
     def context_mask(self) -> None:
-        """Every cached row is committed context (remote.static_cache.StaticDrafterKV masks its spare rows)."""
+        """Every cached row is committed context (remote.models.static_cache.StaticDrafterKV masks its spare rows)."""
         return None
 
 

@@ -5,7 +5,7 @@ committed state so that every node sees exactly its ancestors: its causal-conv w
 conv inputs (falling back to the committed conv state above the tree), and its recurrent state starts from its
 parent's state (the committed state for a node whose parent is the prefix). The whole tree is one recurrent-kernel
 call per layer and no host value is read (a verify can be captured in a CUDA graph): where Triton runs,
-`remote.gdn_tree_kernel` walks every node's ancestors in one launch and can keep each node's state; elsewhere every
+`remote.kernels.gdn_tree` walks every node's ancestors in one launch and can keep each node's state; elsewhere every
 node runs its own root-to-node path through the sequence kernel (batch N, length = tree height) and a chain runs
 as one sequence of N. The sequential steps equal the tree depth, not its size. Both return `NodeStates`, from
 which commit gets the state after the accepted path (`NodeStates.after`).
@@ -13,7 +13,7 @@ which commit gets the state after the accepted path (`NodeStates.after`).
 
 All weights are the model's own: projections, conv1d, A_log, dt_bias, the gated norm and out_proj of the layer's
 transformers module (`Qwen3_5GatedDeltaNet`, `Qwen3NextGatedDeltaNet`, `Qwen3_5MoeGatedDeltaNet`). Only the
-per-token state flow is ours; the recurrence itself is the kernel bundle of `remote.kernels`.
+per-token state flow is ours; the recurrence itself is the kernel bundle of `remote.kernels.gdn_paths`.
 
 State layouts are those of transformers' `LinearAttentionLayer`, so they compare one to one with a plain forward:
 conv state [1, C, K] (the last K pre-conv inputs, C = 2*key_dim + value_dim, K = conv kernel size; the oldest
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .kernels import GdnKernels, activate
-from .tree import Ancestry
+from ..kernels.gdn_paths import GdnKernels, activate
+from ..tree import Ancestry
 
 
 @dataclass

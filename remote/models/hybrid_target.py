@@ -1,7 +1,7 @@
 """`Target` for hybrid models that interleave full attention with Gated DeltaNet (GDN) linear attention.
 
 Covers Qwen3.5 / Qwen3.6 (`qwen3_5_text` = `Qwen3_5ForCausalLM`, `qwen3_5` = `Qwen3_5ForConditionalGeneration` whose
-text model decodes, and the MoE variants `qwen3_5_moe(_text)`) and `qwen3_next`. Keeps the `remote.target.Target`
+text model decodes, and the MoE variants `qwen3_5_moe(_text)`) and `qwen3_next`. Keeps the `remote.models.target.Target`
 contract exactly: every node of a verified tree gets the logits and features of a plain forward over its ancestor
 path, and `commit(path)` leaves the state a plain forward over prefix + path would leave.
 
@@ -14,15 +14,15 @@ shared, nothing copied) and holds the per-layer state itself:
   K/V after the committed prefix and attends with an ancestor-only mask at positions prefix_len + depth; commit moves
   the accepted rows to the front of that window (compaction), so rejected rows are simply overwritten next time.
 - GDN layers: conv state [1, C, K] and recurrent state [1, HV, Dk, Dv] float32 (transformers' layouts). Verify
-  runs every node from its parent's state (`remote.gdn_tree`), commit installs the accepted node's.
+  runs every node from its parent's state (`remote.models.gdn`), commit installs the accepted node's.
 
-Cost: the recurrence is one kernel call per GDN layer and verify (on CUDA with Triton remote.gdn_tree_kernel,
+Cost: the recurrence is one kernel call per GDN layer and verify (on CUDA with Triton remote.kernels.gdn_tree,
 else every node's root-to-node path as one sequence of the tree's height), reading nothing back to the host.
 Per-node states (HV x Dk x Dv float32: 3 MiB per node and layer at Qwen3.6-27B widths) are kept for commit only
-while they fit remote.gdn_tree.KEEP_LIMIT; otherwise commit recomputes the accepted node's state from the
+while they fit remote.models.gdn.KEEP_LIMIT; otherwise commit recomputes the accepted node's state from the
 committed one, in one call per layer.
 
-Decoding on reserved state (remote.graph_decode.HybridGraphDecoder): after `reserve(capacity)` every state keeps
+Decoding on reserved state (remote.decoding.graph.HybridGraphDecoder): after `reserve(capacity)` every state keeps
 its storage (prefills and commits copy into it), and `decode` (one AR token) / `verify_static` + `commit_static`
 (a DFlash chain or a DDTree tree) run at a device-side prefix length with no host value, so each step can be
 captured as a CUDA graph once and replayed.
@@ -42,14 +42,14 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from . import attention_kernel
-from .errors import SpecError
-from .gdn_tree import TreeLayout, gdn_sequence, gdn_step, gdn_tree
-from .kernels import select_gdn_kernels
+from ..errors import SpecError
+from ..kernels import attention as attention_kernel
+from ..kernels.gdn_paths import select_gdn_kernels
+from ..tree import Ancestry
+from .gdn import TreeLayout, gdn_sequence, gdn_step, gdn_tree
 from .placement import devices
 from .static_cache import move_rows
 from .target import Target, Verified
-from .tree import Ancestry
 
 # The range is what tests/test_hybrid_*.py passed on (CPU, torch path; TRANSFORMERS_CHECKED). Below it the modeling
 # modules were not tried (5.2-5.4 also build Qwen3.5 caches differently); above it they are unread.
@@ -168,7 +168,7 @@ class HybridTarget(Target):
 
     def reserve(self, capacity: int) -> None:
         """Fix the storage of every state from now on: K/V of `capacity` rows, and GDN states that later prompts
-        and commits overwrite in place, so that a captured `decode` step stays valid (remote.graph_decode)."""
+        and commits overwrite in place, so that a captured `decode` step stays valid (remote.decoding.graph)."""
         self.capacity = capacity
         layers = enumerate(self.decoder.layers[: len(self.layer_types)])
         self._kv = {i: _KV.for_layer(layer.self_attn, capacity) for i, layer in layers
@@ -345,7 +345,7 @@ class HybridTarget(Target):
         kv = self._kv[i]
         if isinstance(tree, Static):        # all reserved rows, masked to the committed ones and these tokens
             kv.put(tree.start + torch.arange(t, device=h.device), k, v)
-            if attention_kernel.available(q):    # one kernel, no mask copies (remote.attention_kernel)
+            if attention_kernel.available(q):    # one kernel, no mask copies (remote.kernels.attention)
                 o = attention_kernel.attention(q, kv.keys, kv.values, tree.visible, attn.scaling)    # [1, T, Hq, D]
             else:
                 o = F.scaled_dot_product_attention(q, kv.keys, kv.values, attn_mask=tree.visible[None, None],

@@ -1,4 +1,4 @@
-"""Kernels that captured decoding steps use in place of transformers' defaults (remote.graph_decode).
+"""Kernels that captured decoding steps use in place of transformers' defaults (remote.decoding.graph).
 
 Why, measured inside CUDA graphs on an H200 (bench/bench_kernels.py, docs/PERFORMANCE.md):
 - RMSNorm: transformers' Qwen3 / Llama-style norm is six kernels per call (cast, pow, mean, add, rsqrt, two
@@ -12,7 +12,7 @@ Why, measured inside CUDA graphs on an H200 (bench/bench_kernels.py, docs/PERFOR
   head (a copy of the whole cache per layer and step) whenever a mask is given and there is more than one query:
   93 us per layer at Qwen3-8B widths for a 65-node verify over 2048 rows. Stacking the query heads that share a
   K/V head along the query axis (`grouped_attention`, no copy) takes 58 us. On CUDA the target's masked
-  attention is now one Triton kernel instead where measured (remote.attention_kernel, head sizes up to 64: no
+  attention is now one Triton kernel instead where measured (remote.kernels.attention, head sizes up to 64: no
   copies at all, 10.8 us a layer for a 33-node verify of the demo target against ~15 through cuDNN, session 8);
   the stacking stays for CPUs, larger heads and the drafter.
 
@@ -20,7 +20,7 @@ Contract: inside `step_kernels(model, drafter)` every RMSNorm of the known class
 weight, eps)` (the same normalisation in float32 with the weight applied before the one rounding to the input
 dtype, where transformers rounds and then multiplies: equal up to one rounding; Qwen3.5 / Qwen3-Next's
 zero-centred and gated norms round where transformers does, only their reduction is fused), and a model on
-transformers' SDPA attends through remote.attention_kernel (CUDA) or `grouped_attention` whenever a mask is given
+transformers' SDPA attends through remote.kernels.attention (CUDA) or `grouped_attention` whenever a mask is given
 for batch 1; on exit both are undone, so prefill, the eager loop and stock `generate` run transformers' own code.
 Other attention implementations are left alone. `grouped_attention` is also the drafter's attention.
 """
@@ -33,7 +33,7 @@ import weakref
 import torch
 from torch.nn import functional as F
 
-from . import attention_kernel
+from . import attention as attention_kernel
 
 FUSABLE = ("Qwen3RMSNorm", "Qwen2RMSNorm", "LlamaRMSNorm", "MistralRMSNorm")
 ZERO_CENTRED = ("Qwen3_5RMSNorm", "Qwen3_5MoeRMSNorm", "Qwen3NextRMSNorm")     # x_normed * (1 + weight)

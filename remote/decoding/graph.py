@@ -2,16 +2,16 @@
 
 Why: on small and mid-size targets a step is bound by host work (Python and hundreds of kernel launches per
 forward: ~460 top-level ops per AR token of the 6-layer demo target, ~1000 per DDTree step), not by the GPU.
-Here a step is a function of device state only: preallocated caches (remote.static_cache), the committed length,
+Here a step is a function of device state only: preallocated caches (remote.models.static_cache), the committed length,
 root token and drafter context as device tensors. AR's step is one forward and an argmax; a speculative step is
-draft, tree build, verify, walk and commit (the same functions as remote.decode). Each shape is captured once and
+draft, tree build, verify, walk and commit (the same functions as remote.decoding.loop). Each shape is captured once and
 replayed: one launch and one host read per step (the accepted tokens), and the next step is queued before that read
 (AR reads its token one step late; a speculative step's read is copied out behind it, `_Reads`), so the GPU does
 not wait for the host in between.
 
 Contract: `GraphDecoder(model, drafter, target_layer_ids, graphs)` has `generate_ar` / `generate_spec` with the
-results of remote.decode's at temperature 0 (argmax; sampling stays on the eager loop). With `graphs=False` the
-same step functions run eagerly (the CPU tests compare them token for token with remote.decode). The prompt's
+results of remote.decoding.loop's at temperature 0 (argmax; sampling stays on the eager loop). With `graphs=False` the
+same step functions run eagerly (the CPU tests compare them token for token with remote.decoding.loop). The prompt's
 drafter context is absorbed during the prefill, so every step has the captured shape; a shape's first step runs
 eagerly: it is the warm-up before the capture. Caches grow (and captured graphs are dropped) when a generation
 needs more rows. `graph_support` says why a run cannot use it (None when it can): CUDA, one device, temperature
@@ -19,31 +19,31 @@ needs more rows. `graph_support` says why a run cannot use it (None when it can)
 fails to capture turns graphs off for the rest of the run (`fallback`). Timer phases: ttft and decode only (a
 replayed step has no inner boundaries).
 
-While a step is warmed up and captured, it uses remote.step_kernels (one-kernel RMSNorm, the attention kernel);
+While a step is warmed up and captured, it uses remote.kernels.step (one-kernel RMSNorm, the attention kernel);
 with `compiled=True` each step is also torch.compile'd first (inductor fuses the rest), with `compiled_drafter=True`
 (the runner's default) only the draft (half the drafter's kernels, the target as AR runs it); a compile failure
 falls back to the plain step and `compile_failed` says why. Hybrid targets get `HybridGraphDecoder`: the same
 steps through HybridTarget's layer loop on reserved state (a tree's GDN recurrence is one kernel call per layer,
-with no host value: remote.gdn_tree).
+with no host value: remote.models.gdn).
 """
 from __future__ import annotations
 
 import torch
 
-from .attention_target import AttentionTarget
-from .backends import is_hybrid
-from .compat import input_device
-from . import decode
-from .decode import Generation, accept, accepted_tokens, draft
-from .drafter import DFlashDrafter
-from .errors import SpecError, first_line
-from .gdn_tree import TreeLayout
-from .hybrid_target import HybridTarget, Static, check_transformers_version
-from .placement import devices
-from .static_cache import StaticDrafterKV, StaticKV, visibility_mask
-from .step_kernels import step_kernels
-from .timing import PhaseTimer
-from .tree import Ancestry, argmax_chain, best_first_tree
+from ..errors import SpecError, first_line
+from ..kernels.step import step_kernels
+from ..models.attention_target import AttentionTarget
+from ..models.backends import is_hybrid
+from ..models.compat import input_device
+from ..models.drafter import DFlashDrafter
+from ..models.gdn import TreeLayout
+from ..models.hybrid_target import HybridTarget, Static, check_transformers_version
+from ..models.placement import devices
+from ..models.static_cache import StaticDrafterKV, StaticKV, visibility_mask
+from ..timing import PhaseTimer
+from ..tree import Ancestry
+from .loop import Generation, accept, accepted_tokens, draft, to_host
+from .tree_build import argmax_chain, best_first_tree
 
 
 def graph_support(model, drafter: DFlashDrafter | None, device: torch.device, temperature: float) -> str | None:
@@ -221,7 +221,7 @@ class GraphDecoder:
         self.reserve(input_ids.shape[1], max_new, "ar", 0)
         with timer.phase("ttft"):
             self._prefill(input_ids)
-            done = gen.extend(decode.to_host(self.root), max_new, stop_ids)
+            done = gen.extend(to_host(self.root), max_new, stop_ids)
         self.count.zero_()
         with timer.phase("decode") as span:
             unread = None            # when the last decoded token's step ended: it is read after the next is queued
@@ -232,7 +232,7 @@ class GraphDecoder:
                     queued = timer.mark()
                 if unread is not None:
                     index = len(gen.tokens) - 1          # history[i] is the token after gen.tokens[i]
-                    done = gen.extend(decode.to_host(self.history[index:index + 1]), max_new, stop_ids)
+                    done = gen.extend(to_host(self.history[index:index + 1]), max_new, stop_ids)
                     span.end = unread if done else None  # a step queued after a stop token is not decode time
                 unread = queued
         return gen
@@ -261,8 +261,8 @@ class GraphDecoder:
 
     def _spec_step(self, context: torch.Tensor, valid: torch.Tensor | None, method: str, budget: int,
                    until: str | None = None):
-        """One speculative step; `until` names a phase (remote.metrics.PHASES) after which it stops, without
-        touching the committed state (remote.graph_split times the phases of a captured step so)."""
+        """One speculative step; `until` names a phase (remote.timing.PHASES) after which it stops, without
+        touching the committed state (remote.decoding.phase_split times the phases of a captured step so)."""
         logits = self._draft(self.drafter, self.model, self.dkv, context, self.root, self.start, valid)
         if until == "draft":
             return logits
@@ -308,7 +308,7 @@ class GraphDecoder:
         with timer.phase("ttft"):
             verified = self._prefill(input_ids, featured=True)
             self._absorb(verified.features)
-            done = gen.extend(decode.to_host(self.root), max_new, stop_ids)
+            done = gen.extend(to_host(self.root), max_new, stop_ids)
         key, step = ("spec", method, budget), lambda: self._spec_step(self.context, self.context_rows, method, budget)
         length, queued = input_ids.shape[1], 0        # committed rows as the host knows them; steps not yet read
         with timer.phase("decode") as span:
@@ -354,7 +354,7 @@ class _Reads:
         if isinstance(done, torch.cuda.Event):
             done.synchronize()
         self._taken += 1
-        return decode.to_host(self._buffers[slot][:self._sizes[slot]]), done
+        return to_host(self._buffers[slot][:self._sizes[slot]]), done
 
     def clear(self) -> None:
         self._put = self._taken = 0

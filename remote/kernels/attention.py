@@ -2,12 +2,12 @@
 
 Why: a captured step attends with a per-step mask (the committed rows, and inside a tree each node's ancestors).
 cuDNN's masked SDPA took 24 us a layer for a 129-node verify and 9 us for one AR query on the demo target (H200,
-remote.graph_split, session 8), and the code around it copies the mask once per layer (the query heads sharing a
-K/V head stacked), the queries (stacking) and the output (back to [Q, heads]): three more kernels a layer. Here
-one program per (K/V head, block of stacked queries) reads the queries, the K/V rows and the mask where they lie
+remote.decoding.phase_split, session 8), and the code around it copies the mask once per layer (the query heads
+sharing a K/V head stacked), the queries (stacking) and the output (back to [Q, heads]): three more kernels a layer.
+Here one program per (K/V head, block of stacked queries) reads the queries, the K/V rows and the mask where they lie
 and writes the output in the layout the caller needs; an online softmax over blocks of K/V rows. Measured in the
-demo's replayed steps: 6.8 us a layer for AR, 10.8 / 15.8 for 33 / 129 tree nodes (session 8, call 3). The
-drafter keeps SDPA: inside its torch.compile'd forward the opaque op cost inductor more fusions than it saved.
+demo's replayed steps: 6.8 us a layer for AR, 10.8 / 15.8 for 33 / 129 tree nodes (session 8, call 3). The drafter
+keeps SDPA: inside its torch.compile'd forward the opaque op cost inductor more fusions than it saved.
 
 Contract: `attention(q, k, v, mask, scale)`: q [1, Hq, Q, D] (any strides), k / v [1, Hkv, K, D], Hq a multiple
 of Hkv, mask [Q or 1, K] bool (True = may attend) or additive float -> [1, Q, Hq, D] contiguous, q's dtype; every

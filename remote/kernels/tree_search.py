@@ -1,24 +1,24 @@
 """`best_first_tree`'s level-by-level search as one Triton kernel (CUDA): the levels, the final best-first order,
 the parents in verify index space and the ancestry the target verifies against.
 
-Why: in torch ops a tree of height 16 costs ~60 small kernels (per level a gather, an add and a topk with its
-sort; then a stable sort, a dozen index ops and the ancestor chase): 0.38-0.46 ms of a 1.4-1.5 ms DDTree step
-on the demo pair (H200, remote.graph_split), as much as one AR forward. Here one CTA does it all: each level
-scores the same candidates as remote.tree (`_plan`: parent slot, token rank), sorts them in registers (score and
-candidate index packed into one int64 key, so equal scores keep index order) and keeps the best `budget` there
-for the next level to gather from; the sort is the cost (~1.3 us a level at budget 31, H200, session 9: ranking
-by a [c, c] comparison instead was 6x slower). The search stops at the first level past which no prefix can be
-chosen (every deeper one scores at most that level's best plus the next level's best gain, and n kept prefixes
-score at least that): on the demo drafters' trees after 3-4 of 15 levels (fp32 and bf16 on HumanEval, session 10),
-which took the search at budget 31 from 22 us to 8 (a 15-deep spine still runs every level: 28). The final order
-and the ancestry follow the kept levels.
+Why: in torch ops a tree of height 16 costs ~60 small kernels (per level a gather, an add and a topk with its sort;
+then a stable sort, a dozen index ops and the ancestor chase): 0.38-0.46 ms of a 1.4-1.5 ms DDTree step on the demo
+pair (H200, remote.decoding.phase_split), as much as one AR forward. Here one CTA does it all: each level scores the
+same candidates as remote.decoding.tree_build (`_plan`: parent slot, token rank), sorts them in registers (score and
+candidate index packed into one int64 key, so equal scores keep index order) and keeps the best `budget` there for the
+next level to gather from; the sort is the cost (~1.3 us a level at budget 31, H200, session 9: ranking by a [c, c]
+comparison instead was 6x slower). The search stops at the first level past which no prefix can be chosen (every
+deeper one scores at most that level's best plus the next level's best gain, and n kept prefixes score at least that):
+on the demo drafters' trees after 3-4 of 15 levels (fp32 and bf16 on HumanEval, session 10), which took the search at
+budget 31 from 22 us to 8 (a 15-deep spine still runs every level: 28). The final order and the ancestry follow the
+kept levels.
 
 Contract: `top_k(draft_logits, k)` -> the k best log-probs and token ids per row (two kernels where the chunks'
-candidates fit TOP_K_MERGE: the demo's 4096 vocabulary up to k = 256). `build(top_lp, top_ids, parent, rank,
-budget, levels, n)` -> (tokens [n], parents [n + 1], depth [n + 1], ancestors [n + 1, levels + 1]) with the root at
-index 0 (parent -1): the tree remote.tree's torch ops build, up to the order of equal scores (lower candidate index
-first here). `available(device)` says whether they can run. Under torch.compile each is an opaque op
-(`torch.library.triton_op`). `torch_top_k` is top_k in torch ops (the fallback, and remote.tree's CPU path).
+candidates fit TOP_K_MERGE: the demo's 4096 vocabulary up to k = 256). `build(top_lp, top_ids, parent, rank, budget,
+levels, n)` -> (tokens [n], parents [n + 1], depth [n + 1], ancestors [n + 1, levels + 1]) with the root at index 0
+(parent -1): the tree remote.decoding.tree_build's torch ops build, up to the order of equal scores (lower candidate
+index first here). `available(device)` says whether they can run. Under torch.compile each is an opaque op
+(`torch.library.triton_op`). `torch_top_k` is top_k in torch ops (the fallback, and tree_build's CPU path).
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ import torch
 try:
     import triton
     import triton.language as tl
-except ImportError:          # CPU-only installs: remote.tree keeps its torch ops
+except ImportError:          # CPU-only installs: tree_build keeps its torch ops
     triton = None
 
 

@@ -3,25 +3,25 @@
 Contract: `load_target(spec.model, seed, device)` returns an eval-mode `AutoModelForCausalLM`, either from a hub
 id / local path (dtype, attention implementation, `device_map` for several GPUs) or built with random weights
 from `model.random` (transformers config fields incl. `model_type`, under `torch.manual_seed(seed)`), on the GPU it
-runs on (with a `device_map`: on the map's first GPU, then spread by remote.placement).
+runs on (with a `device_map`: on the map's first GPU, then spread by remote.models.placement).
 `load_tokenizer` returns the target's tokenizer, or the one shipped in `remote/assets/tokenizer` for random
 models. `load_drafter_for` returns the published-format drafter at `drafter.path` or a random one derived from the
 target. Anything that cannot be loaded as asked raises `SpecError`.
 """
 from __future__ import annotations
 
-from pathlib import Path
 
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+from ..assets import ASSETS
+from ..errors import SpecError, first_line
+from ..spec import DrafterSpec, ModelSpec
 from .drafter import DFlashDrafter
 from .drafter_io import load_drafter, random_drafter
-from .errors import SpecError, first_line
 from .placement import build_device, spread
-from .spec import DrafterSpec, ModelSpec
 
-SHIPPED_TOKENIZER = Path(__file__).resolve().parent / "assets" / "tokenizer"
+SHIPPED_TOKENIZER = ASSETS / "tokenizer"
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
           "float16": torch.float16, "fp16": torch.float16}
 

@@ -13,8 +13,8 @@ import re
 
 import torch
 
-from .errors import SpecError
-from .spec import DEVICE_MAP_PRESETS
+from ..errors import SpecError
+from ..spec import DEVICE_MAP_PRESETS
 
 
 def devices(model: torch.nn.Module) -> set[torch.device]:

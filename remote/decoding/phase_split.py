@@ -1,5 +1,5 @@
 """Where a captured step's GPU time goes: the per-phase split of a replayed step (draft, tree_build, verify,
-commit: remote.metrics.PHASES; AR has one phase, its forward).
+commit: remote.timing.PHASES; AR has one phase, its forward).
 
 Why not a timer around each phase: a replayed step has no host-visible boundaries, and timing phases of the
 eager step measures Python and kernel launches instead of the GPU work the replay does. Here each prefix of the
@@ -13,7 +13,7 @@ committed state (length, root, drafter context, AR count) is put back after ever
 committed length are scratch anyway, but a hybrid target's GDN states are advanced in place by every replayed
 commit, so call it between prompts (the next prefill overwrites them), as the runner and bench_methods do. A
 phase whose cost depends on the data shows this state's cost, not a generation's mean: the tree search stops after
-a few levels on a bushy tree and runs all of them on a confident spine (remote.tree_kernel).
+a few levels on a bushy tree and runs all of them on a confident spine (remote.kernels.tree_search).
 """
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ from statistics import median
 
 import torch
 
-from .graph_decode import GraphDecoder
-from .metrics import PHASES
-from .step_kernels import step_kernels
+from ..kernels.step import step_kernels
+from ..timing import PHASES
+from .graph import GraphDecoder
 
 
 def _prefix_graphs(decoder: GraphDecoder, method: str, budget: int):

@@ -6,7 +6,7 @@ parents = [-1, 0, 1, ...]) and returns each node's logits and drafter features a
 after exactly its ancestor path. `commit(path)` keeps only the nodes of `path` (a root-to-node chain of
 indices into the last verify, root first) so the target then holds prefix + those tokens, exactly as a plain
 forward over that sequence would. Every implementation (pure attention, hybrid recurrent) keeps this contract;
-the decoding loop (`remote.decode`) only uses it.
+the decoding loop (`remote.decoding.loop`) only uses it.
 
 Host synchronisation: the loop hands over the tree as a `remote.tree.Ancestry` (device tensors) and the path as
 a device tensor, and a target does not read either back to the host. Host lists are accepted too (tests, offline
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .tree import Ancestry
+from ..tree import Ancestry
 
 
 @dataclass

@@ -4,7 +4,7 @@ best-first tree), as one small function per step around one loop.
 Contract: `generate_ar` and `generate_spec` take prompt ids [1, P] and return a `Generation` with at most
 `max_new_tokens` new ids, stopping after the first id in `stop_ids`. At temperature 0 both emit exactly AR's
 greedy tokens (in exact arithmetic); at temperature > 0 both emit samples from the target's distribution.
-The speculative loop only talks to a `Target` (remote.target), so the same code serves pure-attention and
+The speculative loop only talks to a `Target` (remote.models.target), so the same code serves pure-attention and
 hybrid targets. One verify step:
 
     draft   : drafter block [root, MASK x (B-1)] -> per-position logits [B-1, V]
@@ -19,7 +19,7 @@ target's own token at every node (`walk`), not from rejection sampling against d
 Host synchronisation: the tree, its verify mask and positions, the walk and the commit stay on the device; a spec
 step reads the device once (`to_host`: the accepted tokens and their count, which the host needs to know how far
 the sequence moved). AR reads each token once, for the stop check, one token late so that the next forward is
-already queued on the device. On CUDA at temperature 0 the runner uses remote.graph_decode instead: the same
+already queued on the device. On CUDA at temperature 0 the runner uses remote.decoding.graph instead: the same
 draft / tree / `accept` functions over static caches, each step replayed as one CUDA graph; this loop serves the
 CPU, sampling, and what the graph decoder does not run.
 """
@@ -30,12 +30,13 @@ from dataclasses import dataclass, field
 import torch
 from torch.nn import functional as F
 
-from .compat import cache_kwarg, input_device, make_cache, output_device
-from .drafter import DFlashDrafter, DrafterCache
+from ..models.compat import cache_kwarg, input_device, make_cache, output_device
+from ..models.drafter import DFlashDrafter, DrafterCache
+from ..models.target import Target
+from ..timing import PhaseTimer
+from ..tree import Ancestry
 from .sampling import sample
-from .target import Target
-from .timing import PhaseTimer
-from .tree import Ancestry, argmax_chain, best_first_tree
+from .tree_build import argmax_chain, best_first_tree
 
 
 @dataclass
@@ -101,7 +102,7 @@ def generate_ar(model, input_ids: torch.Tensor, max_new: int, temperature: float
 def draft(drafter: DFlashDrafter, model, cache: DrafterCache, context: torch.Tensor, root: torch.Tensor | int,
           start: torch.Tensor | int, valid: torch.Tensor | None = None) -> torch.Tensor:
     """Drafter logits [B-1, V] for the positions after `root` ([1] on the device, or an int), which sits at
-    sequence position `start` (an int, or a device scalar with a static cache: remote.graph_decode).
+    sequence position `start` (an int, or a device scalar with a static cache: remote.decoding.graph).
 
     `context` [1, C, F] holds target features of the C committed tokens the drafter has not seen yet; they sit
     at positions start-C .. start-1, right after the cache's C' = start - C tokens. With `valid` (a device

@@ -19,8 +19,8 @@ from safetensors.torch import load_file, save_file
 from transformers import Qwen3Config
 from transformers.utils import cached_file
 
+from ..errors import SpecError
 from .drafter import DFlashDrafter, dflash_value
-from .errors import SpecError
 
 MASK_TOKEN = "<|MASK|>"
 UNSUPPORTED = ("conv_kernel_size", "selector_rank")   # DFlash2 fields this module does not implement

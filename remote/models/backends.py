@@ -1,8 +1,8 @@
 """Pick the `Target` implementation for a model.
 
-Contract: `build_target(model, target_layer_ids)` returns a `Target` (remote.target) for `model`. Hybrid models
+Contract: `build_target(model, target_layer_ids)` returns a `Target` (remote.models.target) for `model`. Hybrid models
 whose config `layer_types` contains "linear_attention" (Qwen3.5 / Qwen3.6 / Qwen3-Next) get
-`remote.hybrid_target.HybridTarget` (per-node recurrent state); every other model gets the pure-attention
+`remote.models.hybrid_target.HybridTarget` (per-node recurrent state); every other model gets the pure-attention
 `AttentionTarget`. The decoding methods only ever talk to the returned object.
 """
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """`Target` for pure-attention models (Qwen3, Llama-style): a transformers KV cache plus tree verification.
 
-Contract (see remote.target): `verify(tokens, tree)` runs the N tree nodes in one forward with position
+Contract (see remote.models.target): `verify(tokens, tree)` runs the N tree nodes in one forward with position
 ids `prefix_len + depth` and a 4-D additive float mask [1, 1, N, prefix_len + N] in which the committed prefix
 is visible to every node and inside the tree a node sees only itself and its ancestors; a chain
 (parents = [-1, 0, 1, ...]) takes the model's own causal path instead (no custom mask). Because RoPE is
@@ -9,17 +9,17 @@ a plain forward along its ancestor path. `commit(path)` compacts the KV of the a
 the appended window and truncates the rest (`compact_kv`); the path may stay on the device, so nothing in verify or
 commit reads a value back to the host. The cache is built from the model config
 (`DynamicCache(config=...)`) by `prefill`; `forward(ids, positions, mask)` runs tokens on whatever `cache` holds
-and returns logits and drafter features (remote.graph_decode gives it a static cache and its own masks).
+and returns logits and drafter features (remote.decoding.graph gives it a static cache and its own masks).
 Non-goal: sliding-window or recurrent layers (refused / routed elsewhere).
 """
 from __future__ import annotations
 
 import torch
 
+from ..errors import SpecError
+from ..tree import Ancestry
 from .compat import attention_layers, cache_kwarg, input_device, make_cache, output_device
-from .errors import SpecError
 from .target import Target, Verified
-from .tree import Ancestry
 
 
 def compact_kv(cache, start: int, path: torch.Tensor, in_place: bool) -> None:

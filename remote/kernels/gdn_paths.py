@@ -12,8 +12,8 @@ the same math whichever path is chosen, so a caller never branches on the path:
   verify runs every node's root-to-node path as one row); `final=False`: new_state is None, never materialised.
 - `conv(x, weight, bias, activation)` -> y: the causal depthwise conv over a fresh sequence, x [B, C, T] with zero
   left padding, weight [C, K]; y [B, C, T].
-- `tree`: `remote.gdn_tree_kernel.tree_recurrence` (every node of a token tree from its parent's state, one
-  launch) where Triton runs on the device and `prefer` is "auto", else None (remote.gdn_tree then runs each
+- `tree`: `remote.kernels.gdn_tree.tree_recurrence` (every node of a token tree from its parent's state, one
+  launch) where Triton runs on the device and `prefer` is "auto", else None (remote.models.gdn then runs each
   node's path through `step`).
 
 `prefer`: "torch" = the model's own reference functions (from its transformers modeling module, undecorated, so
@@ -23,7 +23,7 @@ torch function otherwise, and our tree kernel where Triton runs. `path` names wh
 parts joined by "+" ("fla", "causal_conv1d", "tree").
 Measured on an H200 (fla 0.6.0, torch 2.11, Qwen3.6-27B layer widths): fla's step kernel is ~3.6x faster than the
 torch step per call and matches it to 1e-7 in float32; fla's chunk kernel (TF32 dots in float32) matches to ~1e-3.
-Non-goal: the ancestor conv windows of a tree, plain tensor indexing in `remote.gdn_tree` on every path.
+Non-goal: the ancestor conv windows of a tree, plain tensor indexing in `remote.models.gdn` on every path.
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from . import gdn_tree_kernel
+from . import gdn_tree as gdn_tree_kernel
 
 KERNEL_CHOICES = ("auto", "torch")
 
