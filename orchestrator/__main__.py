@@ -1,4 +1,5 @@
-"""Entry point: `python -m orchestrator [overrides...]` (Hydra; `-m` for multirun), `... attach <run>`."""
+"""Entry point: `python -m orchestrator [overrides...]` (Hydra; `-m` for multirun), `... attach <run>`,
+`... stop <run>`, `... sync <run dir>...`, `... reap`."""
 from __future__ import annotations
 
 import logging
@@ -24,10 +25,21 @@ def _code(exc: SystemExit) -> int:
 
 
 def main() -> None:
-    if sys.argv[1:2] == ["attach"]:
+    from .signals import install
+
+    install()   # SIGTERM / SIGHUP stop the runner and close the run as Ctrl-C does
+    if sys.argv[1:2] in (["attach"], ["stop"]):
         from .attach import main as attach_main
 
-        _exit_now(attach_main(sys.argv[2:]))
+        _exit_now(attach_main(sys.argv[1:]))
+    if sys.argv[1:2] == ["reap"]:
+        from .reap import main as reap_main
+
+        _exit_now(reap_main(sys.argv[2:]))
+    if sys.argv[1:2] == ["sync"]:
+        from .sync import main as sync_main
+
+        _exit_now(sync_main(sys.argv[2:]))
     from omegaconf import OmegaConf
 
     from .paths import runs_dir

@@ -27,12 +27,14 @@ from .attach import JOB_FILE
 from .bundle import BundleSync
 from .hosts import HostError, make_host
 from .leases import GpuPool
-from .lifecycle import Job, Stage
-from .monitor import Outcome, follow, report
+from .lifecycle import Job, Stage, held_gpus
+from .monitor import Outcome, follow, report, stop
 from .paths import CONF_DIR, PROJECT_ROOT
+from .reap import try_following
 from .runspec import build_spec
+from .signals import describe
 from .sweep import PARENT_ENV
-from .tracking import Status, Tracker, flatten
+from .tracking import Tracker, flatten
 from .validate import ConfigError, validate
 
 EXIT_BAD_INPUT = 2
@@ -61,14 +63,25 @@ def _secrets(host_cfg) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def _placement(cfg: DictConfig):
+def _placement(cfg: DictConfig, console: Console):
     """(host config, gpus) for this job: the configured ones, or a lease from the pool."""
     entries = OmegaConf.to_container(cfg.pool.hosts, resolve=True) if cfg.get("pool") else []
     if not entries:
         yield cfg.host, list(cfg.gpus)
         return
-    with GpuPool(entries, cfg.pool.lock_dir).acquire(len(cfg.gpus)) as lease:
+    pool = GpuPool(entries, cfg.pool.lock_dir)
+    with pool.acquire(len(cfg.gpus), held=_held_on_host, on_wait=lambda why: console.print(f"[yellow]{why}[/]")) \
+            as lease:
         yield OmegaConf.create(lease.host), lease.gpus
+
+
+def _held_on_host(host_cfg: dict, gpus: list[int]) -> set[int]:
+    """GPUs of the pool host that a runner of ours holds (one that outlived its sweep); unknown = none held."""
+    try:
+        with make_host(host_cfg) as host:
+            return held_gpus(host, gpus)
+    except (HostError, ValueError, OSError):
+        return set()   # the launch itself refuses a held GPU (gpu_busy); an unreachable host fails there too
 
 
 def run_job(cfg: DictConfig, console: Console | None = None) -> Outcome:
@@ -84,15 +97,15 @@ def run_job(cfg: DictConfig, console: Console | None = None) -> Outcome:
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(resolved)))
 
-    with _placement(cfg) as (host_cfg, gpus):
+    with _placement(cfg, console) as (host_cfg, gpus):
         try:
             host = make_host(host_cfg)
         except (HostError, ValueError) as exc:
             fail_input(str(exc))
-        tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment)
+        tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment, run_dir=run_dir)
         job = Job(host, run_id, run_dir)
         outcome = Outcome(job)
-        opening: _Background | None = None
+        opening: threading.Event | None = None   # set once MLflow opened the run (in the background)
         open_run = None
         try:
             sync = BundleSync(host)
@@ -107,24 +120,22 @@ def run_job(cfg: DictConfig, console: Console | None = None) -> Outcome:
             env = {str(k): str(v) for k, v in (host_cfg.get("env") or {}).items()}
             argv = [host.python, "-u", script.name, *map(str, cfg.runner.args)] if script else None
             job.launch(bundle=bundle, gpus=gpus, env=env, argv=argv)
-            # MLflow (its import and database work take seconds) opens the run once the runner is started, not
-            # while the job is placed: its import holds the GIL, and the placement's round trips took 2-3x longer
-            # beside it. In a thread, so that Ctrl-C cannot leave the run half-created (it is joined below).
-            opening = _Background(open_run)
-            opening.wait()
-            if tracker.warning:
-                console.print(f"[yellow]{tracker.warning}[/]")
-            _save_job(run_dir, host_cfg, run_id, tracker, needs_results=not script)
+            # MLflow opens the run once the runner is started, not while the job is placed (its import holds the
+            # GIL, and the placement's round trips took 2-3x longer beside it), and in the background: its import,
+            # database work and an unreachable server's timeouts never delay the tail; report() waits for it,
+            # bounded. job.json is written once the MLflow run is open (or failed to), so that it names the run.
+            opening = tracker.open_async(functools.partial(open_run, then=functools.partial(
+                _save_job, run_dir, host_cfg, run_id, tracker, needs_results=not script)))
             console.print(f"[cyan]run {run_id} on {host.name} (gpus {gpus}): {cfg.method.name}, "
                           f"model {cfg.model.name}; local dir {run_dir}[/]")
             if (note := unused_gpus_note(cfg, gpus)) is not None:
                 console.print(f"[yellow]{note}[/]")
             follow(job, outcome, console, fail_fast=bool(cfg.get("fail_fast", True)), needs_results=not script)
-        except KeyboardInterrupt:   # before the tail started (follow handles it from there on)
-            console.print("[yellow]interrupted[/]")
-            if job.stage.value in ("running", "launch"):
-                job.cancel()
-            outcome.status, outcome.stopped_by = Status.KILLED, "user"
+        except KeyboardInterrupt as exc:   # before the tail started (follow handles it from there on)
+            console.print(f"[yellow]{describe(exc)}: interrupted[/]")
+            if job.stage in (Stage.RUNNING, Stage.LAUNCH):
+                stop(job, console)
+            outcome.interrupted(exc)
         except HostError as exc:
             outcome.error(str(exc))
             console.print(f"[red]error: {exc}[/]")
@@ -132,40 +143,20 @@ def run_job(cfg: DictConfig, console: Console | None = None) -> Outcome:
             outcome.error("orchestrator error")
             console.print_exception()
         finally:
-            if opening is not None:
-                opening.wait()   # also after an error or Ctrl-C: the run must exist before it is closed
-            elif open_run is not None:
-                open_run()   # placing the job failed after preflight: that failure is logged in MLflow too
+            if opening is None and open_run is not None:
+                tracker.open_async(open_run)   # placing the job failed after preflight: logged in MLflow too
             host.close()
     report(outcome, tracker, run_dir, console, title=f"{cfg.method.name} on {cfg.model.name}")
     return outcome
 
 
-class _Background:
-    """`fn` running in a thread, waited for through an Event rather than `Thread.join`: on CPython 3.11 (seen here)
-    a join that Ctrl-C interrupts marks the thread stopped while it still runs (the interrupted wait releases the
-    lock the running thread holds), so the next join returns at once, and a Ctrl-C right after the launch closed
-    the job before MLflow had created its run: no KILLED run was logged."""
-
-    def __init__(self, fn):
-        self._done = threading.Event()
-
-        def body():
-            try:
-                fn()
-            finally:
-                self._done.set()
-
-        threading.Thread(target=body, name="mlflow-open").start()
-
-    def wait(self) -> None:
-        self._done.wait()
-
-
-def _open_run(tracker: Tracker, cfg: DictConfig, resolved: dict, tags: dict[str, str]) -> None:
-    """Open the MLflow run; called once the runner is started, so git's two calls do not delay it either."""
+def _open_run(tracker: Tracker, cfg: DictConfig, resolved: dict, tags: dict[str, str], then=None) -> None:
+    """Open the MLflow run, then call `then`; in the background once the runner is started, so git's two calls
+    do not delay it either."""
     tracker.start(run_name=f"{cfg.method.name}-{cfg.model.name}", params=flatten(_params(resolved)),
                   tags={**tags, "project_commit": project_commit()}, parent_run_id=os.environ.get(PARENT_ENV))
+    if then is not None:
+        then()
 
 
 def unused_gpus_note(cfg: DictConfig, gpus: list[int]) -> str | None:
@@ -211,6 +202,12 @@ def _save_job(run_dir: Path, host_cfg, run_id: str, tracker: Tracker, needs_resu
 
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
 def hydra_main(cfg: DictConfig) -> None:
-    outcome = run_job(cfg)
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    following = try_following(run_dir)   # held until the run is reported, so `reap` leaves it alone
+    try:
+        outcome = run_job(cfg)
+    finally:
+        if following is not None:
+            following.release()
     if not outcome.ok and HydraConfig.get().mode.name != "MULTIRUN":
         raise SystemExit(outcome.exit_status)

@@ -5,8 +5,12 @@ its local mirror. `prepare()` stages the run's files (spec, secrets, a user's sc
 `launch()` writes them and launch.sh into the run dir and starts the runner in its own session (setsid), so a
 dropped connection does not stop it: one command, one round trip. `poll()` returns new complete lines of
 runner.log and events.jsonl, appending the exact bytes to the local mirror (so the local log equals the remote
-one byte for byte); `finished()` is true once the launch wrapper wrote `exit_code`; `cancel()` stops the whole
-process group (TERM, then KILL after a grace period).
+one byte for byte); `finished()` is true once the launch wrapper wrote `exit_code`, or once the host says the
+runner's process group is gone without one (`lost`: killed with its wrapper, the OOM killer, a reboot); `cancel()`
+stops the whole process group (TERM, then KILL after a grace period).
+Leases live on the host: launch.sh holds one `flock` per GPU (`<workdir>/locks/gpu<N>.lock`, see `_gpu_locks`
+for when) for the runner's lifetime, inherited by the runner, so a GPU stays taken while a runner of ours holds it, whatever happened to the
+orchestrator that launched it; a held GPU refuses the launch (exit GPU_BUSY_EXIT, one line in runner.log).
 Every value that reaches a shell is quoted here; nothing in this module knows which host it talks to.
 """
 from __future__ import annotations
@@ -26,6 +30,9 @@ from .hosts.base import Host
 
 SECRETS = "secrets.env"   # read and removed by launch.sh before the runner starts
 CANCELLED_EXIT = 143   # what a TERM-stopped runner reports, like a shell would
+GPU_BUSY_EXIT = 75     # EX_TEMPFAIL: a GPU of the run is held by another runner of ours on the host
+LIVENESS_EVERY = 5.0   # seconds between asks whether the runner's process group is alive (exit code not yet there)
+START_GRACE = 30.0     # seconds launch.sh may take to write its pid before the run counts as never started
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -68,8 +75,9 @@ class Stage(enum.Enum):
 
 
 def render_launch_script(files: RunFiles, *, python: str, bundle: str, gpus: list[int] | None,
-                         env: dict[str, str], argv: list[str] | None = None) -> str:
-    """The wrapper the host runs detached. Golden-file tested; every value is shell-quoted."""
+                         env: dict[str, str], argv: list[str] | None = None, locks: str | None = None) -> str:
+    """The wrapper the host runs detached. Golden-file tested; every value is shell-quoted. `locks`: the host's
+    lock directory for the GPU leases (none taken without it)."""
     q = shlex.quote
     check_env_names(env)
     command = " ".join(q(a) for a in (argv or [python, "-m", "remote", files.root]))
@@ -84,17 +92,74 @@ def render_launch_script(files: RunFiles, *, python: str, bundle: str, gpus: lis
         "#!/usr/bin/env bash",
         "# Written by the orchestrator: runs the runner detached and records its pid and exit code.",
         f"cd {q(files.root)} || exit 97",
-        "echo $$ > pid",
+        # pid = process group = session (setsid); boot_id tells a reboot from a runner that is still there
+        "cat /proc/sys/kernel/random/boot_id > boot_id 2>/dev/null",
+        "echo $$ > pid.tmp && mv pid.tmp pid",
         *exports,
+        *_gpu_locks(locks, gpus),
         # Secrets arrive in a 0600 file that is read and removed before the runner starts.
         f"if [ -f {SECRETS} ]; then set -a; . ./{SECRETS}; set +a; rm -f {SECRETS}; fi",
         f"trap 'echo {CANCELLED_EXIT} > exit_code.tmp; mv exit_code.tmp exit_code; exit {CANCELLED_EXIT}' TERM",
-        f"{command} > runner.log 2>&1 < /dev/null &",
+        f"{command} >> runner.log 2>&1 < /dev/null &",
         "wait $!",
         "code=$?",
         "echo $code > exit_code.tmp && mv exit_code.tmp exit_code",
         "",
     ])
+
+
+def _gpu_locks(locks: str | None, gpus: list[int] | None) -> list[str]:
+    """launch.sh lines taking one lock per GPU on fds the runner inherits: the kernel drops them when the last
+    process holding them ends (runner and wrapper alike), so no lock outlives its runner and none is stale.
+    SPECBENCH_GPU_LEASES (host.env) = 1 always, 0 never, auto (default): where the host has GPU device nodes and
+    no scheduler (SLURM) owns them already."""
+    if not locks or not gpus:
+        return []
+    q = shlex.quote
+    takes = " ".join(f'[ -n "$held" ] || {{ exec {fd}>>{q(f"{locks}/gpu{gpu}.lock")}; flock -n {fd} || held={gpu}; }};'
+                     for fd, gpu in enumerate(gpus, start=20))
+    owners = " ".join(f"basename \"$PWD\" > {q(f'{locks}/gpu{gpu}.run')};" for gpu in gpus)
+    return [
+        'leases=${SPECBENCH_GPU_LEASES:-auto}',
+        'if [ "$leases" = auto ]; then leases=0; if [ -z "$SLURM_JOB_ID" ] && { [ -e /dev/nvidiactl ] || '
+        '[ -e /dev/kfd ]; }; then leases=1; fi; fi',
+        'if [ "$leases" = 1 ] && ! command -v flock >/dev/null; then leases=0; '
+        'echo "[specbench] flock not found on this host: GPU leases are not held here" >> runner.log; fi',
+        f'held=; if [ "$leases" = 1 ]; then mkdir -p {q(locks)}; {takes} fi',
+        f'if [ -n "$held" ]; then echo "[specbench] GPU $held is held by run '
+        f'$(cat {q(locks)}/gpu$held.run 2>/dev/null || echo unknown) on this host: not started" >> runner.log; '
+        f"echo {GPU_BUSY_EXIT} > exit_code.tmp; mv exit_code.tmp exit_code; exit {GPU_BUSY_EXIT}; fi",
+        f'if [ "$leases" = 1 ]; then {owners} fi',
+    ]
+
+
+def lock_dir(host: Host) -> str:
+    """Where the GPU leases live on `host`: beside the runs, so every job of one workdir sees them."""
+    return f"{host.workdir}/locks"
+
+
+def held_gpus(host: Host, gpus: list[int]) -> set[int]:
+    """Which of `gpus` a runner of ours holds on `host` right now. Read from /proc/locks (the lock file's inode),
+    never by trying the lock: a try holds it for a moment, and a runner starting then would find its GPU busy."""
+    locks = lock_dir(host)
+    checks = "".join(f"ino=$(stat -c %i {q} 2>/dev/null) && grep -qE \" FLOCK +ADVISORY +WRITE +[0-9]+ "
+                     f"+[0-9a-f]+:[0-9a-f]+:$ino \" /proc/locks && echo {gpu}; "
+                     for gpu in gpus for q in [shlex.quote(f"{locks}/gpu{gpu}.lock")])
+    answer = host.run(f"{checks}true", check=False, timeout=30).stdout
+    return {int(word) for word in answer.split() if word.isdigit()}
+
+
+def liveness_command(files: RunFiles) -> str:
+    """Prints `alive PGID`, `exited PGID`, `vanished PGID`, `rebooted PGID` or `nopid`."""
+    root = shlex.quote(files.root)
+    return (f"cd {root} 2>/dev/null && pg=$(cat pid 2>/dev/null) && [ -n \"$pg\" ] || {{ echo nopid; exit 0; }}; "
+            "if [ -f boot_id ] && [ \"$(cat boot_id)\" != \"$(cat /proc/sys/kernel/random/boot_id 2>/dev/null)\" ]; "
+            "then echo rebooted $pg; exit 0; fi; "
+            # a zombie counts as gone (nobody may reap it); without ps, kill -0 (which counts it) decides
+            "if command -v ps >/dev/null; then ps -o stat= -s \"$pg\" 2>/dev/null | grep -qv '^Z' && live=1; "
+            "else kill -0 -- -\"$pg\" 2>/dev/null && live=1; fi; "
+            "if [ -n \"$live\" ]; then echo alive $pg; elif [ -f exit_code ]; then echo exited $pg; "
+            "else echo vanished $pg; fi")
 
 
 @dataclass
@@ -122,7 +187,11 @@ class Job:
     local_dir: Path
     stage: Stage = Stage.PREPARE
     exit_code: int | None = None
+    lost: str | None = None          # why the runner is gone without an exit code (the host said so)
+    pgid: int | None = None          # the runner's process group on the host, once read
     _streams: dict[str, _Stream] = field(default_factory=dict)
+    _asked_at: float = 0.0           # monotonic time of the last liveness ask
+    _launched_at: float = field(default_factory=time.monotonic)
     _staged: dict[str, bytes] = field(default_factory=dict, repr=False)   # name -> bytes, until launch
 
     @property
@@ -149,7 +218,7 @@ class Job:
         one command, whose stdin carries the files as a tar stream."""
         self.stage = Stage.LAUNCH
         script = render_launch_script(self.files, python=self.host.python, bundle=bundle, gpus=gpus,
-                                      env=env, argv=argv)
+                                      env=env, argv=argv, locks=lock_dir(self.host))
         (self.local_dir / "launch.sh").write_text(script)
         # Secrets travel on stdin: never in a local file, nor in a command line (`ps` shows those to every
         # user of a shared box).
@@ -160,6 +229,7 @@ class Job:
         # channel open.
         self.host.run(f"{unpack_command(self.files.root)} || exit 1; "
                       f"setsid nohup bash {path} > /dev/null 2>&1 < /dev/null &", stdin=payload)
+        self._launched_at = time.monotonic()
         self._open_streams(resume=False)
 
     def _open_streams(self, resume: bool) -> None:
@@ -188,13 +258,36 @@ class Job:
             raw = self.host.read_from(self.files.exit_code, 0).strip()
             if raw:
                 self.exit_code = int(raw)
+            elif time.monotonic() - self._asked_at >= LIVENESS_EVERY:
+                self._ask_liveness()
         log = self._streams["log"]
         events = self._streams["events"]
         return (log.feed(self.host.read_from(log.remote, log.offset)),
                 events.feed(self.host.read_from(events.remote, events.offset)))
 
     def finished(self) -> bool:
-        return self.exit_code is not None
+        return self.exit_code is not None or self.lost is not None
+
+    def _ask_liveness(self) -> str:
+        """Ask the host whether the runner's process group still has a live (non-zombie) process; returns what it
+        said (`alive`, `exited`, `vanished`, `rebooted`, `nopid`). Group first, exit code second: launch.sh writes
+        the code before it ends, so a dead group without one is a runner that vanished (SIGKILLed with its
+        wrapper: the OOM killer, `kill -9`), not one that is finishing."""
+        self._asked_at = time.monotonic()
+        answer = self.host.run(liveness_command(self.files), check=False, timeout=30).stdout.split()
+        state, pgid = (answer + ["", ""])[:2]
+        self.pgid = int(pgid) if pgid.isdigit() else self.pgid
+        if state == "nopid" and time.monotonic() - self._launched_at < START_GRACE:
+            return state   # launch.sh has not written its pid yet
+        self.lost = {"vanished": "its process group is gone and it wrote no exit code",
+                     "rebooted": "the host rebooted since it was launched",
+                     "nopid": f"launch.sh wrote no pid within {START_GRACE:g} s of the launch"}.get(state)
+        return state
+
+    def running(self) -> bool:
+        """Whether the runner is still going, asked of the host now (for a job this process did not launch)."""
+        self._launched_at = time.monotonic() - START_GRACE   # long launched: a missing pid means gone
+        return self._ask_liveness() == "alive"
 
     def wait(self, on_lines, interval: float = 0.1) -> int:
         """Poll until the runner exits, handing each batch of lines to `on_lines(log_lines, event_lines)`."""
@@ -205,6 +298,11 @@ class Job:
                 return self.exit_code
             if not (log_lines or event_lines):
                 time.sleep(interval)
+
+    def describe_stop(self) -> str:
+        """The command that stops this runner on the host by hand (for messages when we could not)."""
+        group = f"-- -{self.pgid}" if self.pgid else f"-- -$(cat {shlex.quote(self.files.pid)})"
+        return f"kill -TERM {group}"
 
     def collect(self) -> list[str]:
         """Copy the results the runner wrote into the local dir; returns the names that existed."""

@@ -3,12 +3,17 @@
 Contract: `follow(job, outcome, ...)` tails the job until it exits, shows progress and the runner's log, and
 matches every log line against the failure catalog as it arrives: a fatal finding is shown at once with its
 fix and, with `fail_fast`, stops the job. Ctrl-C stops the job's process group on the host (KILLED).
+A runner that the host reports gone without an exit code ends the follow as FAILED (`runner_vanished`).
+Ctrl-C, SIGTERM and SIGHUP stop the job's process group on the host (KILLED), bounded: if the host does not
+answer within STOP_BOUND seconds (a cut link), the user is told the runner may still be running and how to stop
+or re-attach to it.
 `report(outcome, tracker, ...)` turns what happened into the MLflow status, `failure.*` tags, a traceback
 artifact and the terminal summary. Used by a fresh run and by `attach` alike.
 """
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,7 +23,10 @@ from rich.markup import escape
 from .display import LiveDisplay, results_table
 from .failures import Detector, Finding, Severity
 from .lifecycle import Job
+from .signals import describe, exit_code
 from .tracking import Status, Tracker
+
+STOP_BOUND = 8.0     # seconds to stop the runner and collect after Ctrl-C / SIGTERM before saying we could not
 
 ARTIFACTS = ("config.yaml", "spec.json", "runner.log", "events.jsonl", "results.json", "outputs.jsonl",
              "traceback.txt", "failure.json")
@@ -37,7 +45,8 @@ class Outcome:
     status: Status = Status.FAILED
     detector: Detector = field(default_factory=Detector)
     errors: list[str] = field(default_factory=list)
-    stopped_by: str | None = None    # "user" (Ctrl-C) or the failure id that fail-fast stopped on
+    stopped_by: str | None = None    # "user" (Ctrl-C), "SIGTERM", "SIGHUP", or the failure id fail-fast stopped on
+    interrupt: BaseException | None = None   # the Ctrl-C or signal that stopped the run
     history: list[tuple[str, float, int]] = field(default_factory=list)   # (metric, value, step) from the log
 
     def scan_metric_lines(self, lines: list[str]) -> None:
@@ -60,7 +69,13 @@ class Outcome:
 
     @property
     def exit_status(self) -> int:
-        return {Status.FINISHED: 0, Status.KILLED: 130}.get(self.status, 1)
+        if self.status is Status.KILLED:
+            return exit_code(self.interrupt) if self.interrupt is not None else 130
+        return 0 if self.status is Status.FINISHED else 1
+
+    def interrupted(self, exc: BaseException) -> None:
+        self.status, self.interrupt = Status.KILLED, exc
+        self.stopped_by = "user" if describe(exc) == "Ctrl-C" else describe(exc)
 
 
 def _show(console: Console, finding: Finding) -> None:
@@ -84,25 +99,51 @@ def follow(job: Job, outcome: Outcome, console: Console, fail_fast: bool = True,
     try:
         with LiveDisplay(console) as display:
             code = job.wait(on_lines)
+        if job.lost is not None:   # the host says so: not a guess from a quiet log
+            on_lines([], [])
+            for finding in outcome.detector.feed_lines([f"[specbench] The runner vanished: {job.lost}"]):
+                _show(console, finding)
         job.collect()
         done = code == 0 and (not needs_results or (job.local_dir / "results.json").exists())
         outcome.status = Status.FINISHED if done else Status.FAILED
-    except KeyboardInterrupt:
-        console.print("[yellow]interrupted: stopping the runner on the host[/]")
-        _stop(job)
-        outcome.status, outcome.stopped_by = Status.KILLED, "user"
-    except _FailFast as stop:
-        console.print(f"[red]fail_fast: stopping the run on {stop.finding.id}[/]")
-        _stop(job)
-        outcome.status, outcome.stopped_by = Status.FAILED, stop.finding.id
+    except KeyboardInterrupt as exc:
+        console.print(f"[yellow]{describe(exc)}: stopping the runner on the host[/]")
+        stop(job, console)
+        outcome.interrupted(exc)
+    except _FailFast as fail:
+        console.print(f"[red]fail_fast: stopping the run on {fail.finding.id}[/]")
+        stop(job, console)
+        outcome.status, outcome.stopped_by = Status.FAILED, fail.finding.id
 
 
-def _stop(job: Job) -> None:
-    job.cancel()
+def stop(job: Job, console: Console) -> bool:
+    """Stop the runner's process group and collect what it wrote, within STOP_BOUND seconds. False (and the
+    user told how to finish the job by hand) if the host did not answer in time, e.g. during a link cut."""
+    def stop_and_collect() -> None:
+        job.cancel()
+        try:
+            job.collect()
+        except Exception:  # what could be collected was; the local mirror has the log regardless
+            pass
+
+    errors: list[BaseException] = []
+    worker = threading.Thread(target=lambda: _catching(stop_and_collect, errors), name="stop-runner", daemon=True)
+    worker.start()
+    worker.join(STOP_BOUND)
+    if not worker.is_alive() and not errors:
+        return True
+    why = f"no answer from {job.host.name} within {STOP_BOUND:g} s" if worker.is_alive() else str(errors[0])
+    console.print(f"[red]the runner may still be running on {job.host.name} ({escape(why)}). Stop it with "
+                  f"`python -m orchestrator stop {job.local_dir}` (on the host: `{escape(job.describe_stop())}` in "
+                  f"{job.files.root}), or follow it again with `python -m orchestrator attach {job.local_dir}`[/]")
+    return False
+
+
+def _catching(fn, errors: list[BaseException]) -> None:
     try:
-        job.collect()
-    except Exception:  # what could be collected was; the local mirror has the log regardless
-        pass
+        fn()
+    except Exception as exc:  # reported by the caller, which is not in this thread
+        errors.append(exc)
 
 
 def report(outcome: Outcome, tracker: Tracker, run_dir: Path, console: Console, title: str) -> None:
@@ -135,8 +176,9 @@ def _summary(outcome, found, metrics, tracker, run_dir, console, title) -> None:
     for w in found.warnings:
         console.print(f"[yellow]warning x{w.count}: {w.finding.id}: {escape(w.finding.hint)}[/]")
     colour = {Status.FINISHED: "green", Status.FAILED: "red", Status.KILLED: "yellow"}[outcome.status]
-    console.print(f"[{colour}]{outcome.status.value}[/] run dir: {run_dir}"
-                  + (f"  mlflow run: {tracker.run_id}" if tracker.run_id else ""))
+    note = tracker.closing_note()   # "mlflow run: <id>" only if all of it got there, else why not and `sync`
+    console.print(f"[{colour}]{outcome.status.value}[/] run dir: {escape(str(run_dir))}"
+                  + (f"  {escape(note)}" if note else ""), soft_wrap=True)   # one line, to copy the command from
     if outcome.status is Status.FAILED:
         if found.primary is not None:
             console.print(f"[red]{found.primary.id}: {escape(found.primary.message)}\n  fix: "

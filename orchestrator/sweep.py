@@ -17,14 +17,19 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from .tracking import Status, Tracker
+from .reap import SWEEP_LOCK, take
+from .tracking import Status, Tracker, mlflow_client
 
 PARENT_ENV = "SPECBENCH_PARENT_RUN_ID"
 URI_ENV = "SPECBENCH_PARENT_TRACKING_URI"
+_SWEEP_LOCKS: list = []   # this process's sweep locks, held until it exits
 
 
 class SweepCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        # Held for the sweep's lifetime: once it is free, `reap` may close a parent this process left RUNNING.
+        # Not on self: the callback travels to joblib workers, and a lock does not pickle.
+        _SWEEP_LOCKS.append(take(Path(str(config.hydra.sweep.dir)) / SWEEP_LOCK))
         tracker = Tracker(config.tracking.uri, config.tracking.experiment)
         overrides = " ".join(config.hydra.overrides.task)
         tracker.start(run_name=f"sweep {overrides}"[:200], params={"sweep.overrides": overrides},
@@ -45,12 +50,11 @@ class SweepCallback(Callback):
 
 def finish_parent(uri: str, parent: str, sweep_dir: Path) -> int:
     """Log the summary on the parent and close it; returns the number of children that did not finish."""
-    from mlflow.tracking import MlflowClient
     from rich.console import Console
 
     from .compare import render_table, row_of, select_runs, summarize
 
-    client = MlflowClient(uri)
+    client = mlflow_client(uri)
     children = select_runs(client, parent=parent)
     rows = [row_of(r) for r in children]
     failed = sum(r["status"] != "FINISHED" for r in rows)
@@ -77,6 +81,4 @@ def close_orphan_parent() -> None:
     """The sweep ended without on_multirun_end (a job raised): the parent must not stay RUNNING."""
     parent, uri = os.environ.pop(PARENT_ENV, None), os.environ.pop(URI_ENV, None)
     if parent:
-        from mlflow.tracking import MlflowClient
-
-        MlflowClient(uri).set_terminated(parent, Status.FAILED.value)
+        mlflow_client(uri).set_terminated(parent, Status.FAILED.value)

@@ -1,21 +1,55 @@
-"""MLflow as a view over a run's local directory.
+"""MLflow as a view over a run's local directory, kept whether or not the tracking server answers.
 
-Contract: everything is written to the local run dir first; `Tracker` mirrors it to MLflow (params at start,
-metrics, tags and artifacts at the end, a final status FINISHED / FAILED / KILLED). If MLflow is unreachable
-the run goes on and `Tracker.warning` says so; nothing is lost, since the run dir holds it all. Uses the
-client API (no fluent global "active run") so parallel jobs in one process cannot mix their runs.
+Contract: everything is written to the local run dir first, including the run's tracking record (`tracking.json`:
+what MLflow should show, the MLflow run's id once there is one, and which steps reached it). `Tracker` mirrors the
+record to MLflow: the run and its params when it opens, metrics, tags, artifacts and the final status FINISHED /
+FAILED / KILLED when it finishes. The final payload is recorded before any upload is tried, so whatever did not
+reach MLflow is replayed later from the record by `python -m orchestrator sync` (orchestrator/sync.py): the MLflow
+run is found by the record or by its `run_id_local` tag, never made twice, and a replay adds nothing twice.
+Every MLflow wait is bounded: HTTP requests get short timeouts and few retries (HTTP_DEFAULTS, unless the user
+set them), a fresh run opens in the background so that the tail never waits for it, and `finish` gives up
+CLOSE_WITHIN_S after it was called (the runner has ended; LOCAL_CLOSE_WITHIN_S for a local sqlite database), then
+tries once, within TERMINATE_WITHIN_S, to close the MLflow run FAILED so that the server does not keep it RUNNING.
+Uses the client API (no fluent global "active run") so parallel jobs in one process cannot mix their runs.
+Non-goals: logging while the run goes (metrics come at the end), queueing uploads across processes.
 """
 from __future__ import annotations
 
 import enum
+import importlib
+import json
 import logging
 import math
+import os
+import re
+import shlex
+import threading
+import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
+from urllib.parse import urlparse
+
+from remote.events import write_json_atomic
 
 from .paths import default_artifact_root, default_tracking_uri
 
 log = logging.getLogger(__name__)
+
+RECORD = "tracking.json"
+# MLflow's own (7 retries, backoff factor 2, 120 s a request) hold one call ~4 min on a refused port and ~20 min
+# on a black hole; these hold it ~3 s and ~34 s (3 tries, 10 s each, backoff 0 + 2 s + jitter). Read by MLflow
+# on every request, so setting them before the first call is enough.
+HTTP_DEFAULTS = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
+}
+CLOSE_WITHIN_S = 15.0      # finish, with a tracking server: waiting for the opening, then the final logging
+TERMINATE_WITHIN_S = 5.0   # then one try to close an incomplete MLflow run (FAILED)
+# The same as CLOSE_WITHIN_S for a local store (sqlite, files): nothing there can go away, its work is local (the
+# import and a new database's migrations take 10+ s on a loaded machine) and its lock waits are sqlite's own
+# (20 s a statement, with parallel jobs on one database); this bound only guards against a hung disk.
+LOCAL_CLOSE_WITHIN_S = 120.0
 
 
 class Status(enum.Enum):
@@ -24,6 +58,13 @@ class Status(enum.Enum):
     FINISHED = "FINISHED"   # the runner exited 0 and its results were collected
     FAILED = "FAILED"       # the runner or the orchestrator failed; failure.* tags say why
     KILLED = "KILLED"       # stopped by the user (Ctrl-C) or by fail-fast
+
+
+class Step(enum.Enum):
+    """What of a run has reached MLflow (the record's `logged`), after the run itself (`mlflow_run_id`)."""
+
+    PARAMS = "params"   # the resolved config, as params
+    FINAL = "final"     # metrics, tags, artifacts, then the final status: the run is fully in MLflow
 
 
 def flatten(obj: Any, prefix: str = "") -> dict[str, str]:
@@ -48,87 +89,241 @@ def resolve_uri(uri: str | None) -> str:
     return uri or default_tracking_uri()
 
 
+def mlflow_client(uri: str):
+    """An MlflowClient for `uri` whose HTTP waits are bounded (HTTP_DEFAULTS, where the user set none)."""
+    for name, value in HTTP_DEFAULTS.items():
+        os.environ.setdefault(name, value)
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=uri)
+
+
+def sync_command(run_dir: Path) -> str:
+    return f"python -m orchestrator sync {shlex.quote(str(run_dir))}"
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _reason(exc: BaseException) -> str:
+    """The gist of an MLflow client error (its message nests urllib3's several times over)."""
+    text = str(exc)
+    found = re.search(r"\[Errno -?\d+\] [^'\")]+|Read timed out", text)
+    return f"{type(exc).__name__}: {found.group(0) if found else text[:300]}"
+
+
+class _Call:
+    """`fn` in a daemon thread (a hung MLflow call must not hold the process's exit), waited for through an
+    Event rather than `Thread.join`: on CPython 3.11 a join that Ctrl-C interrupts marks the thread stopped while
+    it still runs, so the next join returns at once."""
+
+    def __init__(self, fn: Callable[[], None], name: str):
+        self.done = threading.Event()
+        self.error: Exception | None = None
+        threading.Thread(target=self._body, args=(fn,), name=name, daemon=True).start()
+
+    def _body(self, fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except Exception as exc:  # the caller reports it
+            self.error = exc
+        finally:
+            self.done.set()
+
+    def wait(self, seconds: float) -> bool:
+        """True once `fn` is done (`error` says how), False if it still runs after `seconds`."""
+        return self.done.wait(max(seconds, 0.0))
+
+
 class Tracker:
-    def __init__(self, uri: str | None, experiment: str):
+    """One run's MLflow mirror and its local record (in `run_dir`, when given; a sweep's parent has none)."""
+
+    def __init__(self, uri: str | None, experiment: str, run_dir: Path | None = None):
         self.uri = resolve_uri(uri)
         self.experiment = experiment
-        self.run_id: str | None = None
-        self.warning: str | None = None
-        self._client = None
+        self.run_dir = run_dir
+        self.record: dict[str, Any] = {"tracking_uri": self.uri, "experiment": experiment, "mlflow_run_id": None,
+                                       "logged": [], "error": None, "start": None, "final": None}
+        self.warning: str | None = None   # why the run is not (fully) in MLflow
+        self._lock = threading.RLock()    # the record is written from the opening's thread too
+        self._opening: _Call | None = None
 
-    def _connect(self):
-        from mlflow.tracking import MlflowClient
+    @classmethod
+    def load(cls, run_dir: Path, uri: str | None = None) -> "Tracker":
+        """The tracker of a kept run, from its record; `uri`: log it there instead (the record starts over there)."""
+        record = json.loads((run_dir / RECORD).read_text())
+        tracker = cls(uri or record["tracking_uri"], record["experiment"], run_dir)
+        tracker.record.update(record)
+        if tracker.uri != record["tracking_uri"]:
+            tracker.record.update(tracking_uri=tracker.uri, mlflow_run_id=None, logged=[])
+        return tracker
 
-        if self.uri.startswith("sqlite:///"):
-            Path(self.uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-        client = MlflowClient(tracking_uri=self.uri)
-        exp = client.get_experiment_by_name(self.experiment)
-        if exp is None:
-            # A local database gets local artifacts in runs/, wherever the command was started from.
-            location = default_artifact_root() if self.uri.startswith("sqlite:") else None
-            exp_id = client.create_experiment(self.experiment, artifact_location=location)
-        else:
-            exp_id = exp.experiment_id
-        return client, exp_id
+    @property
+    def run_id(self) -> str | None:
+        return self.record["mlflow_run_id"]
+
+    @property
+    def opened(self) -> bool:
+        """The run got as far as MLflow: it was opened (or is being opened), or an MLflow run is known."""
+        return self._opening is not None or self.record["start"] is not None or self.run_id is not None
+
+    @property
+    def logged(self) -> bool:
+        """The run is fully in MLflow: its final logging succeeded."""
+        return Step.FINAL.value in self.record["logged"]
+
+    def _update(self, **changes: Any) -> None:
+        with self._lock:
+            self.record.update(changes)
+            if self.run_dir is not None:
+                write_json_atomic(str(self.run_dir / RECORD), self.record)
+
+    def _mark(self, step: Step) -> None:
+        with self._lock:
+            self._update(logged=[*self.record["logged"], step.value])
 
     def start(self, run_name: str, params: Mapping[str, str], tags: Mapping[str, str],
               parent_run_id: str | None = None) -> None:
+        """Record what the run is, then open it in MLflow (the run and its params). Never raises: tracking must
+        never cost the run; `warning` says what went wrong."""
+        self._update(start={"run_name": run_name, "start_time": _now_ms(), "params": dict(params),
+                            "tags": dict(tags), "parent_run_id": parent_run_id})
         try:
-            self._client, exp_id = self._connect()
-            all_tags = dict(tags)
-            if parent_run_id:
-                all_tags["mlflow.parentRunId"] = parent_run_id
-            run = self._client.create_run(exp_id, run_name=run_name, tags=all_tags)
-            self.run_id = run.info.run_id
-            self._log_params(params)
-        except Exception as exc:  # tracking must never cost the run
-            self.warning = f"MLflow at {self.uri} unavailable ({type(exc).__name__}: {exc}); results kept locally"
-            log.warning(self.warning)
-            self._client = None
+            self.replay()
+        except Exception as exc:
+            self.warning = f"MLflow at {self.uri} unavailable ({_reason(exc)})"
+            log.warning("%s; results kept locally", self.warning)
+            self._update(error=self.warning)
+
+    def open_async(self, opener: Callable[[], None]) -> threading.Event:
+        """Run `opener` (which calls `start`) in the background: MLflow's import, database work and an unreachable
+        server's timeouts never delay the tail. `finish` waits for it, bounded. The Event is set once it is done."""
+        def opening() -> None:
+            try:
+                opener()
+            except Exception:   # not MLflow's (start never raises): a bug of ours, shown though no one waits
+                log.exception("opening the MLflow run failed")
+                raise
+
+        self._opening = _Call(opening, "mlflow-open")
+        return self._opening.done
 
     def resume(self, run_id: str | None) -> None:
-        """Continue logging to an existing run (attach); without one, the run is only kept locally."""
-        if not run_id:
-            return
-        try:
-            self._client, _ = self._connect()
-            self.run_id = run_id
-        except Exception as exc:
-            self.warning = f"MLflow at {self.uri} unavailable ({type(exc).__name__}: {exc}); results kept locally"
-            self._client = None
+        """Continue the record the original command kept in the run dir (attach); `run_id`: its MLflow run, as
+        job.json has it. Nothing is sent before `finish`."""
+        if self.run_dir is not None and (self.run_dir / RECORD).exists():
+            self.record.update(json.loads((self.run_dir / RECORD).read_text()))
+        if run_id and not self.run_id:
+            self.record["mlflow_run_id"] = run_id
 
-    def _log_params(self, params: Mapping[str, str]) -> None:
+    def finish(self, status: Status, metrics: Mapping[str, float], tags: Mapping[str, str],
+               artifacts: list[Path], history: list[tuple[str, float, int]] = ()) -> None:
+        """Final metrics (step 0), per-step `history` (name, value, step), tags, artifacts and the status: recorded
+        locally first, then logged within CLOSE_WITHIN_S. Never raises; `logged` and `warning` say how it went."""
+        if not self.opened:
+            return   # it failed before its launch (preflight): MLflow was never part of it, nor is it later
+        importlib.import_module("mlflow.tracking")   # local work (seconds under load), not a wait on the server
+
+        within = LOCAL_CLOSE_WITHIN_S if urlparse(self.uri).scheme in ("", "file", "sqlite") else CLOSE_WITHIN_S
+        deadline = time.monotonic() + within
+        now = _now_ms()
+        points = [(k, v, 0) for k, v in metrics.items()] + list(history)
+        names = [str(p.relative_to(self.run_dir)) if self.run_dir and p.is_relative_to(self.run_dir) else str(p)
+                 for p in artifacts if p.exists()]
+        self._update(final={
+            "status": status.value, "end_time": now, "tags": {k: str(v)[:8000] for k, v in tags.items()},
+            "metrics": [[k, float(v), now, step] for k, v, step in points
+                        if isinstance(v, (int, float)) and math.isfinite(float(v))],
+            "artifacts": names})
+        late = f"MLflow at {self.uri} did not answer within {within:g} s"
+        if self._opening is not None and not self._opening.wait(deadline - time.monotonic()):
+            return self._give_up(late)   # still opening: no second attempt beside it
+        upload = _Call(self.replay, "mlflow-finish")
+        if not upload.wait(deadline - time.monotonic()):
+            return self._give_up(late)
+        if upload.error is not None:
+            return self._give_up(f"MLflow at {self.uri} unavailable ({_reason(upload.error)})")
+        self.warning = None
+
+    def _give_up(self, why: str) -> None:
+        """Keep the reason in the record; close a half-logged MLflow run FAILED (once, bounded), not RUNNING."""
+        self.warning = why
+        self._update(error=why)
+        if self.run_id is not None:
+            run_id = self.run_id
+            _Call(lambda: mlflow_client(self.uri).set_terminated(run_id, Status.FAILED.value),
+                  "mlflow-terminate").wait(TERMINATE_WITHIN_S)
+
+    def replay(self) -> None:
+        """Bring MLflow up to the record: find or create the run, log its params, then the final payload and
+        status. Raises on the first failure. Every step may be repeated: params keep their values, metric points
+        their timestamps (MLflow skips identical ones), tags and artifacts overwrite."""
+        client = mlflow_client(self.uri)
+        if self.run_id is None:
+            self._update(mlflow_run_id=self._find_or_create(client))
+        start, final = self.record["start"], self.record["final"]
+        if start is not None and Step.PARAMS.value not in self.record["logged"]:
+            self._log_params(client, start["params"])
+            self._mark(Step.PARAMS)
+        if final is not None and not self.logged:
+            self._log_final(client, final)
+            self._mark(Step.FINAL)
+            self._update(error=None)
+
+    def _find_or_create(self, client) -> str:
+        """The run a lost answer may have left on the server (by its `run_id_local` tag), or a new one."""
+        start = self.record["start"]
+        if start is None:
+            raise ValueError(f"no MLflow run recorded and nothing to open one from in {self.run_dir}/{RECORD}")
+        exp_id = self._experiment_id(client)
+        local = start["tags"].get("run_id_local")
+        if local and "'" not in local:
+            found = client.search_runs([exp_id], f"tags.run_id_local = '{local}'", max_results=1)
+            if found:
+                return found[0].info.run_id
+        tags = dict(start["tags"])
+        if start["parent_run_id"]:
+            tags["mlflow.parentRunId"] = start["parent_run_id"]
+        return client.create_run(exp_id, start_time=start["start_time"], tags=tags,
+                                 run_name=start["run_name"]).info.run_id
+
+    def _experiment_id(self, client) -> str:
+        if self.uri.startswith("sqlite:///"):
+            Path(self.uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        exp = client.get_experiment_by_name(self.experiment)
+        if exp is not None:
+            return exp.experiment_id
+        # A local database gets local artifacts in runs/, wherever the command was started from.
+        location = default_artifact_root() if self.uri.startswith("sqlite:") else None
+        return client.create_experiment(self.experiment, artifact_location=location)
+
+    def _log_params(self, client, params: Mapping[str, str]) -> None:
         from mlflow.entities import Param
 
         items = [Param(k, v[:6000]) for k, v in params.items()]
         for i in range(0, len(items), 100):
-            self._client.log_batch(self.run_id, params=items[i:i + 100])
+            client.log_batch(self.run_id, params=items[i:i + 100])
 
-    def finish(self, status: Status, metrics: Mapping[str, float], tags: Mapping[str, str],
-               artifacts: list[Path], history: list[tuple[str, float, int]] = ()) -> None:
-        """Final metrics (step 0), per-step `history` (name, value, step), tags, artifacts and the status."""
-        if self._client is None or self.run_id is None:
-            return
-        try:
-            import time
+    def _log_final(self, client, final: dict) -> None:
+        from mlflow.entities import Metric, RunTag
 
-            from mlflow.entities import Metric, RunTag
+        metrics = [Metric(k, v, ts, step) for k, v, ts, step in final["metrics"]]
+        tags = [RunTag(k, v) for k, v in final["tags"].items()]
+        for i in range(0, len(metrics), 1000):   # MLflow's limits per batch: 1000 metrics, 100 tags
+            client.log_batch(self.run_id, metrics=metrics[i:i + 1000])
+        for i in range(0, len(tags), 100):
+            client.log_batch(self.run_id, tags=tags[i:i + 100])
+        for name in final["artifacts"]:
+            path = (self.run_dir or Path(".")) / name
+            if path.exists():
+                client.log_artifact(self.run_id, str(path))
+        client.set_terminated(self.run_id, final["status"], end_time=final["end_time"])
 
-            now = int(time.time() * 1000)
-            points = [(k, v, 0) for k, v in metrics.items()] + list(history)
-            ms = [Metric(k, float(v), now, step) for k, v, step in points
-                  if isinstance(v, (int, float)) and math.isfinite(float(v))]
-            ts = [RunTag(k, str(v)[:8000]) for k, v in tags.items()]
-            for i in range(0, max(len(ms), len(ts)), 500):
-                self._client.log_batch(self.run_id, metrics=ms[i:i + 500], tags=ts[i:i + 500])
-            for path in artifacts:
-                if path.exists():
-                    self._client.log_artifact(self.run_id, str(path))
-            self._client.set_terminated(self.run_id, status.value)
-        except Exception as exc:
-            self.warning = f"MLflow logging failed ({type(exc).__name__}: {exc}); results kept locally"
-            log.warning(self.warning)
-            try:
-                self._client.set_terminated(self.run_id, Status.FAILED.value)
-            except Exception:
-                pass
+    def closing_note(self) -> str:
+        """For the run's closing line: where it is in MLflow, or why it is not and how to log it later."""
+        if self.logged or not self.opened:
+            return f"mlflow run: {self.run_id}" if self.logged else ""
+        what = f"not fully in MLflow (run {self.run_id} incomplete)" if self.run_id else "not in MLflow"
+        return (f"({what}: {self.warning or 'not logged'}; results kept locally; log it later: "
+                f"{sync_command(self.run_dir or Path('.'))})")

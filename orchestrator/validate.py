@@ -4,16 +4,19 @@ Contract: `validate(cfg)` raises ConfigError for the first bad value; `check_gro
 unknown option of a config group (method=foo) before Hydra composes anything; `check_sweep(argv)` composes and
 validates every job of a multirun before the first starts (a bad value in job 3 would otherwise stop the sweep
 after jobs 1-2 ran). All happen before a host is contacted or an MLflow run exists, so bad input loses nothing.
+What each knob allows is orchestrator.knobs' tables (every knob the runner and the host settings read); the
+checks across keys (GPUs within host.gpus, device_map indices, paths that must exist) are here.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from remote import assets
-from remote.spec import DEVICE_MAP_PRESETS, METHODS
+from remote.spec import DEVICE_MAP_PRESETS
 
+from . import knobs
 from .paths import CONF_DIR
 
 
@@ -70,49 +73,45 @@ def check_sweep(overrides: list[str], conf_dir: Path = CONF_DIR) -> None:
                 raise ConfigError(exc.key, f"{str(exc).split(': ', 1)[1]} (sweep job: {' '.join(job)})") from None
 
 
-def _int(cfg: DictConfig, key: str, minimum: int) -> None:
-    value = cfg.get(key)
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(key, f"must be an integer >= {minimum}, got {value!r}")
+def check_table(node: DictConfig, table, prefix: str = "") -> None:
+    """Every `(key, rule)` of a knobs table against `node`; the error names `prefix + key`."""
+    for key, rule in table:
+        value = OmegaConf.select(node, key, default=None, throw_on_missing=False)
+        if (problem := rule(value)) is not None:
+            raise ConfigError(f"{prefix}{key}", problem)
 
 
 def validate(cfg: DictConfig) -> None:
     missing = sorted(k for k in OmegaConf.missing_keys(cfg) if not k.startswith("hydra"))
     if missing:
         raise ConfigError(missing[0], "is required (it is ??? in the config); set it on the command line")
-    method = cfg.method.name
-    if method not in METHODS:
-        raise ConfigError("method", f"must be one of {', '.join(METHODS)}, got {method!r}")
-    _int(cfg, "tree_budget", 1)
-    _int(cfg, "max_new_tokens", 1)
-    _int(cfg, "seed", 0)
-    if cfg.get("num_prompts") is not None:
-        _int(cfg, "num_prompts", 1)
-    for key in ("cuda_graphs", "compile_steps", "compile_drafter"):
-        if not isinstance(cfg.get(key, False), bool):
-            raise ConfigError(key, f"must be true or false, got {cfg.get(key)!r}")
-    temperature = cfg.get("temperature")
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature < 0:
-        raise ConfigError("temperature", f"must be a number >= 0, got {temperature!r}")
-    gpus = cfg.get("gpus")
-    if not isinstance(gpus, (list, ListConfig)) or not all(
-        isinstance(g, int) and not isinstance(g, bool) and g >= 0 for g in gpus
-    ):
-        raise ConfigError("gpus", f"must be a list of non-negative integers such as [0,1], got {gpus!r}")
+    script = cfg.get("runner") is not None and cfg.runner.kind == "script"
+    check_table(cfg, knobs.RUN)
+    check_table(cfg, [("max_new_tokens", knobs.max_new_tokens(None if script else cfg.model))])
+    _check_hosts(cfg)
     allowed = cfg.host.get("gpus")
-    if allowed is not None and not set(gpus) <= set(allowed):
-        raise ConfigError("gpus", f"{list(gpus)} is not within host.gpus={list(allowed)} of host {cfg.host.name}")
-    if cfg.baseline not in ("ar", "none"):
-        raise ConfigError("baseline", f"must be one of ar, none, got {cfg.baseline!r}")
-    if cfg.device not in ("auto", "cpu", "cuda"):
-        raise ConfigError("device", f"must be one of auto, cpu, cuda, got {cfg.device!r}")
-    runner = cfg.get("runner")
-    if runner is not None and runner.kind == "script":
-        path = OmegaConf.select(runner, "path", throw_on_missing=False)
+    if allowed is not None and not set(cfg.gpus) <= set(allowed):
+        raise ConfigError("gpus", f"{list(cfg.gpus)} is not within host.gpus={list(allowed)} of host {cfg.host.name}")
+    if script:
+        path = OmegaConf.select(cfg.runner, "path", throw_on_missing=False)
         if not path or not Path(str(path)).expanduser().is_file():
             raise ConfigError("runner.path", f"runner=script needs an existing script file, got {path!r}")
         return   # a user's script brings its own model and method
+    check_table(cfg, knobs.MODEL)
     _check_model(cfg)
+
+
+def _check_hosts(cfg: DictConfig) -> None:
+    """Every host this job may run on: `host`, and each entry of the pool (which then places the job)."""
+    pool = cfg.get("pool")
+    entries = list(pool.hosts) if pool and pool.get("hosts") else []
+    for index, entry in enumerate(entries):
+        check_table(entry, [("gpus", knobs.gpu_list)], f"pool.hosts[{index}].")
+    hosts = [("host.", cfg.host)] + [(f"pool.hosts[{index}].host.", entry.host) for index, entry in enumerate(entries)]
+    for prefix, host in hosts:
+        check_table(host, knobs.HOST, prefix)
+        if host.get("kind", "local") == "ssh":
+            check_table(host, knobs.SSH, prefix)
 
 
 def _check_model(cfg: DictConfig) -> None:

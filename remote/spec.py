@@ -14,6 +14,15 @@ from typing import Any
 SPEC_VERSION = 1
 METHODS = ("ar", "dflash", "ddtree")
 DEVICE_MAP_PRESETS = ("auto", "balanced", "balanced_low_0", "sequential")   # accelerate's, as in from_pretrained
+# The names the runner accepts, here so that the orchestrator checks them without importing torch or transformers:
+# dtype name -> torch attribute (remote.models.loading.DTYPES), dataset names (remote.prompts.NAMES), and the
+# attention implementations transformers' from_pretrained takes by name (remote.kernels.step's "grouped_sdpa" is
+# not one: the captured steps swap it in for sdpa themselves, and transformers refuses it at load time).
+DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
+          "float16": "float16", "fp16": "float16"}
+DATASETS = ("builtin", "humaneval", "jsonl", "hub")
+ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flash_attention_4",
+                        "flex_attention")
 
 
 @dataclass

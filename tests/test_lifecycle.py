@@ -162,6 +162,7 @@ def test_launch_script_matches_golden_file():
     script = render_launch_script(
         RunFiles("/work dir/runs/r1"), python="/opt/venv/bin/python3", bundle="/work dir/bundles/abc",
         gpus=[0, 1], env={"HF_HOME": "/data/hf cache", "EVIL": "$(touch /tmp/x); `id`\nrm -rf /"},
+        locks="/work dir/locks",
     )
     assert script == (GOLDEN / "launch.sh").read_text()
 

@@ -28,6 +28,25 @@ CASES = [
     ("model.path=assets:../../etc", "model.path"),                                # outside the assets
     ("model.device_map=everywhere", "model.device_map"),
     ("gpus=[0,1]", "model.device_map={model.embed_tokens:0,lm_head:2}", "model.device_map"),   # 2 is not a GPU here
+    # Each of these passed validation and became a FAILED (or killed, or endless) run on the host (issue 23).
+    ("warmup=-1", "warmup"),
+    ("warmup=1000", "warmup"),
+    ("model.dtype=float99", "model.dtype"),
+    ("model.attn_implementation=bogus", "model.attn_implementation"),
+    ("model.attn_implementation=grouped_sdpa", "model.attn_implementation"),  # the steps' own: refused at load
+    ("temperature=nan", "temperature"),
+    ("temperature=inf", "temperature"),
+    ("gpus=[0,0]", "gpus"),
+    ("tree_budget=100000000000000", "tree_budget"),       # an int (1e14 is a float, refused before)
+    ("max_new_tokens=100000000000000", "max_new_tokens"),
+    ("max_new_tokens=4097", "max_new_tokens"),             # demo-qwen3 has 4096 positions
+    ("seed=99999999999999999999", "seed"),
+    ("dataset.name=nope", "dataset.name"),
+    ("drafter.block_size=1", "drafter.block_size"),
+    ("model.trust_remote_code=yes", "model.trust_remote_code"),
+    ("fail_fast=maybe", "fail_fast"),
+    ("host=ssh", "host.hostname=127.0.0.1", "host.port=abc", "host.port"),
+    ("pool=example", "pool.lock_dir=leases", "pool.hosts.0.host.port=abc", "pool.hosts[0].host.port"),
 ]
 
 
@@ -46,6 +65,7 @@ def test_invalid_value_exits_2_naming_the_key(case, tmp_path):
     assert lines[0].startswith(f"error: {key}:")
     runs = tmp_path / "runs"
     assert not (runs / "mlflow.db").exists()
+    assert not (runs / ".host").exists()     # host=local's workdir: no bundle, no run dir
 
 
 def test_unknown_option_lists_the_valid_ones(tmp_path):
@@ -97,3 +117,96 @@ def test_every_model_composes_with_its_default_drafter():
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         for option in group_options("model"):
             assert compose(config_name="config", overrides=[f"model={option}"]).model.name == option
+
+
+@pytest.mark.parametrize("setting,value", [("port", 0), ("port", 65536), ("io_timeout", 0), ("reconnect_timeout", -1),
+                                           ("connect_timeout", float("nan")), ("keepalive", float("inf"))])
+def test_a_bad_ssh_setting_exits_2_before_the_host_is_contacted(sshd, tmp_path, setting, value):
+    """Against a real server that would answer: nothing reaches it (no workdir, no bundle) and no MLflow run."""
+    workdir = tmp_path / "hostwork"
+    proc = run_cli(*sshd.overrides(workdir=str(workdir), **{setting: value}), cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(f"error: host.{setting}:"), proc.stderr
+    assert not workdir.exists()
+    assert not (tmp_path / "runs" / "mlflow.db").exists()
+
+
+@pytest.mark.parametrize("sweep,key", [("temperature=0,nan", "temperature"), ("gpus=[0],[0,0]", "gpus"),
+                                       ("model.dtype=float32,float99", "model.dtype")])
+def test_a_sweep_checks_the_new_rules_in_every_job(sweep, key, tmp_path):
+    env = {**os.environ, "SPECBENCH_RUNS_DIR": str(tmp_path / "runs")}
+    proc = subprocess.run([sys.executable, "-m", "orchestrator", "-m", sweep, "model=tiny-qwen3", "num_prompts=1",
+                           "max_new_tokens=4", "baseline=none"],
+                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(f"error: {key}:") and "sweep job:" in lines[0], proc.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def _compose(overrides):
+    from hydra import compose, initialize_config_dir
+
+    from orchestrator.paths import CONF_DIR
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose(config_name="config", overrides=overrides)
+
+
+@pytest.mark.parametrize("overrides,allowed", [
+    (["tree_budget=4096"], "an integer from 1 to 4096"),
+    (["max_new_tokens=4096"], "an integer from 1 to 4096 (the target's max_position_embeddings)"),   # demo-qwen3
+    (["model=tiny-qwen3", "max_new_tokens=2048"], "an integer from 1 to 2048 (the target's max_position_embeddings)"),
+    (["model=qwen3-8b", "max_new_tokens=32768"], "an integer from 1 to 32768"),   # a hub id: the general cap
+    (["warmup=100"], "an integer from 0 to 100"),
+], ids=["tree_budget", "max_new_tokens demo-qwen3", "max_new_tokens tiny-qwen3", "max_new_tokens hub id", "warmup"])
+def test_a_bound_is_allowed_and_named_one_past_it(overrides, allowed):
+    from orchestrator.validate import ConfigError, validate
+
+    validate(_compose(overrides))
+    key, _, bound = overrides[-1].partition("=")
+    with pytest.raises(ConfigError) as err:
+        validate(_compose([*overrides[:-1], f"{key}={int(bound) + 1}"]))
+    assert str(err.value) == f"{key}: must be {allowed}, got {int(bound) + 1}"
+
+
+def test_every_knob_the_runner_and_the_ssh_settings_read_has_a_rule():
+    """A field added to the run spec or to SSHSettings without a rule in orchestrator.knobs fails here."""
+    from dataclasses import fields
+
+    from orchestrator import knobs
+    from orchestrator.hosts.ssh import SSHSettings
+    from remote.spec import DatasetSpec, DecodingSpec, DrafterSpec, ModelSpec
+
+    read = {f"{part}.{f.name}" for part, spec in (("model", ModelSpec), ("drafter", DrafterSpec),
+                                                   ("dataset", DatasetSpec)) for f in fields(spec)}
+    read |= {f.name for f in fields(DecodingSpec)} | {"seed", "device"}
+    read = {{"method": "method.name", "dataset.num_prompts": "num_prompts"}.get(key, key) for key in read}
+    across = {"max_new_tokens", "model.device_map", "dataset.path"}    # validate's own checks, not a table's
+    assert read - {key for key, _ in knobs.RUN + knobs.MODEL} - across == set()
+    assert {f.name for f in fields(SSHSettings)} - {key for key, _ in knobs.HOST + knobs.SSH} == set()
+
+
+def test_the_runners_names_are_the_ones_checked():
+    """The runner's own tables (remote.prompts, remote.models.loading) and transformers agree with remote.spec's."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from remote import prompts
+    from remote.kernels.step import GROUPED
+    from remote.models.loading import DTYPES as TORCH_DTYPES
+    from remote.spec import ATTN_IMPLEMENTATIONS, DATASETS, DTYPES
+
+    assert prompts.NAMES == DATASETS and list(TORCH_DTYPES) == list(DTYPES)
+    config = AutoConfig.for_model(model_type="qwen3", vocab_size=64, hidden_size=32, intermediate_size=64,
+                                  num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, head_dim=16)
+    for name in (*ATTN_IMPLEMENTATIONS, GROUPED, "bogus"):
+        try:
+            AutoModelForCausalLM.from_config(config, attn_implementation=name)
+            known = True
+        except ImportError:     # a known name whose package (flash-attn, ...) is not installed here
+            known = True
+        except ValueError as exc:
+            assert "is not supported" in str(exc)
+            known = False
+        assert known == (name in ATTN_IMPLEMENTATIONS), name

@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+from .. import spec
 from ..assets import ASSETS
 from ..errors import SpecError, first_line
 from ..spec import DrafterSpec, ModelSpec
@@ -22,8 +23,7 @@ from .drafter_io import load_drafter, random_drafter
 from .placement import build_device, spread
 
 SHIPPED_TOKENIZER = ASSETS / "tokenizer"
-DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-          "float16": torch.float16, "fp16": torch.float16}
+DTYPES = {name: getattr(torch, attr) for name, attr in spec.DTYPES.items()}
 
 
 def parse_dtype(name: str) -> torch.dtype:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Written by the orchestrator: runs the runner detached and records its pid and exit code.
 cd '/work dir/runs/r1' || exit 97
-echo $$ > pid
+cat /proc/sys/kernel/random/boot_id > boot_id 2>/dev/null
+echo $$ > pid.tmp && mv pid.tmp pid
 export PYTHONPATH='/work dir/bundles/abc'
 export PYTHONUNBUFFERED=1
 export PYTHONDONTWRITEBYTECODE=1
@@ -10,9 +11,15 @@ export CUDA_VISIBLE_DEVICES=0,1
 export EVIL='$(touch /tmp/x); `id`
 rm -rf /'
 export HF_HOME='/data/hf cache'
+leases=${SPECBENCH_GPU_LEASES:-auto}
+if [ "$leases" = auto ]; then leases=0; if [ -z "$SLURM_JOB_ID" ] && { [ -e /dev/nvidiactl ] || [ -e /dev/kfd ]; }; then leases=1; fi; fi
+if [ "$leases" = 1 ] && ! command -v flock >/dev/null; then leases=0; echo "[specbench] flock not found on this host: GPU leases are not held here" >> runner.log; fi
+held=; if [ "$leases" = 1 ]; then mkdir -p '/work dir/locks'; [ -n "$held" ] || { exec 20>>'/work dir/locks/gpu0.lock'; flock -n 20 || held=0; }; [ -n "$held" ] || { exec 21>>'/work dir/locks/gpu1.lock'; flock -n 21 || held=1; }; fi
+if [ -n "$held" ]; then echo "[specbench] GPU $held is held by run $(cat '/work dir/locks'/gpu$held.run 2>/dev/null || echo unknown) on this host: not started" >> runner.log; echo 75 > exit_code.tmp; mv exit_code.tmp exit_code; exit 75; fi
+if [ "$leases" = 1 ]; then basename "$PWD" > '/work dir/locks/gpu0.run'; basename "$PWD" > '/work dir/locks/gpu1.run'; fi
 if [ -f secrets.env ]; then set -a; . ./secrets.env; set +a; rm -f secrets.env; fi
 trap 'echo 143 > exit_code.tmp; mv exit_code.tmp exit_code; exit 143' TERM
-/opt/venv/bin/python3 -m remote '/work dir/runs/r1' > runner.log 2>&1 < /dev/null &
+/opt/venv/bin/python3 -m remote '/work dir/runs/r1' >> runner.log 2>&1 < /dev/null &
 wait $!
 code=$?
 echo $code > exit_code.tmp && mv exit_code.tmp exit_code

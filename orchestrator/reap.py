@@ -1,0 +1,117 @@
+"""`python -m orchestrator reap`: close the runs an orchestrator left RUNNING when it died.
+
+A run is orphaned when its MLflow run is RUNNING and nobody follows it: `try_following(run_dir)` is an OS file lock
+that run_job and attach hold while they follow a run, so it is free once their process is gone (`kill -9`, a
+closed laptop), whatever it did before. Orphans are settled by what the host says, not remembered: one whose
+runner ended (exit code, or its process group gone) is finished as attach would finish it (the rest of its log,
+its results, its status from the exit code, or FAILED runner_vanished); one still running is left, with the
+command that follows it. A sweep parent whose sweep process is gone (its lock free, orchestrator.sweep) gets its
+summary and status once no child of it is left RUNNING.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from filelock import FileLock, Timeout
+from rich.console import Console
+
+from .paths import runs_dir
+
+FOLLOW_LOCK = ".follow.lock"
+SWEEP_LOCK = ".sweep.lock"
+JOB_FILE = "job.json"
+
+
+def take(path: Path) -> FileLock | None:
+    """The lock file `path`, held by this process until released (or until it dies); None if another holds it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(path))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        return None
+    return lock
+
+
+def try_following(run_dir: Path) -> FileLock | None:
+    """The follow lock of the run in `run_dir` (run_job and attach hold it while they follow it)."""
+    return take(run_dir / FOLLOW_LOCK)
+
+
+def _free(path: Path) -> bool:
+    """Whether nobody holds the lock file `path` (a directory that is gone holds nothing)."""
+    if not path.parent.is_dir():
+        return True
+    lock = take(path)
+    if lock is not None:
+        lock.release()
+    return lock is not None
+
+
+def orphans(root: Path) -> list[Path]:
+    """Run dirs under `root` with a job file whose follow lock is free."""
+    return sorted(f.parent for f in root.rglob(JOB_FILE) if _free(f.parent / FOLLOW_LOCK))
+
+
+def reap(root: Path, console: Console) -> int:
+    """Settle every orphan under `root`; returns how many runs it closed."""
+    from mlflow.tracking import MlflowClient
+
+    from .attach import attach
+    from .hosts import HostError, make_host
+    from .lifecycle import Job
+
+    closed, uris = 0, set()
+    for run_dir in orphans(root):
+        meta = json.loads((run_dir / JOB_FILE).read_text())
+        if not meta.get("mlflow_run_id"):
+            continue   # never reached MLflow: `sync` logs it
+        uris.add(meta["tracking_uri"])
+        if MlflowClient(meta["tracking_uri"]).get_run(meta["mlflow_run_id"]).info.status != "RUNNING":
+            continue
+        try:
+            with make_host(meta["host"]) as host:
+                alive = Job(host, meta["run_id"], run_dir).running()
+        except HostError as exc:
+            console.print(f"[yellow]{meta['run_id']}: host unreachable, left RUNNING ({exc})[/]")
+            continue
+        if alive:
+            console.print(f"[cyan]{meta['run_id']}: still running; follow it: python -m orchestrator attach "
+                          f"{run_dir}[/]")
+            continue
+        console.print(f"[cyan]{meta['run_id']}: its orchestrator is gone and its runner ended: closing it[/]")
+        attach(run_dir, console)
+        closed += 1
+    return closed + sum(_close_parents(uri, console) for uri in uris)
+
+
+def _close_parents(uri: str, console: Console) -> int:
+    from mlflow.tracking import MlflowClient
+
+    from .sweep import finish_parent
+
+    client, closed = MlflowClient(uri), 0
+    for exp in client.search_experiments():
+        open_parents = "tags.sweep = 'parent' and attributes.status = 'RUNNING'"
+        for parent in client.search_runs([exp.experiment_id], open_parents):
+            sweep_dir = Path(parent.data.tags.get("sweep_dir") or "/nonexistent")
+            children = client.search_runs([exp.experiment_id], f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
+            if not _free(sweep_dir / SWEEP_LOCK) or any(c.info.status == "RUNNING" for c in children):
+                continue
+            console.print(f"[cyan]sweep {parent.info.run_id}: its sweep process is gone: closing it[/]")
+            client.set_tag(parent.info.run_id, "sweep.reaped", "true")
+            finish_parent(uri, parent.info.run_id, sweep_dir)
+            closed += 1
+    return closed
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m orchestrator reap", description=__doc__.split("\n")[0])
+    parser.add_argument("--runs-dir", type=Path, default=None, help="where to look (default: the runs dir)")
+    args = parser.parse_args(argv)
+    console = Console()
+    closed = reap((args.runs_dir or runs_dir()).expanduser(), console)
+    console.print(f"reap: {closed} run(s) closed")
+    return 0

@@ -1,0 +1,227 @@
+"""Faults as they happen, against the real CLI: a runner SIGKILLed with its wrapper, SIGTERM / SIGHUP to the
+orchestrator, Ctrl-C while the link is cut, a sweep killed with `kill -9` whose runners live on, a GPU held by
+another runner. Each says what the user sees, how fast, and that no run stays RUNNING.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from orchestrator.paths import PROJECT_ROOT
+
+# Long enough to be interrupted mid-decode on any machine; never paid in full.
+LONG = ["device=cpu", "method=ar", "baseline=none", "num_prompts=24", "max_new_tokens=256"]
+LEASES = "+host.env.SPECBENCH_GPU_LEASES=1"   # held on this GPU-less machine too (auto: where GPUs are)
+
+
+def start_cli(args: list[str], cwd: Path = PROJECT_ROOT, env: dict | None = None) -> subprocess.Popen:
+    # SIGINT back to its default: a suite started in the background inherits it ignored
+    return subprocess.Popen([sys.executable, "-m", "orchestrator", *args], cwd=cwd, text=True,
+                            env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
+def wait_for(found, what: str, timeout: float = 180):
+    """Poll `found()` until it returns something truthy; the event, not a guess, ends the wait."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := found():
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"{what}: not within {timeout} s")
+
+
+def started_runs(workdir: Path) -> list[Path]:
+    """Host run dirs whose runner is decoding (its `start` event is written)."""
+    return [e.parent for e in workdir.glob("runs/*/events.jsonl") if '"start"' in e.read_text()]
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any non-zombie process is in process group `pgid`."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                return True
+    return False
+
+
+def runs_of(runs_dir: Path) -> list:
+    client = MlflowClient(f"sqlite:///{runs_dir / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("specbench")
+    return client.search_runs([exp.experiment_id]) if exp else []
+
+
+def finish(proc: subprocess.Popen, timeout: float) -> str:
+    try:
+        return proc.communicate(timeout=timeout)[0]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def host_overrides(kind: str, workdir: Path, request) -> list[str]:
+    if kind == "local":
+        return ["host=local", f"host.workdir={workdir}"]
+    return request.getfixturevalue("sshd").overrides(workdir=str(workdir))
+
+
+@pytest.mark.parametrize("kind", ["local", "ssh"])
+def test_a_runner_killed_with_its_wrapper_fails_as_vanished_within_30_s(kind, tmp_path, request):
+    workdir = tmp_path / "work"
+    proc = start_cli([*host_overrides(kind, workdir, request), *LONG])
+    try:
+        (run_dir,) = wait_for(lambda: started_runs(workdir), "the runner starting")
+        os.killpg(int((run_dir / "pid").read_text()), signal.SIGKILL)    # what the OOM killer or a reboot does
+        killed = time.monotonic()
+        out = finish(proc, timeout=60)
+        noticed = time.monotonic() - killed
+    finally:
+        finish(proc, timeout=1)
+    assert proc.returncode == 1, out[-3000:]
+    assert noticed < 30, f"{noticed:.1f} s to notice"
+    assert "runner_vanished" in out and "dmesg" in out, out[-3000:]
+    (run,) = runs_of(tmp_path / "runs")
+    assert run.info.status == "FAILED"
+    assert run.data.tags["failure.id"] == "runner_vanished"
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_sigterm_and_sighup_stop_the_runner_and_close_the_run_killed(sig, code, tmp_path):
+    workdir = tmp_path / "work"
+    proc = start_cli(["host=local", f"host.workdir={workdir}", *LONG])
+    try:
+        (run_dir,) = wait_for(lambda: started_runs(workdir), "the runner starting")
+        pgid = int((run_dir / "pid").read_text())
+        proc.send_signal(sig)
+        out = finish(proc, timeout=60)
+    finally:
+        finish(proc, timeout=1)
+    assert not group_alive(pgid), "the runner outlived the orchestrator"
+    assert proc.returncode == code, out[-3000:]
+    (run,) = runs_of(tmp_path / "runs")
+    assert run.info.status == "KILLED", out[-3000:]
+    assert run.data.tags["stopped_by"] == signal.Signals(sig).name
+
+
+def test_ctrl_c_during_a_link_cut_ends_within_10_s_and_says_how_to_stop(sshd_netns, tmp_path):
+    facts = sshd_netns.facts
+    workdir = Path(facts.host_config()["workdir"])
+    proc = start_cli([*facts.overrides(io_timeout=1.5, connect_timeout=1.5), *LONG])
+    try:
+        (run_dir,) = wait_for(lambda: started_runs(workdir), "the runner starting")
+        sshd_netns.cut()
+        proc.send_signal(signal.SIGINT)
+        sent = time.monotonic()
+        out = finish(proc, timeout=60)
+        took = time.monotonic() - sent
+    finally:
+        sshd_netns.restore()
+        finish(proc, timeout=1)
+    assert took < 10, f"{took:.1f} s after Ctrl-C"
+    assert proc.returncode == 130, out[-3000:]
+    flat = " ".join(out.split())
+    assert "may still be running" in flat and "python -m orchestrator stop" in flat, out[-3000:]
+    pgid = int((run_dir / "pid").read_text())
+    assert group_alive(pgid), "the cut should have kept the stop from reaching the host"
+    (run,) = runs_of(tmp_path / "runs")
+    local_dir = Path(run.data.tags["run_dir"])
+    stopped = subprocess.run([sys.executable, "-m", "orchestrator", "stop", str(local_dir)], cwd=PROJECT_ROOT,
+                             capture_output=True, text=True, timeout=120)
+    assert stopped.returncode == 130, stopped.stdout[-3000:] + stopped.stderr[-3000:]
+    assert not group_alive(pgid)
+    (run,) = runs_of(tmp_path / "runs")
+    assert run.info.status == "KILLED"
+
+
+def test_a_held_gpu_refuses_a_run_on_it(tmp_path):
+    workdir = tmp_path / "work"
+    holder = start_cli(["host=local", f"host.workdir={workdir}", LEASES, "gpus=[1]", *LONG])
+    try:
+        wait_for(lambda: started_runs(workdir), "the first runner starting")
+        second = subprocess.run([sys.executable, "-m", "orchestrator", "host=local", f"host.workdir={workdir}",
+                                 LEASES, "gpus=[1]", *LONG], cwd=PROJECT_ROOT, capture_output=True, text=True,
+                                timeout=180)
+        holder.send_signal(signal.SIGINT)
+        finish(holder, timeout=60)
+    finally:
+        finish(holder, timeout=1)
+    out = second.stdout + second.stderr
+    assert second.returncode == 1, out[-3000:]
+    assert "gpu_busy" in out and "GPU 1 is held by run" in out, out[-3000:]
+    statuses = {r.data.tags.get("failure.id"): r.info.status for r in runs_of(tmp_path / "runs")}
+    assert statuses["gpu_busy"] == "FAILED"
+
+
+def _sweep(tmp_path: Path, name: str, seeds: str) -> subprocess.Popen:
+    pool = (f"pool.hosts=[{{host:{{name:lh,kind:local,workdir:{tmp_path / 'hostwork'},"
+            f"env:{{SPECBENCH_GPU_LEASES:1}}}},gpus:[0,1]}}]")
+    return start_cli(["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", pool,
+                      f"pool.lock_dir={tmp_path / name / 'leases'}", "device=cpu", "method=ar", "baseline=none",
+                      "num_prompts=2", "max_new_tokens=24", f"seed={seeds}"],
+                     cwd=tmp_path, env={"SPECBENCH_RUNS_DIR": str(tmp_path / name)})
+
+
+def _spans(workdir: Path) -> list[tuple[str, float, float]]:
+    """(CUDA_VISIBLE_DEVICES, start, end) of every runner on the host, from its own events."""
+    out = []
+    for events in workdir.glob("runs/*/events.jsonl"):
+        lines = [json.loads(line) for line in events.read_text().splitlines() if line.strip()]
+        start = next(e for e in lines if e["event"] == "start")
+        out.append((start["cuda_visible_devices"], start["time"], lines[-1]["time"]))
+    return out
+
+
+def test_a_sweep_killed_with_kill_9_never_shares_its_gpus_with_the_next(tmp_path):
+    """Separate local lease dirs, as two sweeps of two machines (or a lock dir wiped) would have: only the leases
+    held on the host by the first sweep's runners can keep the second one off their GPUs."""
+    workdir = tmp_path / "hostwork"
+    first = _sweep(tmp_path, "first", "0,1")
+    runners: list[int] = []
+    try:
+        wait_for(lambda: len(started_runs(workdir)) == 2, "both runners of the first sweep starting")
+        runners = [int((d / "pid").read_text()) for d in started_runs(workdir)]
+        for pgid in runners:
+            os.killpg(pgid, signal.SIGSTOP)    # they live on, and cannot finish before the second sweep tries
+        os.killpg(first.pid, signal.SIGKILL)   # the sweep, its joblib workers and nothing else (runners: setsid)
+        first.wait()
+        second = _sweep(tmp_path, "second", "2,3")
+        waited: list[str] = []
+
+        def second_waits_or_starts():
+            line = second.stdout.readline()
+            waited.append(line)
+            return "waiting for 1 free GPU" in line or len(started_runs(workdir)) > 2
+
+        wait_for(second_waits_or_starts, "the second sweep waiting or starting")
+    finally:
+        for pgid in runners:
+            os.killpg(pgid, signal.SIGCONT)
+    out = "".join(waited) + finish(second, timeout=600)
+    assert second.returncode == 0, out[-3000:]
+    assert "held on the host by runners of ours: lh GPU 0, 1" in out, out[-3000:]
+    spans = _spans(workdir)
+    assert len(spans) == 4
+    for gpu in ("0", "1"):
+        mine = sorted((s, e) for g, s, e in spans if g == gpu)
+        assert all(prev_end <= start for (_, prev_end), (start, _) in zip(mine, mine[1:])), (gpu, mine)
+
+    # The killed sweep left its parent and children RUNNING although its runners exited 0: reap settles them.
+    assert {r.info.status for r in runs_of(tmp_path / "first")} == {"RUNNING"}
+    reaped = subprocess.run([sys.executable, "-m", "orchestrator", "reap"], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=300, env={**os.environ, "SPECBENCH_RUNS_DIR": str(tmp_path / "first")})
+    assert reaped.returncode == 0, reaped.stdout[-3000:] + reaped.stderr[-3000:]
+    runs = runs_of(tmp_path / "first")
+    assert [r.info.status for r in runs] == ["FINISHED"] * 3, reaped.stdout[-3000:]
+    assert all("tokens_per_s" in r.data.metrics for r in runs if r.data.tags.get("sweep") != "parent")

@@ -1,0 +1,236 @@
+"""The tracking server away: a black hole must not hold the tail, a server stopped mid-run must not hold the end,
+and what did not reach MLflow is logged later by `sync`. Real `mlflow server` processes, stopped for real; every
+wait is on an event (a stdout line, a file), with a bound that is the requirement itself."""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+from mlflow.tracking import MlflowClient
+
+SMALL = ["method=ddtree", "device=cpu", "num_prompts=2", "max_new_tokens=8"]
+TAIL_WITHIN_S = 10   # from the runner's launch to the run line (the tail starts right after it)
+END_WITHIN_S = 30    # from the runner's exit to the CLI's exit
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class MlflowServer:
+    """`mlflow server` on loopback with a sqlite backend under `root`, in its own process group."""
+
+    def __init__(self, root: Path, port: int | None = None):
+        root.mkdir(parents=True, exist_ok=True)
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+        with open(root / "server.log", "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{root / 'server.db'}",
+                 "--artifacts-destination", str(root / "artifacts"), "--host", "127.0.0.1", "--port",
+                 str(self.port), "--workers", "1"], env=env, start_new_session=True, stdout=log, stderr=log)
+        deadline = time.monotonic() + 180
+        while not self._healthy():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"mlflow server did not start; see {root / 'server.log'}")
+            time.sleep(0.2)
+
+    def _healthy(self) -> bool:
+        try:
+            return urllib.request.urlopen(f"{self.url}/health", timeout=2).status == 200
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        """TERM the server's process group, KILL it if it lingers; returns once the port refuses connections."""
+        for sig, grace in ((signal.SIGTERM, 15), (signal.SIGKILL, 15)):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, sig)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=grace)
+                break
+        assert not self._healthy()
+
+    def runs(self, run_id_local: str) -> list:
+        client = MlflowClient(self.url)
+        exp = client.get_experiment_by_name("specbench")
+        return client.search_runs([exp.experiment_id], f"tags.run_id_local = '{run_id_local}'") if exp else []
+
+
+@contextlib.contextmanager
+def black_hole():
+    """A loopback URL whose port accepts connections and never answers."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    held = []
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                held.append(sock.accept()[0])
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+        sock.close()
+        for conn in held:
+            conn.close()
+
+
+class Cli:
+    """`python -m orchestrator ARGS` with each line of its output timestamped as it arrives."""
+
+    def __init__(self, args: list[str], cwd: Path):
+        self.proc = subprocess.Popen([sys.executable, "-m", "orchestrator", *args], cwd=cwd, text=True,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=os.environ.copy())
+        self.lines: list[tuple[float, str]] = []
+        self._arrived = threading.Condition()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            with self._arrived:
+                self.lines.append((time.monotonic(), line.rstrip("\n")))
+                self._arrived.notify_all()
+
+    @property
+    def output(self) -> str:
+        return "\n".join(line for _, line in self.lines)
+
+    def wait_line(self, prefix: str, until: float) -> float:
+        """When the first line starting with `prefix` arrived; fails if none did by `until` (monotonic)."""
+        with self._arrived:
+            while True:
+                for at, line in self.lines:
+                    if line.startswith(prefix):
+                        return at
+                left = until - time.monotonic()
+                assert left > 0 and self.proc.poll() is None, f"no line {prefix!r} in time:\n{self.output[-3000:]}"
+                self._arrived.wait(min(left, 1.0))
+
+    def wait_exit(self, until: float) -> tuple[int, float]:
+        """(exit code, when it exited); fails if it still runs at `until` (monotonic)."""
+        try:
+            code = self.proc.wait(timeout=max(until - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"the CLI still runs:\n{self.output[-3000:]}") from None
+        return code, time.monotonic()
+
+    def closing_line(self) -> str:
+        return next(line for _, line in self.lines if " run dir: " in line)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def wait_file(root: Path, pattern: str, within: float) -> tuple[Path, float]:
+    """The first file under `root` matching `pattern` and when it was seen (polled every 20 ms)."""
+    deadline = time.monotonic() + within
+    while not (found := sorted(root.glob(pattern))):
+        assert time.monotonic() < deadline, f"no {pattern} under {root} within {within} s"
+        time.sleep(0.02)
+    return found[0], time.monotonic()
+
+
+def stop_group(pid_file: Path) -> None:
+    """What a failed test leaves running: the runner's process group (it runs detached, in its own session)."""
+    with contextlib.suppress(OSError, ValueError):
+        group = int(pid_file.read_text())
+        os.killpg(group, signal.SIGCONT)
+        os.killpg(group, signal.SIGKILL)
+
+
+def kept_results(run_dir: Path) -> dict:
+    return json.loads((run_dir / "results.json").read_text())["metrics"]
+
+
+def sync(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "orchestrator", "sync", *args], capture_output=True, text=True,
+                          timeout=300, env=os.environ.copy())
+
+
+def test_a_black_hole_tracking_server_does_not_hold_the_tail(tmp_path):
+    host_runs = tmp_path / "runs" / ".host" / "runs"
+    pid_file = None
+    with black_hole() as url:
+        cli = Cli([*SMALL, f"tracking.uri={url}"], cwd=tmp_path)
+        try:
+            pid_file, launched = wait_file(host_runs, "*/pid", within=300)
+            shown = cli.wait_line("run ", until=launched + TAIL_WITHIN_S)
+            _, ended = wait_file(pid_file.parent, "exit_code", within=300)
+            code, exited = cli.wait_exit(until=ended + END_WITHIN_S)
+        finally:
+            cli.close()
+            if pid_file:
+                stop_group(pid_file)
+    print(f"black hole: run line {shown - launched:+.1f} s after the launch; exit {exited - ended:.1f} s after "
+          f"the runner's")
+    assert code == 0, cli.output[-3000:]
+    closing = cli.closing_line()
+    assert closing.startswith("FINISHED run dir: ") and "mlflow run:" not in closing, closing
+    assert "not in MLflow" in closing and "python -m orchestrator sync" in closing, closing
+    run_dir = Path(closing.removeprefix("FINISHED run dir: ").split("  ")[0])
+    assert "tau" in kept_results(run_dir)
+
+
+def test_a_server_stopped_mid_run_ends_the_run_and_sync_completes_it(tmp_path):
+    server = MlflowServer(tmp_path / "server")
+    host_runs = tmp_path / "runs" / ".host" / "runs"
+    pid_file = None
+    cli = Cli([*SMALL, f"tracking.uri={server.url}"], cwd=tmp_path)
+    try:
+        pid_file, launched = wait_file(host_runs, "*/pid", within=300)
+        group = int(pid_file.read_text())
+        os.killpg(group, signal.SIGSTOP)   # the runner goes on only once the server is gone: the stop is mid-run
+        try:
+            cli.wait_line("run ", until=launched + 120)
+            job_file, _ = wait_file(tmp_path / "runs", "*/*/job.json", within=120)   # once the MLflow run is open
+            assert json.loads(job_file.read_text())["mlflow_run_id"], "the server was up: the run should be open"
+            server.stop()
+        finally:
+            os.killpg(group, signal.SIGCONT)
+        _, ended = wait_file(pid_file.parent, "exit_code", within=300)
+        code, exited = cli.wait_exit(until=ended + END_WITHIN_S)
+    finally:
+        cli.close()
+        server.stop()
+        if pid_file:
+            stop_group(pid_file)
+    print(f"server stopped mid-run: exit {exited - ended:.1f} s after the runner's")
+    assert code == 0, cli.output[-3000:]
+    closing = cli.closing_line()
+    assert "mlflow run:" not in closing and "in MLflow" in closing, closing
+    assert f"python -m orchestrator sync {job_file.parent}" in closing, closing
+
+    run_id_local = pid_file.parent.name
+    server = MlflowServer(tmp_path / "server", port=server.port)   # the same backend, back again
+    try:
+        synced = sync(str(job_file.parent))
+        assert synced.returncode == 0, synced.stdout + synced.stderr
+        (run,) = server.runs(run_id_local)
+        assert run.info.status == "FINISHED"
+        assert run.data.metrics["tau"] == kept_results(job_file.parent)["tau"]
+        again = sync(str(job_file.parent))
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert [r.info.run_id for r in server.runs(run_id_local)] == [run.info.run_id]
+    finally:
+        server.stop()
