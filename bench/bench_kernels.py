@@ -39,8 +39,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm  # noqa: E402
 
 from remote.kernels import tree_search  # noqa: E402
-from remote.decoding.tree_build import _plan, kernel_tree, ranked  # noqa: E402
-from remote.tree import torch_tree  # noqa: E402
+from remote.decoding.tree_build import _plan, kernel_tree, ranked, torch_tree  # noqa: E402
 
 SHAPES = {   # (query heads, K/V heads, head dim, hidden size)
     "demo-qwen3": (4, 2, 64, 256),

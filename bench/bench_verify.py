@@ -56,7 +56,7 @@ from remote.models.drafter_io import even_layer_ids  # noqa: E402
 from remote.models.loading import load_target, pick_device  # noqa: E402
 from remote.spec import ModelSpec  # noqa: E402
 from remote.timing import PhaseTimer  # noqa: E402
-from remote.tree import build_tree  # noqa: E402
+from remote.decoding.tree_build import build_tree  # noqa: E402
 
 # Text widths of the published configs (Qwen/Qwen3.6-27B text_config, the orchestrator's model=random-qwen3.6-27b;
 # Qwen/Qwen3-8B); --layers cuts the depth.

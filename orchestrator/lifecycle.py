@@ -8,9 +8,10 @@ runner.log and events.jsonl, appending the exact bytes to the local mirror (so t
 one byte for byte); `finished()` is true once the launch wrapper wrote `exit_code`, or once the host says the
 runner's process group is gone without one (`lost`: killed with its wrapper, the OOM killer, a reboot); `cancel()`
 stops the whole process group (TERM, then KILL after a grace period).
-Leases live on the host: launch.sh holds one `flock` per GPU (`<workdir>/locks/gpu<N>.lock`, see `_gpu_locks`
-for when) for the runner's lifetime, inherited by the runner, so a GPU stays taken while a runner of ours holds it, whatever happened to the
-orchestrator that launched it; a held GPU refuses the launch (exit GPU_BUSY_EXIT, one line in runner.log).
+Leases live on the host: launch.sh holds one `flock` per GPU (`<workdir>/locks/gpu<N>.lock`, see `_gpu_locks` for
+when) for the runner's lifetime, inherited by the runner, so a GPU stays taken while a runner of ours holds it,
+whatever happened to the orchestrator that launched it; a held GPU refuses the launch (exit GPU_BUSY_EXIT, one line in
+runner.log).
 Every value that reaches a shell is quoted here; nothing in this module knows which host it talks to.
 """
 from __future__ import annotations
@@ -26,7 +27,7 @@ from pathlib import Path, PurePosixPath
 
 from remote.files import RunFiles
 
-from .hosts.base import Host
+from .hosts.base import Host, HostError
 
 SECRETS = "secrets.env"   # read and removed by launch.sh before the runner starts
 CANCELLED_EXIT = 143   # what a TERM-stopped runner reports, like a shell would
@@ -270,11 +271,14 @@ class Job:
 
     def _ask_liveness(self) -> str:
         """Ask the host whether the runner's process group still has a live (non-zombie) process; returns what it
-        said (`alive`, `exited`, `vanished`, `rebooted`, `nopid`). Group first, exit code second: launch.sh writes
-        the code before it ends, so a dead group without one is a runner that vanished (SIGKILLed with its
-        wrapper: the OOM killer, `kill -9`), not one that is finishing."""
+        said (`alive`, `exited`, `vanished`, `rebooted`, `nopid`; `unknown`: no answer). Group first, exit code
+        second: launch.sh writes the code before it ends, so a dead group without one is a runner that vanished
+        (SIGKILLed with its wrapper: the OOM killer, `kill -9`), not one that is finishing."""
         self._asked_at = time.monotonic()
-        answer = self.host.run(liveness_command(self.files), check=False, timeout=30).stdout.split()
+        try:
+            answer = self.host.run(liveness_command(self.files), check=False, timeout=30).stdout.split()
+        except HostError:   # the link broke while asking: the ask is read-only, so ask again next time (the
+            return "unknown"   # tail's own reads reconnect, or give up after reconnect_timeout)
         state, pgid = (answer + ["", ""])[:2]
         self.pgid = int(pgid) if pgid.isdigit() else self.pgid
         if state == "nopid" and time.monotonic() - self._launched_at < START_GRACE:

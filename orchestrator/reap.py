@@ -57,11 +57,10 @@ def orphans(root: Path) -> list[Path]:
 
 def reap(root: Path, console: Console) -> int:
     """Settle every orphan under `root`; returns how many runs it closed."""
-    from mlflow.tracking import MlflowClient
-
     from .attach import attach
     from .hosts import HostError, make_host
     from .lifecycle import Job
+    from .tracking import mlflow_client
 
     closed, uris = 0, set()
     for run_dir in orphans(root):
@@ -69,7 +68,7 @@ def reap(root: Path, console: Console) -> int:
         if not meta.get("mlflow_run_id"):
             continue   # never reached MLflow: `sync` logs it
         uris.add(meta["tracking_uri"])
-        if MlflowClient(meta["tracking_uri"]).get_run(meta["mlflow_run_id"]).info.status != "RUNNING":
+        if mlflow_client(meta["tracking_uri"]).get_run(meta["mlflow_run_id"]).info.status != "RUNNING":
             continue
         try:
             with make_host(meta["host"]) as host:
@@ -88,11 +87,10 @@ def reap(root: Path, console: Console) -> int:
 
 
 def _close_parents(uri: str, console: Console) -> int:
-    from mlflow.tracking import MlflowClient
-
     from .sweep import finish_parent
+    from .tracking import mlflow_client
 
-    client, closed = MlflowClient(uri), 0
+    client, closed = mlflow_client(uri), 0
     for exp in client.search_experiments():
         open_parents = "tags.sweep = 'parent' and attributes.status = 'RUNNING'"
         for parent in client.search_runs([exp.experiment_id], open_parents):

@@ -1,9 +1,9 @@
 """SIGTERM and SIGHUP (what `timeout`, SLURM, systemd and a closed terminal send) are handled as Ctrl-C is.
 
 Contract: `install()` (main thread, once) makes both, and SIGINT unless it was ignored, raise `Interrupted`, a
-KeyboardInterrupt, so every place that stops the runner on Ctrl-C does so for them too; `exit_code(exc)` is what the CLI then exits with (128 + the
-signal: 130, 143, 129). A second signal while the first is handled is ignored: stopping the runner is bounded
-(monitor.STOP_BOUND), and breaking it off halfway would leave the run RUNNING.
+KeyboardInterrupt, so every place that stops the runner on Ctrl-C does so for them too; `exit_code(exc)` is what the
+CLI then exits with (128 + the signal: 130, 143, 129). A second signal while the first is handled is ignored: stopping
+the runner is bounded (monitor.STOP_BOUND), and breaking it off halfway would leave the run RUNNING.
 """
 from __future__ import annotations
 

@@ -16,6 +16,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from orchestrator.paths import PROJECT_ROOT
+from tests.test_ssh_e2e import group_alive
 
 # Long enough to be interrupted mid-decode on any machine; never paid in full.
 LONG = ["device=cpu", "method=ar", "baseline=none", "num_prompts=24", "max_new_tokens=256"]
@@ -42,19 +43,6 @@ def wait_for(found, what: str, timeout: float = 180):
 def started_runs(workdir: Path) -> list[Path]:
     """Host run dirs whose runner is decoding (its `start` event is written)."""
     return [e.parent for e in workdir.glob("runs/*/events.jsonl") if '"start"' in e.read_text()]
-
-
-def group_alive(pgid: int) -> bool:
-    """Whether any non-zombie process is in process group `pgid`."""
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[2]) == pgid and fields[0] != "Z":
-                return True
-    return False
 
 
 def runs_of(runs_dir: Path) -> list:

@@ -2,9 +2,12 @@
 
 read_from must resume from its offset after reconnecting (no byte lost or doubled); run must be retried only
 when it was never sent; reconnecting must give up after reconnect_timeout with a HostError.
+The link comes back on events, not on a timer alone: only once the host has noticed the loss (and, for the tail,
+once bytes were written behind it), so a loaded machine's slowness cannot make a cut that nothing saw.
 """
 from __future__ import annotations
 
+import os
 import shlex
 import threading
 import time
@@ -17,13 +20,14 @@ from orchestrator.hosts.ssh import SSHHost
 
 CUT_SECONDS = 5.5
 
-# Writes numbered lines for `seconds`, flushed one by one, then END: a stand-in for a runner's log.
+# Writes numbered lines, flushed one by one, until the file argv[2] exists (or argv[3] s pass), then END: a
+# stand-in for a runner's log, that goes on until the test has cut and restored the link.
 WRITER = """
-import sys, time
-end = time.time() + float(sys.argv[2])
+import os, sys, time
+end = time.time() + float(sys.argv[3])
 with open(sys.argv[1], "w") as f:
     i = 0
-    while time.time() < end:
+    while time.time() < end and not os.path.exists(sys.argv[2]):
         f.write(f"line {i:06d}\\n"); f.flush(); i += 1; time.sleep(0.005)
     f.write("END\\n")
 """
@@ -34,28 +38,64 @@ def _host(server, **overrides) -> SSHHost:
     return SSHHost.from_config(server.facts.host_config(**settings))
 
 
-def _cut_for(server, seconds: float) -> threading.Thread:
-    server.cut()
-    timer = threading.Timer(seconds, server.restore)
-    timer.start()
-    return timer
+class _Outage(threading.Thread):
+    """The link cut now, and restored once `seconds` have passed and `until()` holds (the host noticed, ...), or
+    after `limit` s whatever holds (`met` then says False: the test fails on it instead of hanging)."""
+
+    def __init__(self, server, seconds: float, until, limit: float = 120):
+        super().__init__(daemon=True, name="outage")
+        self.server, self.seconds, self.until, self.limit = server, seconds, until, limit
+        self.met = False
+        self.server.cut()
+        self.cut_at = time.monotonic()
+        self.start()
+
+    def run(self) -> None:
+        try:
+            while time.monotonic() - self.cut_at < self.limit:
+                if time.monotonic() - self.cut_at >= self.seconds and self.until():
+                    self.met = True
+                    break
+                time.sleep(0.05)
+        finally:
+            self.server.restore()
+
+
+def _noticed(host: SSHHost):
+    """True once `host` has retried a lost connection since now (it counts a retry after each failed attempt)."""
+    before = host.reconnects
+    return lambda: host.reconnects > before
 
 
 def test_read_from_resumes_across_a_cut_without_losing_or_doubling_bytes(sshd_netns):
     host = _host(sshd_netns)
     path = f"{host.workdir}/tail.log"
-    host.run(f"setsid nohup {shlex.quote(host.python)} -c {shlex.quote(WRITER)} {shlex.quote(path)} 9 "
-             f"> /dev/null 2>&1 < /dev/null &")
+    stop = Path(f"{path}.stop")   # same filesystem: the namespace only isolates the network
+    host.run(f"setsid nohup {shlex.quote(host.python)} -c {shlex.quote(WRITER)} {shlex.quote(path)} "
+             f"{shlex.quote(str(stop))} 300 > /dev/null 2>&1 < /dev/null &")
     got = bytearray()
-    started, timer = time.monotonic(), None
-    while not got.endswith(b"END\n"):
-        if timer is None and time.monotonic() - started > 1.5 and got:
-            timer = _cut_for(sshd_netns, CUT_SECONDS)
+    try:
+        deadline = time.monotonic() + 60
+        while len(got) < 1000:   # the writer is going, and the tail follows it
+            assert time.monotonic() < deadline, "the writer wrote nothing within 60 s"
+            got += host.read_from(path, len(got))
+            time.sleep(0.05)
+        size_at_cut = os.path.getsize(path)
+        noticed = _noticed(host)
+        outage = _Outage(sshd_netns, CUT_SECONDS, lambda: noticed() and os.path.getsize(path) > size_at_cut)
+        while outage.is_alive():   # these reads hang in reconnecting while the link is down
+            got += host.read_from(path, len(got))
+            time.sleep(0.05)
+        assert outage.met, "the cut was not noticed (or nothing was written during it): the test proves nothing"
         got += host.read_from(path, len(got))
-        time.sleep(0.05)
-    timer.join()
-    assert host.reconnects >= 1, "the cut was not noticed: the test proves nothing"
-    assert bytes(got) == Path(path).read_bytes()   # same filesystem: the namespace only isolates the network
+        stop.touch()   # only now may the writer end
+        while not got.endswith(b"END\n"):
+            assert time.monotonic() - outage.cut_at < 300, "the writer never ended"
+            got += host.read_from(path, len(got))
+            time.sleep(0.05)
+    finally:
+        stop.touch()
+    assert bytes(got) == Path(path).read_bytes()
     lines = got.decode().splitlines()
     assert lines[:-1] == [f"line {i:06d}" for i in range(len(lines) - 1)]
 
@@ -64,12 +104,11 @@ def test_run_during_a_cut_is_sent_once_after_the_link_returns(sshd_netns):
     host = _host(sshd_netns)
     target = f"{host.workdir}/appended"
     host.run("true")   # connected before the cut, so the cut hits a live connection
-    timer = _cut_for(sshd_netns, CUT_SECONDS)
-    started = time.monotonic()
+    outage = _Outage(sshd_netns, CUT_SECONDS, _noticed(host))
     host.run(f"echo once >> {shlex.quote(target)}")
-    timer.join()
-    assert time.monotonic() - started >= CUT_SECONDS - 0.5
-    assert host.reconnects >= 1
+    outage.join()
+    assert outage.met, "the run did not notice the cut: the test proves nothing"
+    assert time.monotonic() - outage.cut_at >= CUT_SECONDS
     assert Path(target).read_text() == "once\n"
 
 
