@@ -100,7 +100,6 @@ def follow(job: Job, outcome: Outcome, console: Console, fail_fast: bool = True,
         with LiveDisplay(console) as display:
             code = job.wait(on_lines)
         if job.lost is not None:   # the host says so: not a guess from a quiet log
-            on_lines([], [])
             for finding in outcome.detector.feed_lines([f"[specbench] The runner vanished: {job.lost}"]):
                 _show(console, finding)
         job.collect()
