@@ -30,7 +30,7 @@ from .leases import GpuPool
 from .lifecycle import Job, Stage, held_gpus
 from .monitor import Outcome, follow, report, stop
 from .paths import CONF_DIR, PROJECT_ROOT
-from .reap import try_following
+from .locks import try_following
 from .runspec import build_spec
 from .signals import describe
 from .sweep import PARENT_ENV

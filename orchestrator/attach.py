@@ -17,7 +17,7 @@ from .hosts import make_host
 from .lifecycle import CANCELLED_EXIT, Job
 from .monitor import Outcome, follow, report
 from .paths import runs_dir
-from .reap import try_following
+from .locks import try_following
 from .tracking import Status, Tracker
 
 JOB_FILE = "job.json"

@@ -1,6 +1,6 @@
 """`python -m orchestrator reap`: close the runs an orchestrator left RUNNING when it died.
 
-A run is orphaned when its MLflow run is RUNNING and nobody follows it: `try_following(run_dir)` is an OS file lock
+A run is orphaned when its MLflow run is RUNNING and nobody follows it: `locks.try_following(run_dir)` is an OS file lock
 that run_job and attach hold while they follow a run, so it is free once their process is gone (`kill -9`, a
 closed laptop), whatever it did before. Orphans are settled by what the host says, not remembered: one whose
 runner ended (exit code, or its process group gone) is finished as attach would finish it (the rest of its log,
@@ -14,50 +14,20 @@ import argparse
 import json
 from pathlib import Path
 
-from filelock import FileLock, Timeout
 from rich.console import Console
 
+from .attach import JOB_FILE, attach
+from .locks import FOLLOW_LOCK, SWEEP_LOCK, free
 from .paths import runs_dir
-
-FOLLOW_LOCK = ".follow.lock"
-SWEEP_LOCK = ".sweep.lock"
-JOB_FILE = "job.json"
-
-
-def take(path: Path) -> FileLock | None:
-    """The lock file `path`, held by this process until released (or until it dies); None if another holds it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(str(path))
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        return None
-    return lock
-
-
-def try_following(run_dir: Path) -> FileLock | None:
-    """The follow lock of the run in `run_dir` (run_job and attach hold it while they follow it)."""
-    return take(run_dir / FOLLOW_LOCK)
-
-
-def _free(path: Path) -> bool:
-    """Whether nobody holds the lock file `path` (a directory that is gone holds nothing)."""
-    if not path.parent.is_dir():
-        return True
-    lock = take(path)
-    if lock is not None:
-        lock.release()
-    return lock is not None
 
 
 def orphans(root: Path) -> list[Path]:
     """Run dirs under `root` with a job file whose follow lock is free."""
-    return sorted(f.parent for f in root.rglob(JOB_FILE) if _free(f.parent / FOLLOW_LOCK))
+    return sorted(f.parent for f in root.rglob(JOB_FILE) if free(f.parent / FOLLOW_LOCK))
 
 
 def reap(root: Path, console: Console) -> int:
     """Settle every orphan under `root`; returns how many runs it closed."""
-    from .attach import attach
     from .hosts import HostError, make_host
     from .lifecycle import Job
     from .tracking import mlflow_client
@@ -96,7 +66,7 @@ def _close_parents(uri: str, console: Console) -> int:
         for parent in client.search_runs([exp.experiment_id], open_parents):
             sweep_dir = Path(parent.data.tags.get("sweep_dir") or "/nonexistent")
             children = client.search_runs([exp.experiment_id], f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
-            if not _free(sweep_dir / SWEEP_LOCK) or any(c.info.status == "RUNNING" for c in children):
+            if not free(sweep_dir / SWEEP_LOCK) or any(c.info.status == "RUNNING" for c in children):
                 continue
             console.print(f"[cyan]sweep {parent.info.run_id}: its sweep process is gone: closing it[/]")
             client.set_tag(parent.info.run_id, "sweep.reaped", "true")

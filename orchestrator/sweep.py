@@ -17,7 +17,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from .reap import SWEEP_LOCK, take
+from .locks import SWEEP_LOCK, take
 from .tracking import Status, Tracker, mlflow_client
 
 PARENT_ENV = "SPECBENCH_PARENT_RUN_ID"
