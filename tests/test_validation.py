@@ -200,7 +200,10 @@ def test_the_runners_names_are_the_ones_checked():
     assert prompts.NAMES == DATASETS and list(TORCH_DTYPES) == list(DTYPES)
     config = AutoConfig.for_model(model_type="qwen3", vocab_size=64, hidden_size=32, intermediate_size=64,
                                   num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, head_dim=16)
-    for name in (*ATTN_IMPLEMENTATIONS, GROUPED, "bogus"):
+    # GROUPED is the runner's own name, registered with transformers once some test in this worker has loaded a
+    # graphed step: users never pick it, so it is checked only for absence from the knob's choices.
+    assert GROUPED not in ATTN_IMPLEMENTATIONS
+    for name in (*ATTN_IMPLEMENTATIONS, "bogus"):
         try:
             AutoModelForCausalLM.from_config(config, attn_implementation=name)
             known = True
