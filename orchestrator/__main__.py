@@ -1,5 +1,6 @@
-"""Entry point: `python -m orchestrator [overrides...]` (Hydra; `-m` for multirun), `... attach <run>`,
-`... stop <run>`, `... sync <run dir>...`, `... reap`."""
+"""Entry point of `specbench` and `python -m orchestrator`: `[overrides...]` (Hydra; `-m` for multirun), a
+subcommand of orchestrator.commands (`attach RUN`, `stop RUN`, `show RUN`, `compare`, `diagnose LOG`, `reap`,
+`sync RUN_DIR...`), `--help` (orchestrator.help) or Hydra's shell completion (orchestrator.completion)."""
 from __future__ import annotations
 
 import logging
@@ -24,42 +25,52 @@ def _code(exc: SystemExit) -> int:
     return 1
 
 
+# Flags after which Hydra prints something instead of running a job: our checks would only be in the way.
+_HYDRA_INFO = ("--cfg", "-c", "--info", "-i", "--hydra-help", "--version", "--resolve", "--package", "-p")
+
+
 def main() -> None:
     from .signals import install
 
     install()   # SIGTERM / SIGHUP stop the runner and close the run as Ctrl-C does
-    if sys.argv[1:2] in (["attach"], ["stop"]):
-        from .attach import main as attach_main
+    from .commands import COMMANDS, dispatch
 
-        _exit_now(attach_main(sys.argv[1:]))
-    if sys.argv[1:2] == ["reap"]:
-        from .reap import main as reap_main
+    from .paths import foreign_remote
 
-        _exit_now(reap_main(sys.argv[2:]))
-    if sys.argv[1:2] == ["sync"]:
-        from .sync import main as sync_main
-
-        _exit_now(sync_main(sys.argv[2:]))
+    if (problem := foreign_remote()) is not None:
+        print(f"error: {problem}", file=sys.stderr)
+        raise SystemExit(2)
+    argv = sys.argv[1:]
+    if argv[:1] and argv[0] in COMMANDS:
+        _exit_now(dispatch(argv[0], argv[1:]))
     from omegaconf import OmegaConf
 
+    from . import completion
+    from .configdirs import with_user_dir
     from .paths import runs_dir
-    from .validate import ConfigError, check_group_choices, check_sweep
 
-    # Run dirs are absolute (<project>/runs or SPECBENCH_RUNS_DIR) whatever the working directory.
+    # Run dirs are absolute (SPECBENCH_RUNS_DIR, the checkout's runs/ or ./runs) whatever Hydra's working dir.
     OmegaConf.register_new_resolver("runs_dir", lambda: str(runs_dir()), replace=True)
-    multirun = bool({"-m", "--multirun"} & set(sys.argv[1:]))
-    overrides = [a for a in sys.argv[1:] if not a.startswith("-") and "=" in a]
-    try:
-        check_group_choices(overrides)
-        if multirun:
-            check_sweep(overrides)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        raise SystemExit(2)
-    except Exception:
-        pass  # a malformed override or an exotic sweep: Hydra's own parser and sweeper report it with context
+    argv = with_user_dir(argv)        # ~/.config/specbench joins Hydra's search path
+    sys.argv[1:] = argv
+    if completion.requested(argv) or "--hydra-help" in argv:
+        completion.as_console_script()
+    if completion.requested(argv) and any(a.startswith("query=") for a in argv):
+        words, hydra_too = completion.command_words()
+        completion.see_user_dirs(argv)
+        print(" ".join(words))
+        if not hydra_too:
+            _exit_now(0)
+    elif {"--help", "-h"} & set(argv):
+        from .help import render
+
+        print(render(argv), end="")
+        _exit_now(0)
+    elif not (set(_HYDRA_INFO) & set(argv)) and not completion.requested(argv):
+        _check(argv)
     from .app import hydra_main
 
+    multirun = bool({"-m", "--multirun"} & set(argv))
     code = 0
     try:
         hydra_main()
@@ -72,6 +83,27 @@ def main() -> None:
     if not multirun:
         _exit_now(code)
     raise SystemExit(code)
+
+
+def _check(argv: list[str]) -> None:
+    """Unknown options and keys, and every sweep job's values: one line, exit 2, before anything starts."""
+    from .configdirs import Configs, shadowed
+    from .validate import ConfigError, check_group_choices, check_keys, check_sweep
+
+    for line in shadowed(argv):
+        print(f"warning: {line}", file=sys.stderr)
+    overrides = [a for a in argv if not a.startswith("-") and "=" in a]
+    try:
+        with Configs(argv) as configs:
+            check_group_choices(overrides, configs)
+            check_keys(overrides, configs)
+            if {"-m", "--multirun"} & set(argv):
+                check_sweep(overrides, configs)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2)
+    except Exception:
+        pass  # a malformed override or an exotic sweep: Hydra's own parser and sweeper report it with context
 
 
 if __name__ == "__main__":

@@ -1,14 +1,16 @@
 """Checks on the composed config before anything starts: one line naming the key and what is allowed.
 
-Contract: `validate(cfg)` raises ConfigError for the first bad value; `check_group_choices(argv)` refuses an
-unknown option of a config group (method=foo) before Hydra composes anything; `check_sweep(argv)` composes and
-validates every job of a multirun before the first starts (a bad value in job 3 would otherwise stop the sweep
+Contract: `validate(cfg)` raises ConfigError for the first bad value; `check_group_choices(overrides, configs)`
+refuses an unknown option of a config group (method=foo, over the shipped conf/ and the user's dirs);
+`check_keys(overrides, configs)` refuses a key nothing reads (tree_budgt=64, +tree_budgt=64) with the closest
+known key; `check_sweep(overrides, configs)` composes and validates every job of a multirun before the first starts (a bad value in job 3 would otherwise stop the sweep
 after jobs 1-2 ran). All happen before a host is contacted or an MLflow run exists, so bad input loses nothing.
 What each knob allows is orchestrator.knobs' tables (every knob the runner and the host settings read); the
 checks across keys (GPUs within host.gpus, device_map indices, paths that must exist) are here.
 """
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -17,7 +19,10 @@ from remote import assets
 from remote.spec import DEVICE_MAP_PRESETS
 
 from . import knobs
+from .configdirs import Configs, user_dir
 from .paths import CONF_DIR
+
+_ABSENT = object()
 
 
 class ConfigError(ValueError):
@@ -28,49 +33,115 @@ class ConfigError(ValueError):
         super().__init__(f"{key}: {message}")
 
 
+# Sections whose keys are the user's to choose (env var names, transformers config fields, module names, script
+# arguments): `+host.env.HF_HOME=/data/hf` adds a key there; anywhere else `+key=` names a key nothing reads.
+FREE_FORM = ("host.env", "runner.args", "model.random", "drafter.random", "model.device_map")
+
+
 def group_options(group: str, conf_dir: Path = CONF_DIR) -> list[str]:
+    """The shipped options of `group` (user dirs add more: `Configs.options`)."""
     return sorted(p.stem for p in (conf_dir / group).glob("*.yaml"))
 
 
-def check_group_choices(overrides: list[str], conf_dir: Path = CONF_DIR) -> None:
-    """Refuse `group=option` overrides whose option file does not exist (sweeps `a,b` are checked per value)."""
+def _parse(overrides: list[str]):
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    groups = {p.name for p in conf_dir.iterdir() if p.is_dir() and not p.name.startswith("_")}
-    for override in OverridesParser.create().parse_overrides(overrides):
-        group = override.key_or_group
+    return OverridesParser.create().parse_overrides(overrides)
+
+
+def _group_of(override) -> str:
+    return override.key_or_group.split("@", 1)[0]
+
+
+def _did_you_mean(word: str, candidates) -> str:
+    close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]}?" if close else ""
+
+
+def check_group_choices(overrides: list[str], configs: Configs) -> None:
+    """Refuse `group=option` overrides whose option no config source has (sweeps `a,b` are checked per value)."""
+    groups = configs.groups()
+    for override in _parse(overrides):
+        group = _group_of(override)
         if group not in groups or override.is_delete():
             continue
         values = list(override.sweep_string_iterator()) if override.is_sweep_override() else [override.value()]
+        options = configs.options(group)
         for value in values:
-            if str(value) not in group_options(group, conf_dir):
-                allowed = ", ".join(group_options(group, conf_dir))
-                raise ConfigError(group, f"unknown option {value!r}; choose one of {allowed}")
+            if str(value) not in options:
+                raise ConfigError(group, f"unknown option {value!r}{_did_you_mean(str(value), options)} "
+                                         f"(choose one of {', '.join(options)}; add your own in {user_dir()}/{group}/)")
 
 
-def check_sweep(overrides: list[str], conf_dir: Path = CONF_DIR) -> None:
+def _keys(node, prefix: str = "") -> list[str]:
+    """Every dotted key of a composed config, containers included."""
+    out = []
+    for key, value in node.items_ex(resolve=False) if isinstance(node, DictConfig) else []:
+        out.append(f"{prefix}{key}")
+        out.extend(_keys(value, f"{prefix}{key}."))
+    return out
+
+
+def check_keys(overrides: list[str], configs: Configs) -> None:
+    """Refuse an override of a key the composed config lacks (a typo: with "did you mean"), and `+key=` that adds
+    a key nothing reads, unless it is under a FREE_FORM section. Group choices decide which keys exist (host=ssh has
+    host.hostname), so sweeps of groups are checked per combination; other sweep values do not change the keys."""
+    import itertools
+
+    parsed = _parse(overrides)
+    groups = configs.groups()
+    axes = []
+    for override in parsed:
+        if _group_of(override) in groups:
+            prefix = override.get_key_element()
+            values = override.sweep_string_iterator() if override.is_sweep_override() else [override.get_value_element_as_str()]
+            axes.append([f"{prefix}={value}" for value in values] if not override.is_delete() else [override.input_line])
+    for choice in itertools.product(*axes):
+        base = configs.compose(list(choice))
+        known = None
+        for override in parsed:
+            key = override.key_or_group
+            if key.startswith("hydra") or _group_of(override) in groups:
+                continue
+            if any(key == section or key.startswith(section + ".") for section in FREE_FORM):
+                continue
+            if OmegaConf.select(base, key, default=_ABSENT, throw_on_missing=False) is not _ABSENT:
+                continue
+            known = known or [k for k in _keys(base) if not k.startswith("hydra")]
+            hint = _did_you_mean(key, known)
+            if override.is_add() or override.is_force_add():
+                raise ConfigError(key, f"no part of specbench reads this key{hint} (`+` adds keys only under "
+                                       f"{', '.join(FREE_FORM)}; `specbench --help` lists the knobs)")
+            raise ConfigError(key, f"unknown key{hint} (`specbench --help` lists the knobs)")
+
+
+def check_sweep(overrides: list[str], configs: Configs) -> None:
     """Compose every job of the multirun `overrides` (Hydra's basic-sweeper expansion) and `validate` it; the
     error names the key and the job's overrides. Hydra's own settings (hydra.*, hydra/...) are left to Hydra."""
     import itertools
 
-    from hydra import compose, initialize_config_dir
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    axes = []
-    for override in OverridesParser.create().parse_overrides(overrides):
+    axes, scored = [], False
+    for override in _parse(overrides):
+        if override.key_or_group == "hydra/sweeper":
+            scored = override.value() != "basic"
         if override.key_or_group.startswith("hydra"):
             continue
         if override.is_sweep_override():
             prefix = override.get_key_element()
-            axes.append([f"{prefix}={value}" for value in override.sweep_string_iterator()])
+            try:
+                axes.append([f"{prefix}={value}" for value in override.sweep_string_iterator()])
+            except Exception:   # interval(...): a range the sweeper samples from; the other keys still checked
+                continue
         else:
             axes.append([override.input_line])
-    with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
-        for job in itertools.product(*axes):
-            try:
-                validate(compose(config_name="config", overrides=list(job)))
-            except ConfigError as exc:
-                raise ConfigError(exc.key, f"{str(exc).split(': ', 1)[1]} (sweep job: {' '.join(job)})") from None
+    for job in itertools.product(*axes):
+        try:
+            cfg = configs.compose(list(job))
+            validate(cfg)
+            if scored and cfg.runner.kind != "script":
+                check_objective(cfg)
+        except ConfigError as exc:
+            raise ConfigError(exc.key, f"{str(exc).split(': ', 1)[1]} (sweep job: {' '.join(job)})") from None
 
 
 def check_table(node: DictConfig, table, prefix: str = "") -> None:
@@ -92,6 +163,7 @@ def validate(cfg: DictConfig) -> None:
     allowed = cfg.host.get("gpus")
     if allowed is not None and not set(cfg.gpus) <= set(allowed):
         raise ConfigError("gpus", f"{list(cfg.gpus)} is not within host.gpus={list(allowed)} of host {cfg.host.name}")
+    check_table(cfg, [("objective", knobs.TEXT if script else knobs.one_of(knobs.OBJECTIVES))])
     if script:
         path = OmegaConf.select(cfg.runner, "path", throw_on_missing=False)
         if not path or not Path(str(path)).expanduser().is_file():
@@ -99,6 +171,13 @@ def validate(cfg: DictConfig) -> None:
         return   # a user's script brings its own model and method
     check_table(cfg, knobs.MODEL)
     _check_model(cfg)
+
+
+def check_objective(cfg: DictConfig) -> None:
+    """For a sweeper that scores jobs: the objective must be a metric this run computes."""
+    if cfg.objective in ("speedup_vs_ar", "exact_match_vs_ar") and cfg.baseline != "ar":
+        raise ConfigError("objective", f"{cfg.objective} needs the AR baseline (baseline=ar), got "
+                                       f"baseline={cfg.baseline}; choose e.g. objective=tokens_per_s")
 
 
 def _check_hosts(cfg: DictConfig) -> None:
