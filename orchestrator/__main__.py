@@ -55,6 +55,9 @@ def main() -> None:
     sys.argv[1:] = argv
     if completion.requested(argv) or "--hydra-help" in argv:
         completion.as_console_script()
+    if completion.requested(argv) and (script := completion.zsh_script(argv)) is not None:
+        print(script, end="")
+        _exit_now(0)
     if completion.requested(argv) and any(a.startswith("query=") for a in argv):
         words, hydra_too = completion.command_words()
         completion.see_user_dirs(argv)

@@ -1,5 +1,5 @@
-"""Shell completion through Hydra's plugin (`specbench -sc install=bash`), plus what Hydra cannot know: the
-subcommands.
+"""Shell completion through Hydra's plugin (`specbench -sc install=bash`; zsh: `-sc install=zsh`, ours), plus
+what Hydra cannot know: the subcommands and the user's config dirs.
 
 Hydra's bash script runs `specbench -sc query=bash` on every Tab with COMP_LINE set and offers the words it
 prints; it names the command to complete after sys.argv[0], which is `.../__main__.py` under `python -m`
@@ -13,6 +13,27 @@ import sys
 from .commands import COMMANDS
 
 _FLAGS = ("-sc", "--shell-completion")
+
+
+# Hydra's bash script does not run under zsh (`[ a == b ]` is an error there), so zsh gets its own function
+# around the same query.
+ZSH_SCRIPT = """_specbench_complete() {
+  local line="${(j: :)words[1,CURRENT]}"
+  local -a choices
+  choices=(${=$(COMP_LINE="$line" COMP_POINT=${#line} specbench -sc query=zsh 2>/dev/null)})
+  compadd -Q -S '' -- $choices
+}
+compdef _specbench_complete specbench
+"""
+
+
+def zsh_script(argv: list[str]) -> str | None:
+    """Our zsh install/uninstall script for `-sc install=zsh` / `-sc uninstall=zsh`, else None (Hydra's)."""
+    if "install=zsh" in argv:
+        return ZSH_SCRIPT
+    if "uninstall=zsh" in argv:
+        return "compdef -d specbench\nunfunction _specbench_complete 2>/dev/null\n"
+    return None
 
 
 def requested(argv: list[str]) -> bool:

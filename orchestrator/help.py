@@ -79,8 +79,8 @@ def render(argv: list[str]) -> str:
                 out += ["", f"{group}={choices.get(group)} ({_shown(path)}):"]
                 out += _knob_lines(docs, cfg, f"{group}.")
     out += ["", f"{me} --cfg job prints the whole composed config; {me} --hydra-help shows Hydra's own flags.",
-            "Tab completion (the console script): eval \"$(specbench -sc install=bash)\" in ~/.bashrc "
-            "(zsh: the same line after `autoload -U bashcompinit && bashcompinit`)."]
+            "Tab completion (the console script): eval \"$(specbench -sc install=bash)\" in ~/.bashrc; zsh: "
+            "eval \"$(specbench -sc install=zsh)\" in ~/.zshrc after compinit."]
     return "\n".join(out) + "\n"
 
 

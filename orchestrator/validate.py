@@ -13,7 +13,7 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from remote import assets
 from remote.spec import DEVICE_MAP_PRESETS
@@ -22,7 +22,6 @@ from . import knobs
 from .configdirs import Configs, user_dir
 from .paths import CONF_DIR
 
-_ABSENT = object()
 
 
 class ConfigError(ValueError):
@@ -82,6 +81,15 @@ def _keys(node, prefix: str = "") -> list[str]:
     return out
 
 
+def _has(cfg: DictConfig, key: str) -> bool:
+    """Whether `key` (dotted) is in the config, set or left ??? (OmegaConf.select cannot tell ??? from absent)."""
+    parent_key, _, leaf = key.rpartition(".")
+    parent = OmegaConf.select(cfg, parent_key, throw_on_missing=False) if parent_key else cfg
+    if isinstance(parent, ListConfig):
+        return leaf.isdigit() and int(leaf) < len(parent)
+    return isinstance(parent, DictConfig) and leaf in parent.keys()
+
+
 def check_keys(overrides: list[str], configs: Configs) -> None:
     """Refuse an override of a key the composed config lacks (a typo: with "did you mean"), and `+key=` that adds
     a key nothing reads, unless it is under a FREE_FORM section. Group choices decide which keys exist (host=ssh has
@@ -105,7 +113,7 @@ def check_keys(overrides: list[str], configs: Configs) -> None:
                 continue
             if any(key == section or key.startswith(section + ".") for section in FREE_FORM):
                 continue
-            if OmegaConf.select(base, key, default=_ABSENT, throw_on_missing=False) is not _ABSENT:
+            if _has(base, key):
                 continue
             known = known or [k for k in _keys(base) if not k.startswith("hydra")]
             hint = _did_you_mean(key, known)

@@ -13,6 +13,8 @@ pytest_plugins = ["tests.sshd"] if (Path(__file__).parent / "sshd.py").exists() 
 def _isolated_runs_dir(tmp_path, monkeypatch):
     """Every test writes runs (Hydra dirs, mlflow.db) into its own tmp dir, never into the checkout."""
     monkeypatch.setenv("SPECBENCH_RUNS_DIR", str(tmp_path / "runs"))
+    # ... and sees no per-user config dir but the one a test makes (a developer's ~/.config/specbench stays out).
+    monkeypatch.setenv("SPECBENCH_CONFIG_DIR", str(tmp_path / "user-conf"))
     # Tiny models run several times faster on one thread than on two contended ones (runners inherit this).
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     yield

@@ -1,0 +1,141 @@
+"""The command line a new user meets: `specbench` (the console script) and `python -m orchestrator` alike: help
+built from the YAML comments, subcommands, shell completion in real bash and zsh, unknown keys refused with the
+closest known one."""
+from __future__ import annotations
+
+import os
+import pty
+import select
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator.commands import COMMANDS
+from orchestrator.knob_docs import describe
+from orchestrator.paths import CONF_DIR
+
+SPECBENCH = str(Path(sys.executable).parent / "specbench")   # the console script pip installed beside python
+
+
+def run(argv: list[str], env: dict | None = None, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=cwd,
+                          env={**os.environ, **(env or {})})
+
+
+@pytest.fixture
+def user_conf(tmp_path) -> Path:
+    """The per-user config dir the conftest points SPECBENCH_CONFIG_DIR at, with a box of the user's."""
+    folder = Path(os.environ["SPECBENCH_CONFIG_DIR"])
+    (folder / "host").mkdir(parents=True)
+    (folder / "host" / "mybox.yaml").write_text("name: mybox\nkind: local\nworkdir: null\npython: null\nenv: {}\n")
+    return folder
+
+
+@pytest.mark.parametrize("entry", [[SPECBENCH], [sys.executable, "-m", "orchestrator"]], ids=["script", "module"])
+def test_help_describes_every_knob_from_its_yaml_comment(entry):
+    proc = run([*entry, "--help"])
+    assert proc.returncode == 0, proc.stderr
+    text = " ".join(proc.stdout.split())     # the help wraps long sentences
+    for key, sentence in describe(CONF_DIR / "config.yaml").items():
+        if not key.startswith("hydra."):
+            assert f"{key}=" in text and " ".join(sentence.split()) in text, key
+    for name, (_, summary) in COMMANDS.items():
+        assert f"{name} {summary}" in text, name
+    examples = proc.stdout.split("Examples:\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    program = "specbench" if entry == [SPECBENCH] else "python -m orchestrator"
+    assert sum(line.strip().startswith(program) for line in examples) == 3
+
+
+def test_help_shows_the_chosen_groups_knobs():
+    proc = run([SPECBENCH, "host=ssh", "--help"])
+    docs = describe(CONF_DIR / "host" / "ssh.yaml")
+    text = " ".join(proc.stdout.split())
+    assert proc.returncode == 0 and f"host.hostname=null {docs['hostname']}" in text
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_every_subcommand_answers_help(name):
+    proc = run([SPECBENCH, name, "--help"])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("usage:")
+
+
+@pytest.mark.parametrize("override, suggestion", [("tree_budgt=64", "tree_budget"), ("+tree_budgt=64", "tree_budget"),
+                                                   ("+temprature=1", "temperature"), ("host.env=3 cuda_graph=false",
+                                                                                      "cuda_graphs")])
+def test_an_unknown_key_is_refused_with_the_closest_one(override, suggestion, tmp_path):
+    proc = run([SPECBENCH, *override.split()], cwd=tmp_path)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith(f"error: {override.split()[-1].lstrip('+').split('=')[0]}:")
+    assert f"did you mean {suggestion}?" in lines[0]
+    assert not (tmp_path / "runs").exists() and not Path(os.environ["SPECBENCH_RUNS_DIR"]).exists()
+
+
+def test_keys_may_be_added_under_a_free_form_section(tmp_path):
+    """+host.env.NAME passes the key check; the run then stops on the bad budget, before anything starts."""
+    proc = run([SPECBENCH, "+host.env.MY_SETTING=1", "tree_budget=0"], cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: tree_budget:"), proc.stderr
+
+
+def test_a_sweep_checks_keys_per_group_choice(tmp_path):
+    """host.hostname exists for host=ssh, not for host=local: the local job of the sweep is refused."""
+    proc = run([SPECBENCH, "-m", "host=ssh,local", "host.hostname=box"], cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: host.hostname: unknown key"), proc.stderr
+
+
+def _bash_complete(line: str) -> list[str]:
+    script = (f'eval "$({SPECBENCH} -sc install=bash)"; PATH="{Path(SPECBENCH).parent}:$PATH"; '
+              'COMP_LINE="$1"; COMP_POINT=${#COMP_LINE}; words=($COMP_LINE); COMP_CWORD=$((${#words[@]} - 1)); '
+              '[[ "$COMP_LINE" == *" " ]] && COMP_CWORD=${#words[@]}; '
+              'hydra_bash_completion; printf "%s\\n" "${COMPREPLY[@]}"')
+    proc = run(["bash", "-c", script, "bash", line])
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.split()
+
+
+def test_bash_completes_options_keys_and_subcommands(user_conf):
+    assert {"host=mybox", "host=ssh", "host=local"} <= set(_bash_complete("specbench host="))
+    assert "tree_budget=" in _bash_complete("specbench tree_b")
+    assert _bash_complete("specbench att") == ["attach"]
+
+
+@pytest.mark.skipif(shutil.which("zsh") is None, reason="zsh is not installed (.ci/run installs it)")
+def test_zsh_completes_in_an_interactive_shell(user_conf, tmp_path):
+    """A real interactive zsh on a pseudo-terminal, set up as the help says; Tab after `host=` lists the user's
+    box. Waits for the listing (or the shell's end), bounded only against a hang."""
+    (tmp_path / ".zshrc").write_text(f'PATH="{Path(SPECBENCH).parent}:$PATH"\nautoload -U compinit && compinit -u\n'
+                                     'eval "$(specbench -sc install=zsh)"\nPS1="READY> "\n')
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execvpe("zsh", ["zsh", "-i"], {**os.environ, "ZDOTDIR": str(tmp_path), "TERM": "dumb"})
+    seen = b""
+
+    def read_until(marker: bytes) -> bool:
+        nonlocal seen
+        deadline = time.monotonic() + 120
+        while marker not in seen and time.monotonic() < deadline:
+            if select.select([fd], [], [], 1)[0]:
+                try:
+                    seen += os.read(fd, 4096)
+                except OSError:
+                    return False
+        return marker in seen
+    try:
+        assert read_until(b"READY> "), seen[-500:]
+        os.write(fd, b"specbench host=\t\t")
+        assert read_until(b"mybox"), seen[-1000:]
+    finally:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        os.close(fd)
+
+
+def test_a_key_left_unset_in_its_file_is_a_known_key(tmp_path):
+    """dataset=jsonl leaves dataset.path ??? : setting it is no typo; the missing file is the error."""
+    proc = run([SPECBENCH, "dataset=jsonl", f"dataset.path={tmp_path / 'absent.jsonl'}"], cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: dataset.path: JSONL file"), proc.stderr
