@@ -1,4 +1,5 @@
-"""The Hydra config tree (groups model/, drafter/, method/, ...), shipped as package data.
+"""The Hydra config tree (groups model/, drafter/, method/, ...); a wheel installs it as `orchestrator.conf`
+(orchestrator.paths.CONF_DIR finds it either way), so no top-level `conf` package collides with another's.
 
 `random_fields(name)`: the transformers config fields of conf/model/<name>.yaml's random-weight model (its `random`
 node), for scripts and tests that build the same model outside Hydra.
