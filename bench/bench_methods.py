@@ -15,8 +15,10 @@ dflash, ddtree at the budget with the best speedup, stock `generate`), with the 
 verify, commit) as named ranges. Graphed runs report the GPU split of one replayed step (remote.decoding.phase_split:
 each prefix of the step captured and timed; AR: forward_ms) in the draft/tree_build/verify/commit columns;
 `--phase-kernels` prints, after every timed run, the slowest kernels of each phase (torch.profiler over the prefix
-graphs' replays). A split replays one committed state (where the last generation ended), so a data-dependent phase
-shows that state's cost, not the mean: the tree search stops early on a bushy tree and runs every level on a spine.
+graphs' replays). A split replays one committed state (where the last generation ended, or the last length before it
+whose step the exactly sized caches hold: remote.decoding.phase_split), so a data-dependent phase shows that state's
+cost, not the mean: the tree search stops early on a bushy tree and runs every level on a spine. A split that fails
+is reported and skipped; the run goes on.
 """
 from __future__ import annotations
 
@@ -37,6 +39,7 @@ import remote.runner  # noqa: E402
 from bench_verify import save_profile  # noqa: E402
 from orchestrator.compare import render_table, summarize  # noqa: E402
 from remote.decoding.phase_split import split_kernels  # noqa: E402
+from remote.errors import first_line  # noqa: E402
 from remote.metrics import aggregate, compare  # noqa: E402
 from remote.models.placement import describe  # noqa: E402
 from remote.runner import Run, graphed_split, peak_memory_gb, reset_peak_memory  # noqa: E402
@@ -91,7 +94,11 @@ def phase_kernels(run: Run, method: str, budget: int, out: Path, top: int = 12) 
         return
     prepare(run, method, budget)
     name = method if method != "ddtree" else f"ddtree-{budget}"
-    split = split_kernels(run.graphed, method, budget)
+    try:
+        split = split_kernels(run.graphed, method, budget)
+    except Exception as exc:                        # noqa: BLE001 - a measurement, not the run
+        print(f"phase kernels of {name} skipped: {first_line(exc)}", flush=True)
+        return
     for phase, rows in split.items():
         print(f"{name} {phase}: {sum(r[1] for r in rows):.1f} us in {sum(r[2] for r in rows):.0f} launches")
         for kernel, us, calls in rows[:top]:

@@ -9,14 +9,24 @@ the same committed state, timed by CUDA events; a phase costs its prefix's media
 Contract: `split_step(decoder, method, budget)` -> {phase_ms: float} (draft_ms, tree_build_ms, verify_ms,
 commit_ms; AR: forward_ms) for a `GraphDecoder` that has just decoded with graphs on (its caches hold a real
 committed state); `split_kernels(decoder, method, budget)` -> the kernels of each phase, from torch.profiler. The
-committed state (length, root, drafter context, AR count) is put back after every replay; cache rows past the
-committed length are scratch anyway, but a hybrid target's GDN states are advanced in place by every replayed
+committed state (length, root, drafter context, AR count) is put back after every replay (`measured_state`, which
+also picks where the step starts; `prefix_steps` are the functions captured, eager-runnable on the CPU); cache rows
+past the measured length are scratch anyway, but a hybrid target's GDN states are advanced in place by every replayed
 commit, so call it between prompts (the next prefill overwrites them), as the runner and bench_methods do. A
 phase whose cost depends on the data shows this state's cost, not a generation's mean: the tree search stops after
 a few levels on a bushy tree and runs all of them on a confident spine (remote.kernels.tree_search).
+
+Where the measured step starts (`measured_state`): a generation launches a step only at a length its reserved caches
+hold (GraphDecoder.reserve: up to prompt + max_new - 2, plus the step's width), but its last step may commit up to a
+block past that, so the state it ends in may have no room for one more step (the demo hybrid pair, 128 tokens:
+DFlash ends at 193 of 208 rows and its step writes 16). There the measured step starts at the last length that has
+room (the committed rows before it are the same generation's); the cost of a step hardly depends on it (attention
+runs over every reserved row, masked). The rows a step would index are checked on the host first, and a state no
+length can hold raises a ValueError: a device-side index error would poison the CUDA context, and with it the run.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from statistics import median
 
 import torch
@@ -26,35 +36,72 @@ from ..timing import PHASES
 from .graph import GraphDecoder
 
 
-def _prefix_graphs(decoder: GraphDecoder, method: str, budget: int):
-    """Yields (phase, restore, graph) per phase, in step order: the graph of the step's prefix up to and including
-    that phase, captured from the committed state, which `restore()` puts back (before each replay)."""
-    phases = ("forward",) if method == "ar" else PHASES
+@contextmanager
+def measured_state(decoder: GraphDecoder, method: str, budget: int):
+    """The committed state the measured step starts from, inside the reserved caches (see the module docstring);
+    yields `restore()`, which puts that state back (before each replay). On exit the decoder's own committed
+    state is back (cache rows from the measured length on were overwritten, as scratch)."""
     state = (decoder.start, decoder.root, decoder.count, decoder.context_rows) + (
         (decoder.context,) if decoder.drafter is not None else ())
-    saved = [t.clone() for t in state]
 
-    def restore() -> None:
-        for live, kept in zip(state, saved):
-            live.copy_(kept)
+    def put(kept) -> None:
+        for live, value in zip(state, kept):
+            live.copy_(value)
 
-    def step(until):
-        if method == "ar":
-            return lambda: decoder._ar_step()
-        return lambda: decoder._spec_step(decoder.context, decoder.context_rows, method, budget, until=until)
-
-    with torch.inference_mode():      # stays on while the caller replays: the decoder's buffers are inference
-        try:                          # tensors, which only inference mode may update in place (`restore`)
-            for phase, until in zip(phases, phases[:-1] + (None,)):
-                fn = step(until)
-                with step_kernels(decoder.model, decoder.drafter):
-                    decoder._warm_up(fn)
-                    restore()
-                    graph, _ = decoder._capture(fn)
-                yield phase, restore, graph
-                del graph
+    # inference mode stays on while the caller replays: the decoder's buffers are inference tensors, which only
+    # inference mode may update in place (`restore`)
+    with torch.inference_mode():
+        own = [t.clone() for t in state]
+        decoder.start.fill_(_room(decoder, method, budget))
+        saved = [t.clone() for t in state]
+        try:
+            yield lambda: put(saved)
         finally:
-            restore()
+            put(own)
+
+
+def _room(decoder: GraphDecoder, method: str, budget: int) -> int:
+    """The committed length to measure from: the decoder's, or the last one at which every row one step indexes is
+    reserved (target rows start .. start + width - 1; the drafter's context rows start - context_rows .. + block -
+    1; AR's `history[count]`). Host values only, read before any kernel of the step runs."""
+    start, width = int(decoder.start), decoder._width(method, budget)
+    last, first = decoder.capacity - width, 0
+    if method == "ar":
+        if not 0 <= int(decoder.count) < decoder.capacity:
+            raise ValueError(f"phase split: AR count {int(decoder.count)} is outside the {decoder.capacity} "
+                             f"reserved history rows")
+    else:
+        rows, block = int(decoder.context_rows), decoder.drafter.block_size
+        if not 0 <= rows <= block:
+            raise ValueError(f"phase split: context_rows {rows} is outside 0..{block} (the drafter's block)")
+        first, last = rows, min(last, decoder.context_capacity - block + rows)
+    if last < first:
+        raise ValueError(f"phase split: the reserved caches ({decoder.capacity} target rows, "
+                         f"{decoder.context_capacity} drafter rows) cannot hold one {method} step of {width} rows "
+                         f"at budget {budget}")
+    return min(max(start, first), last)
+
+
+def prefix_steps(decoder: GraphDecoder, method: str, budget: int):
+    """(phase, step) per phase, in step order: `step()` runs the step's prefix up to and including that phase."""
+    if method == "ar":
+        return [("forward", lambda: decoder._ar_step())]
+    return [(phase, lambda until=until: decoder._spec_step(decoder.context, decoder.context_rows, method, budget,
+                                                           until=until))
+            for phase, until in zip(PHASES, PHASES[:-1] + (None,))]
+
+
+def _prefix_graphs(decoder: GraphDecoder, method: str, budget: int):
+    """Yields (phase, restore, graph) per phase, in step order: the graph of the step's prefix up to and including
+    that phase, captured from the measured state, which `restore()` puts back (before each replay)."""
+    with measured_state(decoder, method, budget) as restore:
+        for phase, fn in prefix_steps(decoder, method, budget):
+            with step_kernels(decoder.model, decoder.drafter):
+                decoder._warm_up(fn)
+                restore()
+                graph, _ = decoder._capture(fn)
+            yield phase, restore, graph
+            del graph
 
 
 def split_step(decoder: GraphDecoder, method: str, budget: int, repeats: int = 20) -> dict[str, float]:

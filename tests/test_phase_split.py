@@ -1,0 +1,127 @@
+"""The phase split (remote.decoding.phase_split) measures a step only where the reserved caches hold it.
+
+A generation's last step may commit up to a block past the length its caches were sized to launch at, so the
+state it ends in can lack room for one more step: on the GPU, the split's step there indexed past the reserved
+rows (a device-side assert, which poisons the CUDA context: bench_methods died after its DFlash row on the demo
+hybrid pair). Here the same states are reached on the CPU, where the out-of-range write raises an IndexError, with
+the demo pairs at caches sized exactly as bench_methods sizes them; every prefix step the split captures then
+runs eagerly from the measured state."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from remote.assets import ASSETS
+from remote.decoding.graph import GraphDecoder, HybridGraphDecoder
+from remote.decoding.phase_split import measured_state, prefix_steps, split_step
+from remote.kernels.gdn_paths import torch_gdn_path
+from remote.models.loading import load_drafter_for, load_target, load_tokenizer
+from remote.prompts import encode, load_prompts
+from remote.spec import DatasetSpec, DrafterSpec, ModelSpec
+from remote.timing import PhaseTimer
+from tests.runner_fixtures import prompts, tiny_pair
+
+MODELS = ASSETS / "models"
+
+
+def demo_pair(name: str, device: str = "cpu"):
+    """The shipped demo pair `name` (demo-qwen3 | demo-qwen3_5) in float32, a graph decoder with graphs off, and the
+    held-out prompts."""
+    spec = ModelSpec(path=str(MODELS / name), dtype="float32")
+    tokenizer = load_tokenizer(spec)
+    model = load_target(spec, 0, torch.device(device))
+    drafter = load_drafter_for(DrafterSpec(path=str(MODELS / f"{name}-dflash")), model, tokenizer, 0)
+    kind = HybridGraphDecoder if "qwen3_5" in name else GraphDecoder
+    dataset = DatasetSpec(name="jsonl", path=str(MODELS / "heldout_prompts.jsonl"), num_prompts=6)
+    return kind(model, drafter, drafter.target_layer_ids, graphs=False), encode(tokenizer, load_prompts(dataset),
+                                                                                 dataset)
+
+
+def end_without_room(decoder, inputs, method: str, budget: int):
+    """Decode the prompts (caches sized exactly per generation, as bench_methods does) until one generation ends
+    where one more step would write past the reserved target rows; returns how many rows past."""
+    for max_new in (16, 24, 32):
+        for ids in inputs:
+            ids = ids.to(decoder.device)
+            decoder.reserve(ids.shape[1], max_new, method, budget, exact=True)
+            decoder.generate_spec(ids, max_new, set(), PhaseTimer(ids.device), method, budget)
+            past = int(decoder.start) + decoder._width(method, budget) - decoder.capacity
+            if past > 0:
+                return past
+    pytest.fail(f"no {method} generation ended past its reserved rows: the test needs one such state")
+
+
+def committed(decoder) -> list[torch.Tensor]:
+    return [t.clone() for t in (decoder.start, decoder.root, decoder.count, decoder.context_rows, decoder.context)]
+
+
+@pytest.mark.parametrize("name,method,budget", [("demo-qwen3", "dflash", 1), ("demo-qwen3", "ddtree", 31),
+                                                ("demo-qwen3_5", "dflash", 1)])
+def test_every_prefix_step_fits_the_reserved_caches_at_the_end_of_a_generation(name, method, budget):
+    decoder, inputs = demo_pair(name)
+    with torch_gdn_path():       # transformers sends hybrid layers to fla whenever installed, CPU tensors too
+        end_without_room(decoder, inputs, method, budget)
+        before = committed(decoder)
+        with torch.inference_mode(), pytest.raises(IndexError, match="out of bounds"):
+            decoder._spec_step(decoder.context, decoder.context_rows, method, budget)   # what the split ran into
+        with measured_state(decoder, method, budget) as restore:
+            assert int(decoder.start) + decoder._width(method, budget) <= decoder.capacity
+            measured = int(decoder.start)
+            phases = []
+            for phase, step in prefix_steps(decoder, method, budget):
+                restore()
+                step()
+                phases.append(phase)
+            assert int(decoder.start) > measured            # the whole step committed, inside the reserved rows
+            restore()
+            assert int(decoder.start) == measured
+        assert phases == ["draft", "tree_build", "verify", "commit"]
+        assert all(torch.equal(a, b) for a, b in zip(committed(decoder), before))
+
+
+def test_ar_measures_where_the_last_generation_ended():
+    """AR's step writes one row: a speculative generation's end state holds it, so nothing moves."""
+    model, drafter, _ = tiny_pair("narrow", block_size=8)
+    decoder = GraphDecoder(model, drafter, drafter.target_layer_ids, graphs=False)
+    ids = prompts(model, 1, seed=3)[0]
+    decoder.reserve(ids.shape[1], 12, "ddtree", 16, exact=True)
+    decoder.generate_spec(ids, 12, set(), PhaseTimer(ids.device), "ddtree", 16)
+    before = committed(decoder)
+    with measured_state(decoder, "ar", 1) as restore:
+        assert torch.equal(decoder.start, before[0])
+        (_, step), = prefix_steps(decoder, "ar", 1)
+        restore()
+        step()
+    assert all(torch.equal(a, b) for a, b in zip(committed(decoder), before))
+
+
+def test_caches_that_cannot_hold_one_step_are_refused_on_the_host():
+    """Reserved for DFlash, measured as a DDTree step wider than every reserved row: a one-line ValueError naming
+    the rows, raised before any kernel runs, and the committed state untouched."""
+    model, drafter, _ = tiny_pair("narrow", block_size=8)
+    decoder = GraphDecoder(model, drafter, drafter.target_layer_ids, graphs=False)
+    ids = prompts(model, 1, seed=3)[0]
+    decoder.reserve(ids.shape[1], 8, "dflash", 1, exact=True)
+    decoder.generate_spec(ids, 8, set(), PhaseTimer(ids.device), "dflash", 1)
+    before = committed(decoder)
+    with pytest.raises(ValueError, match=rf"cannot hold one ddtree step of {decoder.capacity + 1} rows") as error:
+        with measured_state(decoder, "ddtree", decoder.capacity):
+            pytest.fail("a state without room was measured")
+    assert "\n" not in str(error.value) and f"{decoder.capacity} target rows" in str(error.value)
+    assert all(torch.equal(a, b) for a, b in zip(committed(decoder), before))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+@pytest.mark.parametrize("method,budget", [("dflash", 1), ("ddtree", 31)])
+def test_split_at_the_end_of_exactly_sized_caches_leaves_the_device_usable(method, budget):
+    """bench_methods' case on the GPU: the split after a generation that ended without room times every phase,
+    and the next generation still gives the eager steps' tokens."""
+    decoder, inputs = demo_pair("demo-qwen3_5", "cuda")
+    graphed = HybridGraphDecoder(decoder.model, decoder.drafter, decoder.drafter.target_layer_ids)
+    end_without_room(graphed, inputs, method, budget)
+    phases = split_step(graphed, method, budget, repeats=3)
+    assert set(phases) == {"draft_ms", "tree_build_ms", "verify_ms", "commit_ms"} and sum(phases.values()) > 0
+    ids = inputs[0].cuda()
+    timer = PhaseTimer(ids.device)
+    assert graphed.generate_spec(ids, 16, set(), timer, method, budget).tokens == \
+        decoder.generate_spec(ids, 16, set(), timer, method, budget).tokens
