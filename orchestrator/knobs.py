@@ -98,12 +98,17 @@ ENV = rule("a mapping {NAME: value} whose names are shell identifiers",
 ENV_NAMES = rule("a list of environment variable names such as [HF_TOKEN]",
                  lambda v: isinstance(v, (list, ListConfig)) and _names(v))
 
+# Metrics a job can return to a sweeper (each is in remote.metrics.DEFINITIONS; a test checks it).
+OBJECTIVES = ("speedup_vs_ar", "tokens_per_s", "tau", "tau_prompt_mean", "tpot_ms", "ttft_ms",
+              "exact_match_vs_ar", "peak_mem_gb")
+
 RUN: tuple[tuple[str, Rule], ...] = (
     ("method.name", one_of(METHODS)),
     ("tree_budget", integer(1, TREE_BUDGET_LIMIT)),
     ("seed", integer(0, SEED_LIMIT)),
     ("num_prompts", nullable(integer(1))),
     ("warmup", integer(0, WARMUP_LIMIT)),
+    ("repeats", integer(1, 100)),
     *((key, FLAG) for key in ("cuda_graphs", "compile_steps", "compile_drafter", "force", "fail_fast")),
     ("temperature", number(0)),
     ("gpus", gpu_list),

@@ -8,7 +8,9 @@ Ctrl-C, SIGTERM and SIGHUP stop the job's process group on the host (KILLED), bo
 answer within STOP_BOUND seconds (a cut link), the user is told the runner may still be running and how to stop
 or re-attach to it.
 `report(outcome, tracker, ...)` turns what happened into the MLflow status, `failure.*` tags, a traceback
-artifact and the terminal summary. Used by a fresh run and by `attach` alike.
+artifact and the terminal summary; a run whose AR and method took different paths (remote.fairness) gets a
+`fairness` tag saying so, a warning and a mark in the results table (a fair one: `fairness=ok`). Used by a fresh
+run and by `attach` alike.
 """
 from __future__ import annotations
 
@@ -20,9 +22,10 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from .display import LiveDisplay, results_table
+from .display import LiveDisplay
 from .failures import Detector, Finding, Severity
 from .lifecycle import Job
+from .results_table import fairness_of, results_table
 from .signals import describe, exit_code
 from .tracking import Status, Tracker
 
@@ -164,14 +167,20 @@ def report(outcome: Outcome, tracker: Tracker, run_dir: Path, console: Console, 
         tags["warnings"] = ",".join(sorted({w.finding.id for w in found.warnings}))
     if outcome.stopped_by:
         tags["stopped_by"] = outcome.stopped_by
+    fairness = fairness_of(results)
+    if fairness:
+        tags["fairness"] = fairness
     tracker.finish(outcome.status, metrics, {**tags, "status": outcome.status.value},
                    [run_dir / name for name in ARTIFACTS], history=outcome.history)
-    _summary(outcome, found, metrics, tracker, run_dir, console, title)
+    _summary(outcome, found, metrics, tracker, run_dir, console, title, fairness)
 
 
-def _summary(outcome, found, metrics, tracker, run_dir, console, title) -> None:
+def _summary(outcome, found, metrics, tracker, run_dir, console, title, fairness=None) -> None:
     if metrics:
-        console.print(results_table(metrics, title))
+        console.print(results_table(metrics, title, fairness))
+    if fairness and fairness != "ok":
+        console.print(f"[yellow]warning: fairness: AR and the method did not run on the same path, so "
+                      f"speedup_vs_ar compares unlike things: {escape(fairness.removeprefix('mismatch: '))}[/]")
     for w in found.warnings:
         console.print(f"[yellow]warning x{w.count}: {w.finding.id}: {escape(w.finding.hint)}[/]")
     colour = {Status.FINISHED: "green", Status.FAILED: "red", Status.KILLED: "yellow"}[outcome.status]

@@ -29,6 +29,7 @@ def build_spec(cfg: DictConfig, run_id: str) -> RunSpec:
     decoding = DecodingSpec(
         method=cfg.method.name, tree_budget=cfg.tree_budget, max_new_tokens=cfg.max_new_tokens,
         temperature=float(cfg.temperature), baseline=cfg.baseline, warmup=cfg.warmup,
+        repeats=cfg.get("repeats", 1),
         cuda_graphs=bool(cfg.get("cuda_graphs", True)), compile_steps=bool(cfg.get("compile_steps", False)),
         compile_drafter=bool(cfg.get("compile_drafter", True)),
     )

@@ -1,35 +1,76 @@
 """Per-prompt and aggregate metrics, and what each one means (`DEFINITIONS`, copied into results.json).
 
 Contract: `prompt_metrics(gen)` -> flat {name: float} for one prompt; `aggregate(gens, peak_mem_gb, depth)` ->
-flat {name: float} pooled over prompts; `compare(gens, ar_gens)` -> exact match / first divergence vs AR.
+flat {name: float} pooled over prompts (and repeats: `gens` holds `repeats` whole passes over the prompts, pass by
+pass, each in prompt order); `versus_ar(gens, ar_gens)` -> speedup with its interval and spread, paired by prompt;
+`compare(gens, ar_gens)` -> exact match / first divergence vs AR.
 Names follow DESIGN.md (interface): tau, tau_prompt_mean, accept_rate_depth_<i>, tokens_per_s, tpot_ms,
 ttft_ms, speedup_vs_ar, draft_ms, tree_build_ms, verify_ms, commit_ms, peak_mem_gb, exact_match_vs_ar,
-first_divergence_mean; AR baseline figures carry an `ar_` prefix.
+first_divergence_mean; AR baseline figures carry an `ar_` prefix. Intervals are 95% bootstraps over prompts
+(remote.stats), seeded by the caller (the run's seed).
 """
 from __future__ import annotations
 
-from statistics import mean
+from statistics import mean, stdev
 
 from .decoding.loop import Generation
+from .stats import percentile, ratio_interval
 from .timing import PHASES
+
+TPOT_PERCENTILES = (50, 90, 99)
+REJECT_RANKS = 8                 # reject_target_rank_1 .. _8
+REPEAT_SPREAD = ("tokens_per_s", "tpot_ms", "speedup_vs_ar")     # reported per repeat when repeats > 1
 
 DEFINITIONS = {
     "tau": "pooled mean acceptance length: committed tokens / verify steps over all prompts, bonus token "
            "included (capped at max_new_tokens / stop token); the prefill token is not counted",
     "tau_prompt_mean": "mean over prompts of each prompt's committed tokens / verify steps (DFlash/DDTree papers)",
     "accept_rate_depth_<i>": "unconditional: fraction of verify steps that accepted at least i drafted tokens",
-    "tokens_per_s": "end to end: generated tokens / (prefill + decode) wall time, pooled over prompts",
-    "tpot_ms": "decode only: mean over prompts of decode time / tokens generated after the first one; decode "
-               "time starts after the first token and includes the drafter's first pass over the prompt; it ends "
-               "when the step that produced the last token ended (a step queued ahead of a stop token is not in it)",
+    "tokens_per_s": "end to end: generated tokens / (prefill + decode) wall time, pooled over prompts (and "
+                    "repeats)",
+    "tpot_ms": "decode only: mean over prompts (and repeats) of decode time / tokens generated after the first "
+               "one; decode time starts after the first token and includes the drafter's first pass over the "
+               "prompt; it ends when the step that produced the last token ended (a step queued ahead of a stop "
+               "token is not in it)",
     "ttft_ms": "mean over prompts of the time to the first token (target prefill + first token choice)",
     "speedup_vs_ar": "ar_tpot_ms / tpot_ms, AR run in the same process on the same prompts",
+    "speedup_vs_ar_ci_low": "95% percentile-bootstrap interval of speedup_vs_ar, lower end: prompts resampled with "
+                            "replacement (10000 resamples, seeded by the run's seed), each drawn with its own AR "
+                            "and method TPOT (paired); absent with fewer than two prompts",
+    "speedup_vs_ar_ci_high": "upper end of the interval of speedup_vs_ar_ci_low",
+    "tau_ci_low": "95% percentile-bootstrap interval of tau (pooled committed tokens / verify steps over the "
+                  "resampled prompts), lower end; resampling as for speedup_vs_ar_ci_low",
+    "tau_ci_high": "upper end of the interval of tau_ci_low",
+    **{f"tpot_ms_p{q}": f"{q}th percentile of the per-generation TPOT (decode time / tokens after the first) over "
+                        f"prompts and repeats, linear interpolation" for q in TPOT_PERCENTILES},
+    **{f"{name}_repeat_{kind}": f"repeats > 1: {what} of {name} computed over each repeat (one timed pass over "
+                                f"every prompt) on its own"
+       for name in REPEAT_SPREAD for kind, what in (("std", "sample standard deviation"), ("min", "smallest"),
+                                                    ("max", "largest"))},
+    "accept_rate_cond_depth_<i>": "conditional: of the verify steps whose accepted path reached depth i-1, the "
+                                  "fraction that reached depth i (EAGLE's n-alpha; for trees, depth along the "
+                                  "accepted path)",
+    "accepted_depth_hist_<d>": "fraction of verify steps whose accepted path has depth d (d drafted tokens "
+                               "accepted, d = 0 .. block_size - 1)",
+    "reject_target_rank_<k>": "of the verify steps that missed, the fraction where the target's token at the "
+                              "first missed depth was the drafter's rank-k candidate there (k = 1..8; rank 1 = "
+                              "the drafter's top token: 1 + the number of tokens it scored strictly higher); the "
+                              "rest had rank > 8. A step misses at the first depth where the target's token was "
+                              "not the drafter's top token on the walk's path: the walk took a sibling there "
+                              "(reject_in_tree), or it ended there (also where the tree held no node there: then "
+                              "the rank can be 1); a step that accepted the top token at every drafted depth has "
+                              "no miss",
+    "reject_in_tree": "of the verify steps that missed, the fraction where the tree held the target's token at the "
+                      "first missed depth: a sibling of the drafter's top token that the walk took (0 for dflash's "
+                      "chain)",
+    "nodes_per_token": "rows of the verify forwards (the root and every drafted node) per committed token",
     "draft_ms": "drafter forward + draft logits, per verify step (pooled mean); graphed runs (decode_path "
                 "cuda_graph): GPU time of this phase in one replayed step (remote.decoding.phase_split), likewise "
                 "below",
     "tree_build_ms": "tree (ddtree) or chain (dflash) construction from draft logits, per verify step",
     "verify_ms": "target forward over the tree/chain + choosing the target token at every node, per verify step",
-    "commit_ms": "tree walk + KV compaction + drafter context selection, per verify step",
+    "commit_ms": "tree walk + KV compaction + drafter context selection (+ the step's tree statistics, see "
+                 "reject_in_tree), per verify step",
     "forward_ms": "graphed AR: GPU time of one replayed decoding step (forward + argmax)",
     "peak_mem_gb": "CUDA: max memory allocated during the method (GiB, summed over devices); "
                    "CPU: peak resident set size of the process so far (GiB)",
@@ -39,7 +80,7 @@ DEFINITIONS = {
     "first_divergence_mean": "temperature 0 only: mean index of the first differing token over prompts that "
                              "differ from AR (absent when none differs)",
     "new_tokens_mean": "mean generated tokens per prompt",
-    "verify_steps": "total verify steps over all prompts",
+    "verify_steps": "total verify steps over all prompts (and repeats)",
     "num_prompts": "prompts decoded",
     "ar_<metric>": "the same metric for the AR baseline of this run",
 }
@@ -54,40 +95,136 @@ def prompt_metrics(gen: Generation) -> dict[str, float]:
     out["tokens_per_s"] = n / total_s if total_s > 0 else 0.0
     if steps:
         out["verify_steps"] = float(steps)
+        out["committed_tokens"] = float(sum(gen.committed))
         out["tau"] = sum(gen.committed) / steps
+        if gen.stats:
+            out["nodes_verified"] = float(sum(s.nodes for s in gen.stats))
         for phase in PHASES:
             if phase in t:          # a step replayed as one CUDA graph has no inner phases
                 out[f"{phase}_ms"] = t[phase] / steps
     return out
 
 
-def aggregate(gens: list[Generation], peak_mem_gb: list[float] | None, depth: int) -> dict[str, float]:
-    """`peak_mem_gb`: per visible GPU (or one figure on the CPU)."""
+def by_repeat(gens: list, repeats: int) -> list[list]:
+    """`gens` (repeat by repeat, each in prompt order) split into its repeats."""
+    if repeats < 1 or len(gens) % repeats:
+        raise ValueError(f"{len(gens)} generations are not {repeats} whole repeats")
+    n = len(gens) // repeats
+    return [gens[r * n:(r + 1) * n] for r in range(repeats)]
+
+
+def by_prompt(gens: list, repeats: int) -> list[list]:
+    """`gens` grouped per prompt: each prompt's generations over the repeats."""
+    return [list(group) for group in zip(*by_repeat(gens, repeats))]
+
+
+def aggregate(gens: list[Generation], peak_mem_gb: list[float] | None, depth: int, seed: int = 0,
+              repeats: int = 1) -> dict[str, float]:
+    """`peak_mem_gb`: per visible GPU (or one figure on the CPU); `depth`: the deepest draft (block_size - 1)."""
     per = [prompt_metrics(g) for g in gens]
-    tokens = sum(len(g.tokens) for g in gens)
-    wall_s = sum(p["ttft_ms"] + p["decode_ms"] for p in per) / 1000.0
-    out = {"num_prompts": float(len(gens)), "new_tokens_mean": tokens / len(gens),
-           "tokens_per_s": tokens / wall_s if wall_s > 0 else 0.0,
-           "ttft_ms": mean(p["ttft_ms"] for p in per)}
+    out = {"num_prompts": float(len(gens) // repeats), **_speed(gens, per)}
     tpots = [p["tpot_ms"] for p in per if "tpot_ms" in p]
     if tpots:
-        out["tpot_ms"] = mean(tpots)
+        out.update({f"tpot_ms_p{q}": percentile(tpots, q) for q in TPOT_PERCENTILES})
     if peak_mem_gb:
         out["peak_mem_gb"] = sum(peak_mem_gb)
         if len(peak_mem_gb) > 1:
             out.update({f"peak_mem_gb_gpu{i}": gb for i, gb in enumerate(peak_mem_gb)})
+    if repeats > 1:
+        passes = [_speed(run, [prompt_metrics(g) for g in run]) for run in by_repeat(gens, repeats)]
+        out.update(_spread({k: [p[k] for p in passes if k in p] for k in ("tokens_per_s", "tpot_ms")}))
     steps = sum(len(g.committed) for g in gens)
     if steps:
         out["verify_steps"] = float(steps)
         out["tau"] = sum(sum(g.committed) for g in gens) / steps
         out["tau_prompt_mean"] = mean(p["tau"] for p in per if "tau" in p)
-        accepted = [a for g in gens for a in g.accepted]
-        for i in range(1, depth + 1):
-            out[f"accept_rate_depth_{i}"] = sum(a >= i for a in accepted) / steps
+        prompts = [(sum(sum(g.committed) for g in group), sum(len(g.committed) for g in group))
+                   for group in by_prompt(gens, repeats)]
+        prompts = [p for p in prompts if p[1]]             # a prompt done at its first token has no steps
+        interval = ratio_interval(*zip(*prompts), seed) if len(prompts) > 1 else None
+        if interval:
+            out["tau_ci_low"], out["tau_ci_high"] = interval
+        out.update(acceptance([a for g in gens for a in g.accepted], depth))
+        out.update(tree_metrics(gens))
         for phase in PHASES:
             if any(phase in g.times_ms for g in gens):
                 out[f"{phase}_ms"] = sum(g.times_ms.get(phase, 0.0) for g in gens) / steps
     return out
+
+
+def _speed(gens: list[Generation], per: list[dict]) -> dict[str, float]:
+    """Pooled tokens/s, mean TTFT and TPOT of `gens` (their `prompt_metrics` in `per`)."""
+    tokens = sum(len(g.tokens) for g in gens)
+    wall_s = sum(p["ttft_ms"] + p["decode_ms"] for p in per) / 1000.0
+    out = {"new_tokens_mean": tokens / len(gens), "tokens_per_s": tokens / wall_s if wall_s > 0 else 0.0,
+           "ttft_ms": mean(p["ttft_ms"] for p in per)}
+    tpots = [p["tpot_ms"] for p in per if "tpot_ms" in p]
+    if tpots:
+        out["tpot_ms"] = mean(tpots)
+    return out
+
+
+def _spread(values: dict[str, list[float]]) -> dict[str, float]:
+    out = {}
+    for name, xs in values.items():
+        if len(xs) > 1:
+            out.update({f"{name}_repeat_std": stdev(xs), f"{name}_repeat_min": min(xs),
+                        f"{name}_repeat_max": max(xs)})
+    return out
+
+
+def acceptance(accepted: list[int], depth: int) -> dict[str, float]:
+    """Per-depth acceptance of verify steps that accepted `accepted` drafted tokens each: unconditional,
+    conditional on reaching the depth above, and the histogram of accepted depths."""
+    steps = len(accepted)
+    out = {}
+    for i in range(1, depth + 1):
+        out[f"accept_rate_depth_{i}"] = sum(a >= i for a in accepted) / steps
+        reached = sum(a >= i - 1 for a in accepted)
+        if reached:
+            out[f"accept_rate_cond_depth_{i}"] = sum(a >= i for a in accepted) / reached
+    for d in range(depth + 1):
+        out[f"accepted_depth_hist_{d}"] = sum(a == d for a in accepted) / steps
+    return out
+
+
+def tree_metrics(gens: list[Generation]) -> dict[str, float]:
+    """From the steps' `StepStats`, where the decoder read them (remote.decoding.loop.miss_stats)."""
+    read = [g for g in gens if g.stats]
+    if not read:
+        return {}
+    stats = [s for g in read for s in g.stats]
+    out = {"nodes_per_token": sum(s.nodes for s in stats) / sum(sum(g.committed) for g in read)}
+    missed = [s for s in stats if s.miss_depth]
+    if missed:
+        out.update({f"reject_target_rank_{k}": sum(s.miss_rank == k for s in missed) / len(missed)
+                    for k in range(1, REJECT_RANKS + 1)})
+        out["reject_in_tree"] = sum(s.in_tree for s in missed) / len(missed)
+    return out
+
+
+def versus_ar(gens: list[Generation], ar_gens: list[Generation], seed: int = 0, repeats: int = 1) -> dict[str, float]:
+    """speedup_vs_ar = AR's mean TPOT / the method's, its interval paired by prompt (each prompt's TPOT averaged
+    over its repeats), and its spread over repeats. Both lists hold the same prompts in the same order."""
+    ar, method = mean_tpot(ar_gens), mean_tpot(gens)
+    if ar is None or method is None:
+        return {}
+    out = {"speedup_vs_ar": ar / method}
+    paired = [(a, m) for a, m in zip(*(map(mean_tpot, by_prompt(x, repeats)) for x in (ar_gens, gens)))
+              if a is not None and m is not None]
+    interval = ratio_interval(*zip(*paired), seed) if len(paired) > 1 else None
+    if interval:
+        out["speedup_vs_ar_ci_low"], out["speedup_vs_ar_ci_high"] = interval
+    if repeats > 1:
+        passes = zip(*(map(mean_tpot, by_repeat(x, repeats)) for x in (ar_gens, gens)))
+        out.update(_spread({"speedup_vs_ar": [a / m for a, m in passes if a is not None and m is not None]}))
+    return out
+
+
+def mean_tpot(gens: list[Generation]) -> float | None:
+    """Mean TPOT (ms) over the generations that have one (more than one token), None if none has."""
+    tpots = [prompt_metrics(g)["tpot_ms"] for g in gens if len(g.tokens) > 1]
+    return mean(tpots) if tpots else None
 
 
 def first_divergence(a: list[int], b: list[int]) -> int | None:

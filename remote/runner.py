@@ -1,11 +1,13 @@
 """One benchmark run: load, check, warm up, run AR (unless `baseline=none`) and the method, taking turns prompt
-by prompt (`run_methods`), write results.
+by prompt (`run_methods`), `repeats` times over all prompts, write results.
 
 Contract: `run(spec, run_dir)` writes into `run_dir` (names from RunFiles): `events.jsonl` (start, progress,
 prompt, warning, result), `outputs.jsonl` (one line per prompt per method, AR included: method, prompt_index,
-token_ids, text) and, last and atomically, `results.json` = {version, method, metrics, definitions, environment,
-per_prompt}. Every bad-input check (SpecError) happens before the first decoding step. Both methods see the
-same prompts and per-prompt sampling seeds (seed + prompt index); warm-up generations are not recorded.
+token_ids, text; from the first repeat) and, last and atomically, `results.json` = {version, method, metrics,
+definitions, environment, per_prompt (one entry per method, prompt and repeat), paths (per method: the path its
+generations took, remote.fairness), fairness ("ok" or "mismatch: ..." where AR and a method both ran)}. Every
+bad-input check (SpecError) happens before the first decoding step. Both methods see the same prompts and
+per-prompt sampling seeds (seed + prompt index) in every repeat; warm-up generations are not recorded.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import os
 import platform
 import resource
 import time
+from dataclasses import dataclass
 
 import torch
 import transformers
@@ -26,10 +29,11 @@ from .decoding.phase_split import split_step
 from .decoding.sampling import make_generator
 from .errors import SpecError, first_line
 from .events import EventWriter, write_json_atomic
+from .fairness import PathLog, verdict
 from .files import RunFiles
 from .kernels.gdn_paths import torch_gdn_path
-from .metrics import DEFINITIONS, aggregate, compare, first_divergence, prompt_metrics
-from .models.backends import build_target
+from .metrics import DEFINITIONS, aggregate, by_repeat, compare, first_divergence, prompt_metrics, versus_ar
+from .models.backends import build_target, is_hybrid
 from .models.compat import input_device, output_device
 from .models.drafter_io import check_pair
 from .models.loading import load_drafter_for, load_target, load_tokenizer, pick_device
@@ -47,9 +51,9 @@ def check_decoding(spec: RunSpec) -> None:
         raise SpecError(f"method must be one of {', '.join(METHODS)}; got {d.method!r}")
     if d.baseline not in ("ar", "none"):
         raise SpecError(f"baseline must be one of ar, none; got {d.baseline!r}")
-    if d.tree_budget < 1 or d.max_new_tokens < 1 or d.temperature < 0 or d.warmup < 0:
-        raise SpecError(f"need tree_budget >= 1, max_new_tokens >= 1, temperature >= 0, warmup >= 0; got "
-                        f"{d.tree_budget}, {d.max_new_tokens}, {d.temperature}, {d.warmup}")
+    if d.tree_budget < 1 or d.max_new_tokens < 1 or d.temperature < 0 or d.warmup < 0 or d.repeats < 1:
+        raise SpecError(f"need tree_budget >= 1, max_new_tokens >= 1, temperature >= 0, warmup >= 0, repeats >= 1; "
+                        f"got {d.tree_budget}, {d.max_new_tokens}, {d.temperature}, {d.warmup}, {d.repeats}")
 
 
 class Run:
@@ -96,15 +100,35 @@ class Run:
             path += f" (torch.compile failed: {self.graphed.compile_failed})"
         return path
 
-    def generate(self, method: str, index: int, max_new: int | None = None) -> Generation:
+    def generate(self, method: str, index: int, max_new: int | None = None, path: PathLog | None = None) -> Generation:
+        """Prompt `index` decoded by `method`; `path` hears the facts of the path it took (before and after: a
+        capture or compile that fails mid-generation changes them)."""
         timer = PhaseTimer(self.device)
         generator = make_generator(self.model.get_output_embeddings().weight.device, self.spec.seed + index)
         ids, max_new = self.inputs[index], max_new or self.spec.decoding.max_new_tokens
+        if path is not None:
+            path.add(self.path_facts(method))
         # transformers sends its hybrid layers to fla whenever it is installed, also for CPU tensors
         with torch_gdn_path() if self.device.type == "cpu" else contextlib.nullcontext(), self._current_device():
             gen = self._generate(method, ids, max_new, generator, timer)
         gen.times_ms = timer.totals_ms()
+        if path is not None:
+            path.add(self.path_facts(method))
         return gen
+
+    def path_facts(self, method: str) -> dict[str, str]:
+        """What `method`'s next generation runs on (remote.fairness.FACTS)."""
+        static = self.graphed is not None           # the graph decoder serves every method, graphs on or off
+        if static:
+            kernels = getattr(getattr(self.graphed, "target", None), "kernel_path", "torch")
+        elif method != "ar":
+            kernels = str(getattr(self.target, "kernel_path", "torch"))
+        else:      # the model's own forward: transformers' dispatch, held to torch on the CPU (torch_gdn_path)
+            kernels = "transformers" if is_hybrid(self.model) and self.device.type != "cpu" else "torch"
+        return {"device": str(self.device), "gpu_name": _gpu_name(self.device), "dtype": self.spec.model.dtype,
+                "attn_implementation": str(self.spec.model.attn_implementation),
+                "decode": ("cuda_graph" if self.graphed.graphs else "static_eager") if static else "eager",
+                "compile": "steps" if static and self.graphed.compiled else "none", "kernel_path": kernels}
 
     def _current_device(self):
         """The LM head's GPU as the current device: the drafter, the tree build (Triton launches on the current
@@ -149,12 +173,16 @@ def _param_count(module) -> int:
     return sum(p.numel() for p in module.parameters()) if module is not None else 0
 
 
+def _gpu_name(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "none"
+
+
 def environment(run: Run) -> dict:
     cuda = run.device.type == "cuda"
     return {
         "torch_version": torch.__version__, "transformers_version": transformers.__version__,
         "python_version": platform.python_version(), "device": str(run.device),
-        "gpu_name": torch.cuda.get_device_name(run.device) if cuda else "none",
+        "gpu_name": _gpu_name(run.device),
         "gpu_count": torch.cuda.device_count() if cuda else 0,
         "dtype": run.spec.model.dtype, "attn_implementation": run.spec.model.attn_implementation,
         "kernel_path": str(getattr(run.target, "kernel_path", "torch")),
@@ -189,37 +217,49 @@ def warm_prompt_shapes(run: Run) -> None:
         run.model(input_ids=ids.to(input_device(run.model)))
 
 
-def run_methods(run: Run, methods: list[str], events: EventWriter,
-                outputs) -> dict[str, tuple[list[Generation], list[float]]]:
-    """Decode every prompt with each of `methods`; per method its generations and peak memory (GiB per GPU).
+@dataclass
+class Measured:
+    """One method's timed generations (repeat by repeat, each in prompt order), peak memory and path."""
+    gens: list[Generation]
+    peak: list[float]          # GiB per GPU (one figure on the CPU), the most over all its generations
+    path: PathLog
 
-    The methods take turns prompt by prompt, in reverse order on odd prompts: a process that gets faster as it
-    runs (kernel plan caches filling, allocator growth, clocks) would otherwise favour whichever is timed last
-    (measured on an H200: eager AR timed first ran 1.4-3.2x slower than the same AR timed after the others)."""
+
+def run_methods(run: Run, methods: list[str], events: EventWriter, outputs) -> dict[str, Measured]:
+    """Decode every prompt with each of `methods`, `repeats` times over all prompts.
+
+    The methods take turns prompt by prompt, in reverse order on every other generation: a process that gets
+    faster as it runs (kernel plan caches filling, allocator growth, clocks) would otherwise favour whichever is
+    timed last (measured on an H200: eager AR timed first ran 1.4-3.2x slower than the same AR timed after the
+    others). outputs.jsonl gets the first repeat's tokens (later repeats decode the same prompts with the same
+    seeds); every generation's figures go to a `prompt` event."""
     for method in methods:
         for _ in range(run.spec.decoding.warmup):
             run.generate(method, 0, min(WARMUP_TOKENS, run.spec.decoding.max_new_tokens))
-    gens: dict[str, list[Generation]] = {m: [] for m in methods}
-    peaks: dict[str, list[float]] = {}
+    n, repeats = len(run.inputs), run.spec.decoding.repeats
+    measured = {m: Measured([], [], PathLog()) for m in methods}
     tokens, wall = dict.fromkeys(methods, 0), dict.fromkeys(methods, 0.0)
-    for index in range(len(run.inputs)):
-        for method in methods if index % 2 == 0 else methods[::-1]:
-            reset_peak_memory(run.device)
-            gen = run.generate(method, index)
-            now = peak_memory_gb(run.device)
-            peaks[method] = [max(a, b) for a, b in zip(now, peaks.get(method, now))]
-            gens[method].append(gen)
-            per = prompt_metrics(gen)
-            tokens[method] += len(gen.tokens)
-            wall[method] += (per["ttft_ms"] + per["decode_ms"]) / 1000.0
-            events.emit("prompt", method=method, index=index, **per)
-            events.emit("progress", method=method, done=index + 1, total=len(run.inputs),
-                        tokens_per_s=tokens[method] / wall[method] if wall[method] > 0 else 0.0)
-            text = run.tokenizer.decode(gen.tokens, skip_special_tokens=False)
-            outputs.write(json.dumps({"method": method, "prompt_index": index, "token_ids": gen.tokens,
-                                      "text": text}) + "\n")
-            outputs.flush()
-    return {m: (gens[m], peaks[m]) for m in methods}
+    for repeat in range(repeats):
+        for index in range(n):
+            for method in methods if (repeat * n + index) % 2 == 0 else methods[::-1]:
+                got = measured[method]
+                reset_peak_memory(run.device)
+                gen = run.generate(method, index, path=got.path)
+                now = peak_memory_gb(run.device)
+                got.peak = [max(a, b) for a, b in zip(now, got.peak or now)]
+                got.gens.append(gen)
+                per = prompt_metrics(gen)
+                tokens[method] += len(gen.tokens)
+                wall[method] += (per["ttft_ms"] + per["decode_ms"]) / 1000.0
+                events.emit("prompt", method=method, index=index, repeat=repeat, **per)
+                events.emit("progress", method=method, done=repeat * n + index + 1, total=n * repeats,
+                            tokens_per_s=tokens[method] / wall[method] if wall[method] > 0 else 0.0)
+                if repeat == 0:
+                    text = run.tokenizer.decode(gen.tokens, skip_special_tokens=False)
+                    outputs.write(json.dumps({"method": method, "prompt_index": index, "token_ids": gen.tokens,
+                                              "text": text}) + "\n")
+                    outputs.flush()
+    return measured
 
 
 def run(spec: RunSpec, run_dir: str) -> dict:
@@ -231,27 +271,21 @@ def run(spec: RunSpec, run_dir: str) -> dict:
         events.close()
 
 
-def _versus_ar(metrics: dict, gens: list[Generation], ar_gens: list[Generation], temperature: float) -> dict:
-    out = {}
-    if "tpot_ms" in metrics and metrics.get("ar_tpot_ms"):
-        out["speedup_vs_ar"] = metrics["ar_tpot_ms"] / metrics["tpot_ms"]
-    if temperature == 0:
-        out.update(compare(gens, ar_gens))
-    return out
-
-
 def report_lossless_failures(method: str, gens: list[Generation], ar_gens: list[Generation],
-                             events: EventWriter) -> None:
+                             events: EventWriter, repeats: int = 1) -> None:
     """In float32 at temperature 0 every method must emit AR's tokens exactly; a difference is a bug of ours.
-    The line format is what the orchestrator's failure catalog (lossless_check_failed) matches."""
-    for i, (g, a) in enumerate(zip(gens, ar_gens)):
-        pos = first_divergence(g.tokens, a.tokens)
-        if pos is not None:
-            expected = a.tokens[pos] if pos < len(a.tokens) else "end"
-            got = g.tokens[pos] if pos < len(g.tokens) else "end"
-            line = f"LOSSLESS CHECK FAILED: method={method} prompt={i} position={pos} expected={expected} got={got}"
-            print(line, flush=True)
-            events.emit("warning", message=line)
+    The line format is what the orchestrator's failure catalog (lossless_check_failed) matches (with repeats,
+    the repeat follows it)."""
+    for repeat, (passed, ar_passed) in enumerate(zip(by_repeat(gens, repeats), by_repeat(ar_gens, repeats))):
+        for i, (g, a) in enumerate(zip(passed, ar_passed)):
+            pos = first_divergence(g.tokens, a.tokens)
+            if pos is not None:
+                expected = a.tokens[pos] if pos < len(a.tokens) else "end"
+                got = g.tokens[pos] if pos < len(g.tokens) else "end"
+                line = f"LOSSLESS CHECK FAILED: method={method} prompt={i} position={pos} expected={expected} " \
+                       f"got={got}" + (f" repeat={repeat}" if repeats > 1 else "")
+                print(line, flush=True)
+                events.emit("warning", message=line)
 
 
 def graphed_split(run: Run, method: str, warn) -> dict[str, float]:
@@ -285,23 +319,34 @@ def _run(spec: RunSpec, files: RunFiles, events: EventWriter) -> dict:
     if r.decode_path != env["decode_path"]:
         events.emit("warning", message=f"decode path changed during the run: {r.decode_path}")
         env = environment(r)
-    for method, (gens, peak) in measured.items():
-        method_metrics = aggregate(gens, peak, (r.drafter.block_size - 1) if method != "ar" else 0)
+    n = len(r.inputs)
+    for method, got in measured.items():
+        depth = (r.drafter.block_size - 1) if method != "ar" else 0
+        method_metrics = aggregate(got.gens, got.peak, depth, spec.seed, d.repeats)
         method_metrics.update(graphed_split(r, method, lambda message: events.emit("warning", message=message)))
-        per_prompt += [{"method": method, "prompt_index": i, **prompt_metrics(g)} for i, g in enumerate(gens)]
+        per_prompt += [{"method": method, "prompt_index": i % n, "repeat": i // n, **prompt_metrics(g)}
+                       for i, g in enumerate(got.gens)]
         if method == "ar":
             metrics.update({f"ar_{k}": v for k, v in method_metrics.items()})
         if method == d.method:
             metrics.update(method_metrics)
     if d.method != "ar" and "ar" in measured:
-        gens, ar_gens = measured[d.method][0], measured["ar"][0]
-        metrics.update(_versus_ar(metrics, gens, ar_gens, d.temperature))
-        if d.temperature == 0 and spec.model.dtype == "float32":
-            report_lossless_failures(d.method, gens, ar_gens, events)
+        gens, ar_gens = measured[d.method].gens, measured["ar"].gens
+        metrics.update(versus_ar(gens, ar_gens, spec.seed, d.repeats))
+        if d.temperature == 0:
+            metrics.update(compare(gens, ar_gens))
+            if spec.model.dtype == "float32":
+                report_lossless_failures(d.method, gens, ar_gens, events, d.repeats)
+    paths = {method: got.path.as_dict() for method, got in measured.items()}
+    fairness = verdict(paths, d.method)
+    if fairness and fairness != "ok":
+        events.emit("warning", message=f"AR and {d.method} did not run on the same path, speedup_vs_ar compares "
+                                       f"unlike things: {fairness.removeprefix('mismatch: ')}")
     metrics["wall_s"] = time.time() - started
     definitions = {**DEFINITIONS, "wall_s": "whole run including loading and warm-up (s)"}
     results = {"version": 1, "method": d.method, "metrics": metrics, "definitions": definitions,
-               "environment": env, "per_prompt": per_prompt}
+               "environment": env, "per_prompt": per_prompt, "paths": paths,
+               **({"fairness": fairness} if fairness else {})}
     events.emit("result", metrics=metrics)
     write_json_atomic(files.results, results)
     return results

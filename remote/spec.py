@@ -56,6 +56,7 @@ class DecodingSpec:
     temperature: float = 0.0
     baseline: str = "ar"                   # "ar": also run AR on the same prompts (in turns); "none": skip it
     warmup: int = 1                        # warm-up generations per method before timing
+    repeats: int = 1                       # timed passes over every prompt (all methods); spread across them reported
     cuda_graphs: bool = True               # replay each step as a CUDA graph where supported (remote.decoding.graph)
     compile_steps: bool = False            # also torch.compile each graphed step (kernel fusion; compiles per shape)
     compile_drafter: bool = True           # torch.compile the graphed steps' drafter forward (one compile per run)

@@ -31,8 +31,10 @@ def _lines(path: str) -> list[dict]:
 
 
 def _defined(name: str, definitions: dict) -> bool:
-    generic = re.sub(r"^ar_", "", re.sub(r"_\d+$", "_<i>", name))
-    return name in definitions or generic in definitions or name.startswith("ar_") and "ar_<metric>" in definitions
+    """`name` is a definition's key, with numbers for its placeholders (`accepted_depth_hist_<d>`), `ar_` allowed."""
+    names = {name, name.removeprefix("ar_")} if "ar_<metric>" in definitions else {name}
+    patterns = [re.sub(r"<\w+>", r"\\d+", re.escape(key)) for key in definitions if key != "ar_<metric>"]
+    return any(re.fullmatch(pattern, n) for pattern in patterns for n in names)
 
 
 def test_ddtree_run_writes_everything(tmp_path):
@@ -50,6 +52,16 @@ def test_ddtree_run_writes_everything(tmp_path):
     assert m["tau"] >= 1.0 and m["num_prompts"] == 3 and m["ar_num_prompts"] == 3
     assert m["speedup_vs_ar"] == pytest.approx(m["ar_tpot_ms"] / m["tpot_ms"])
     assert {"accept_rate_depth_1", "accept_rate_depth_5", "draft_ms", "verify_ms", "ttft_ms"} <= set(m)
+    assert m["speedup_vs_ar_ci_low"] <= m["speedup_vs_ar"] <= m["speedup_vs_ar_ci_high"]
+    assert m["tau_ci_low"] <= m["tau"] <= m["tau_ci_high"]
+    assert m["tpot_ms_p50"] <= m["tpot_ms_p90"] <= m["tpot_ms_p99"] and "tpot_ms_repeat_std" not in m
+    assert {"accept_rate_cond_depth_1", "accepted_depth_hist_0", "accepted_depth_hist_5", "reject_target_rank_1",
+            "reject_target_rank_8", "reject_in_tree", "nodes_per_token"} <= set(m)
+    assert sum(m[f"accepted_depth_hist_{d}"] for d in range(6)) == pytest.approx(1.0)
+    assert results["fairness"] == "ok" and set(results["paths"]) == {"ar", "ddtree"}
+    assert results["paths"]["ddtree"]["decode"] == ["eager"]
+    assert {(p["method"], p["prompt_index"], p["repeat"]) for p in results["per_prompt"]} == {
+        (method, i, 0) for method in ("ar", "ddtree") for i in range(3)}
     env = results["environment"]
     assert env["kernel_path"] == "torch" and env["device"] == "cpu" and env["target_class"] == "AttentionTarget"
     assert all(not isinstance(v, dict | list) for v in env.values())
@@ -91,6 +103,7 @@ def test_a_graphed_run_reports_where_its_steps_go(tmp_path):
     assert env["decode_path"] == "cuda_graph+compiled_drafter", env["decode_path"]     # the compile worked
     assert all(m[k] >= 0 for k in ("draft_ms", "tree_build_ms", "verify_ms", "commit_ms")) and m["verify_ms"] > 0
     assert m["ar_forward_ms"] > 0 and all(_defined(k, results["definitions"]) for k in m)
+    assert results["fairness"] == "ok" and results["paths"]["ar"]["decode"] == ["cuda_graph"]
     assert not [e for e in _lines(RunFiles(str(tmp_path)).events) if e["event"] == "warning"
                 and "phase split" in e["message"]]
 

@@ -42,7 +42,7 @@ from ..models.placement import devices
 from ..models.static_cache import StaticDrafterKV, StaticKV, visibility_mask
 from ..timing import PhaseTimer
 from ..tree import Ancestry
-from .loop import Generation, accept, accepted_tokens, draft, to_host
+from .loop import STATS_SIZE, Generation, accept, draft, read_step, to_host
 from .tree_build import argmax_chain, best_first_tree
 
 
@@ -149,7 +149,7 @@ class GraphDecoder:
                                    weight.dtype, weight.device)
         self.context = torch.zeros(1, self.drafter.block_size, weight.shape[1], dtype=weight.dtype,
                                    device=weight.device)
-        self._reads = _Reads(2 * self.drafter.block_size + 1, weight.device)    # `accept`'s read [2H + 1]
+        self._reads = _Reads(2 * self.drafter.block_size + 1 + STATS_SIZE, weight.device)  # `accept`'s read
 
     def _width(self, method: str, budget: int) -> int:
         """Cache rows one step may write at or past the committed length."""
@@ -274,7 +274,7 @@ class GraphDecoder:
         samples = verified.logits.argmax(dim=-1)
         if until == "verify":
             return samples
-        path, bonus, length, read = accept(tree, nodes, samples)
+        path, bonus, length, read = accept(tree, nodes, samples, logits)      # read: tokens, then StepStats
         commit(path, length)
         self.context[0, :path.shape[0]] = verified.features.index_select(0, path)
         self.context_rows.copy_(length)
@@ -321,9 +321,9 @@ class GraphDecoder:
                     self._reads.put(self._replay(key, step), timer)
                     queued += 1
                 read, ended = self._reads.take()
-                tokens = accepted_tokens(read, len(read) // 2)
+                tokens, stats = read_step(read)
                 queued -= 1
-                done = gen.extend_step(tokens, max_new, stop_ids)
+                done = gen.extend_step(tokens, max_new, stop_ids, stats)
                 length += len(tokens)
                 span.end = ended if done else None   # a step queued after a stop token runs out unread, untimed
         self._reads.clear()

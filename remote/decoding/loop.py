@@ -18,14 +18,15 @@ target's own token at every node (`walk`), not from rejection sampling against d
 
 Host synchronisation: the tree, its verify mask and positions, the walk and the commit stay on the device; a spec
 step reads the device once (`to_host`: the accepted tokens and their count, which the host needs to know how far
-the sequence moved). AR reads each token once, for the stop check, one token late so that the next forward is
-already queued on the device. On CUDA at temperature 0 the runner uses remote.decoding.graph instead: the same
-draft / tree / `accept` functions over static caches, each step replayed as one CUDA graph; this loop serves the
-CPU, sampling, and what the graph decoder does not run.
+the sequence moved; the step's `StepStats` come along in the same read). AR reads each token once, for the stop
+check, one token late so that the next forward is already queued on the device. On CUDA at temperature 0 the
+runner uses remote.decoding.graph instead: the same draft / tree / `accept` functions over static caches, each
+step replayed as one CUDA graph; this loop serves the CPU, sampling, and what the graph decoder does not run.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 from torch.nn import functional as F
@@ -39,11 +40,27 @@ from .sampling import sample
 from .tree_build import argmax_chain, best_first_tree
 
 
+class StepStats(NamedTuple):
+    """One verify step's tree facts (`miss_stats`), read with its tokens. The first missed depth is the first depth
+    at which the target's token was not the drafter's top token held on the walk's path: either the walk took a
+    sibling there (`in_tree`) or it ended there (the bonus token). 0 in the miss fields: no miss (the step accepted
+    the drafter's top token at every depth the drafter predicts)."""
+
+    nodes: int        # rows of the verify forward: the root and every drafted node
+    miss_depth: int   # first missed depth (1-based), 0 for none
+    miss_rank: int    # the drafter's rank of the target's token there (1 = its top token), 0 for none
+    in_tree: int      # 1 if the tree held the target's token there (a sibling the walk took), else 0
+
+
+STATS_SIZE = len(StepStats._fields)      # entries that `accept` appends to its read with `draft_logits`
+
+
 @dataclass
 class Generation:
     tokens: list[int] = field(default_factory=list)      # new ids, prompt excluded
     accepted: list[int] = field(default_factory=list)    # per verify step: drafted tokens accepted
     committed: list[int] = field(default_factory=list)   # per verify step: tokens kept (accepted + bonus, capped)
+    stats: list[StepStats] = field(default_factory=list)  # per verify step, where the decoder reads them
     times_ms: dict[str, float] = field(default_factory=dict)   # ttft, decode, draft, tree_build, verify, commit
     prompt_len: int = 0
 
@@ -55,12 +72,15 @@ class Generation:
                 return True
         return False
 
-    def extend_step(self, new: list[int], max_new: int, stop_ids: set[int]) -> bool:
-        """`extend` with one verify step's tokens (accepted drafts, then the bonus), recording its acceptance."""
+    def extend_step(self, new: list[int], max_new: int, stop_ids: set[int], stats: StepStats | None = None) -> bool:
+        """`extend` with one verify step's tokens (accepted drafts, then the bonus), recording its acceptance (and
+        its `stats`, when the decoder read them)."""
         before = len(self.tokens)
         done = self.extend(new, max_new, stop_ids)
         self.accepted.append(len(new) - 1)
         self.committed.append(len(self.tokens) - before)
+        if stats is not None:
+            self.stats.append(stats)
         return done
 
 
@@ -129,9 +149,10 @@ class Accepted:
     path: torch.Tensor      # [L] long: verify indices of the accepted path, root first
     bonus: torch.Tensor     # [1] long: the target's token after the path (the next root)
     tokens: list[int]       # the L-1 accepted drafted tokens, then the bonus token
+    stats: StepStats | None  # the step's tree facts, from the same read (given the draft logits)
 
 
-def accept(tree: Ancestry, nodes: torch.Tensor, samples: torch.Tensor):
+def accept(tree: Ancestry, nodes: torch.Tensor, samples: torch.Tensor, draft_logits: torch.Tensor | None = None):
     """Acceptance rule: the target's own token at a node (argmax at T=0, a sample at T>0, drawn at every node)
     is the next output token. If that token is a child of the node, the child is accepted and the walk goes on
     from it; otherwise it is the bonus token and the step ends. Every emitted token is therefore a target token
@@ -141,27 +162,63 @@ def accept(tree: Ancestry, nodes: torch.Tensor, samples: torch.Tensor):
     token the target chose at its parent. Siblings hold distinct tokens, so the reached nodes form one chain
     from the root and the deepest of them ends the walk. nodes, samples [N] (verify index space, one root at 0).
     Returns device tensors: the path [H] (root first, padded with its last node), the bonus token [1], the path
-    length [] and `read` [2H + 1] = path, its tokens, bonus: what the host needs (`accepted_tokens`)."""
+    length [] and `read` [2H + 1] = path, its tokens, bonus: what the host needs (`accepted_tokens`). With the
+    step's `draft_logits` [D, V], `read` also ends with the step's `StepStats` [STATS_SIZE] (`miss_stats`)."""
     matched = nodes == samples.index_select(0, tree.parents.clamp(min=0))                   # [N] (root: unused)
     reached = torch.take(matched, tree.ancestors[:, 1:]).all(dim=1)                         # [N] path below the root
     last = (tree.depth * reached).argmax().view(1)        # deepest reached node; none reached: all 0, the root
     path = tree.ancestors.index_select(0, last).view(tree.height)     # [H]: the path, then `last` repeated
     bonus = samples.index_select(0, last)
+    depth = tree.depth.index_select(0, last)[0]
     read = torch.cat([path, nodes.index_select(0, path), bonus])
-    return path, bonus, tree.depth.index_select(0, last)[0] + 1, read
+    if draft_logits is not None:
+        read = torch.cat([read, miss_stats(samples, path, depth, draft_logits).to(read.device)])
+    return path, bonus, depth + 1, read
+
+
+def miss_stats(samples: torch.Tensor, path: torch.Tensor, accepted: torch.Tensor,
+               draft_logits: torch.Tensor) -> torch.Tensor:
+    """`StepStats` [STATS_SIZE] long, on the device. samples [N]: the target's token at every node; path [H]: the
+    accepted path (root first, padded with its last node); accepted []: its depth; draft_logits [D, V]: row d
+    ranks the drafter's candidates for depth d + 1. The target's token at depth j + 1 is its sample at the path's
+    depth-j node (for j < accepted: the accepted node's own token); its rank is 1 + the number of tokens the
+    drafter scored strictly higher. Depth j + 1 is missed when j < accepted and that rank is not 1 (the walk went
+    on through a sibling), or when j == accepted (the walk ended there), within the D depths the drafter predicts."""
+    rows = min(path.shape[0], draft_logits.shape[0])
+    logits = draft_logits[:rows]                                                             # [R, V]
+    chosen = samples.index_select(0, path[:rows]).to(logits.device)                          # [R]
+    rank = (logits > logits.gather(1, chosen[:, None])).sum(dim=1) + 1                       # [R]
+    depth = torch.arange(rows, device=logits.device)                                         # [R]: depth - 1
+    accepted = accepted.to(logits.device)
+    missed = ((depth < accepted) & (rank != 1)) | (depth == accepted)                       # [R]
+    found = missed.any().long()
+    first = missed.long().argmax().view(1)                                                   # first missed (or 0)
+    rows_verified = torch.full((1,), samples.shape[0], dtype=torch.long, device=logits.device)
+    return torch.cat([rows_verified, (first + 1) * found, rank.index_select(0, first) * found,
+                      (first < accepted).long() * found])
 
 
 def accepted_tokens(read: list[int], height: int) -> list[int]:
     """The accepted drafted tokens, then the bonus token, from `accept`'s `read` once on the host."""
     length = read.index(read[height - 1]) + 1                    # up to the first `last`
-    return read[height + 1:height + length] + [read[-1]]
+    return read[height + 1:height + length] + [read[2 * height]]         # the bonus; `StepStats` may follow
 
 
-def walk(tree: Ancestry, nodes: torch.Tensor, samples: torch.Tensor) -> Accepted:
-    """`accept`, with the step's one host read."""
-    path, bonus, _, read = accept(tree, nodes, samples)
-    tokens = accepted_tokens(to_host(read), tree.height)
-    return Accepted(path=path[:len(tokens)], bonus=bonus, tokens=tokens)
+def read_step(read: list[int]) -> tuple[list[int], StepStats]:
+    """The accepted tokens and the `StepStats` of a `read` that `accept` made with `draft_logits`."""
+    height = (len(read) - 1 - STATS_SIZE) // 2
+    return accepted_tokens(read, height), StepStats(*read[-STATS_SIZE:])
+
+
+def walk(tree: Ancestry, nodes: torch.Tensor, samples: torch.Tensor,
+         draft_logits: torch.Tensor | None = None) -> Accepted:
+    """`accept`, with the step's one host read (its `StepStats` too, given the step's `draft_logits`)."""
+    path, bonus, _, read = accept(tree, nodes, samples, draft_logits)
+    if draft_logits is None:
+        tokens, stats = accepted_tokens(to_host(read), tree.height), None
+    else:
+        tokens, stats = read_step(to_host(read))
+    return Accepted(path=path[:len(tokens)], bonus=bonus, tokens=tokens, stats=stats)
 
 
 @torch.inference_mode()
@@ -187,10 +244,10 @@ def generate_spec(target: Target, drafter: DFlashDrafter, model, input_ids: torc
                 verified = target.verify(nodes, ancestry)
                 samples = sample(verified.logits, temperature, generator).to(nodes.device)   # [N]
             with timer.phase("commit"):
-                step = walk(ancestry, nodes, samples)
+                step = walk(ancestry, nodes, samples, logits)
                 target.commit(step.path)
                 path = step.path.to(verified.features.device)
                 context = verified.features.index_select(0, path)[None].to(output_device(model))  # [1, L, F]
                 root = step.bonus
-            done = gen.extend_step(step.tokens, max_new, stop_ids)
+            done = gen.extend_step(step.tokens, max_new, stop_ids, step.stats)
     return gen
