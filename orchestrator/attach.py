@@ -2,13 +2,17 @@
 
 For when the laptop slept or the terminal closed: the runner went on (it runs detached on the host); this
 re-opens the host from the run's `job.json`, resumes the tail where the local mirror ends, and then does what
-the original command would have done (collect, MLflow status, metrics, artifacts).
+the original command would have done (collect, MLflow status, metrics, artifacts). It says how long the run has
+been going by the host's own files (Job.started_at), and the display replays the run's events so far, so its
+stage, bars and ETA are the run's, not this command's. `find_run_dir` is the lookup `show` uses too: a run dir,
+its run id, its directory name or its MLflow run id.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
 from rich.console import Console
@@ -17,6 +21,7 @@ from .hosts import make_host
 from .lifecycle import CANCELLED_EXIT, Job
 from .monitor import Outcome, follow, report
 from .paths import runs_dir
+from .progress import clock
 from .locks import try_following
 from .tracking import Status, Tracker
 
@@ -30,9 +35,11 @@ def find_run_dir(ref: str) -> Path:
     if (path / JOB_FILE).is_file():
         return path.resolve()
     for job_file in runs_dir().rglob(JOB_FILE):
-        if json.loads(job_file.read_text()).get("run_id") == ref or job_file.parent.name == ref:
+        meta = json.loads(job_file.read_text())
+        if ref in (meta.get("run_id"), meta.get("mlflow_run_id"), job_file.parent.name):
             return job_file.parent
-    raise SystemExit(f"error: run {ref!r}: no run dir with {JOB_FILE} here or under {runs_dir()}")
+    raise SystemExit(f"error: run {ref!r}: no run dir with {JOB_FILE} here or under {runs_dir()} (give a run dir, "
+                     f"a run id or an MLflow run id)")
 
 
 def attach(run_dir: Path, console: Console | None = None, fail_fast: bool = True, stop: bool = False) -> Outcome:
@@ -63,7 +70,7 @@ def attach(run_dir: Path, console: Console | None = None, fail_fast: bool = True
             if stop:
                 console.print(f"[yellow]stopping {meta['run_id']} on {host.name}[/]")
                 job.cancel()
-            console.print(f"[cyan]attached to {meta['run_id']} on {host.name}[/]")
+            console.print(f"[cyan]attached to {meta['run_id']} on {host.name}{_age(job.started_at)}[/]")
             follow(job, outcome, console, fail_fast=fail_fast, needs_results=meta.get("needs_results", True))
             if stop and job.exit_code == CANCELLED_EXIT:
                 outcome.status, outcome.stopped_by = Status.KILLED, "user"
@@ -71,6 +78,13 @@ def attach(run_dir: Path, console: Console | None = None, fail_fast: bool = True
             host.close()
         report(outcome, tracker, run_dir, console, title=f"run {meta['run_id']}")
     return outcome
+
+
+def _age(started_at: float | None) -> str:
+    if started_at is None:
+        return ""
+    since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started_at))
+    return f": {clock(time.time() - started_at)} elapsed since the runner started ({since})"
 
 
 def main(argv: list[str]) -> int:

@@ -5,9 +5,13 @@ its local mirror. `prepare()` stages the run's files (spec, secrets, a user's sc
 `launch()` writes them and launch.sh into the run dir and starts the runner in its own session (setsid), so a
 dropped connection does not stop it: one command, one round trip. `poll()` returns new complete lines of
 runner.log and events.jsonl, appending the exact bytes to the local mirror (so the local log equals the remote
-one byte for byte); `finished()` is true once the launch wrapper wrote `exit_code`, or once the host says the
-runner's process group is gone without one (`lost`: killed with its wrapper, the OOM killer, a reboot); `cancel()`
-stops the whole process group (TERM, then KILL after a grace period).
+one byte for byte); `attach()` resumes the tail where the mirror ends, and its first poll hands out the events
+mirrored so far once more (not the log), so whatever follows the events (the display) starts from the run's whole
+story. `started_at` is when the runner started, in local epoch seconds: the launch, or for `attach` the host's own
+word (its clock now less the mtime of the pid file launch.sh wrote as it started; None if the host did not say).
+`finished()` is true once the launch wrapper wrote `exit_code`, or once the host says the runner's process group
+is gone without one (`lost`: killed with its wrapper, the OOM killer, a reboot); `cancel()` stops the whole process
+group (TERM, then KILL after a grace period).
 Leases live on the host: launch.sh holds one `flock` per GPU (`<workdir>/locks/gpu<N>.lock`, see `_gpu_locks` for
 when) for the runner's lifetime, inherited by the runner, so a GPU stays taken while a runner of ours holds it,
 whatever happened to the orchestrator that launched it; a held GPU refuses the launch (exit GPU_BUSY_EXIT, one line in
@@ -67,6 +71,7 @@ def unpack_command(root: str) -> str:
 class Stage(enum.Enum):
     """Where a job is; reported in errors so the user knows what had happened already."""
 
+    PREFLIGHT = "preflight"  # host connected, surveyed (versions, GPUs in use, free disk), bundle probed: one command
     PREPARE = "prepare"    # spec, secrets and extra files being staged (they travel with the launch)
     SYNC = "sync"          # runner bundle being synced
     LAUNCH = "launch"      # run dir being written on the host and the detached process started
@@ -150,6 +155,13 @@ def held_gpus(host: Host, gpus: list[int]) -> set[int]:
     return {int(word) for word in answer.split() if word.isdigit()}
 
 
+def age_command(files: RunFiles) -> str:
+    """Prints `age SECONDS`: how long ago the runner started, all on the host's clock (its pid file's mtime, written
+    by launch.sh as it started); nothing when there is no pid file."""
+    pid = shlex.quote(files.pid)
+    return f"t=$(stat -c %Y {pid} 2>/dev/null) && echo age $(( $(date +%s) - t )); true"
+
+
 def liveness_command(files: RunFiles) -> str:
     """Prints `alive PGID`, `exited PGID`, `vanished PGID`, `rebooted PGID` or `nopid`."""
     root = shlex.quote(files.root)
@@ -171,6 +183,7 @@ class _Stream:
     local: Path
     offset: int = 0
     partial: bytes = b""
+    replay: list[str] = field(default_factory=list)   # mirrored lines handed out again by the next feed
 
     def feed(self, data: bytes) -> list[str]:
         self.offset += len(data)
@@ -178,7 +191,8 @@ class _Stream:
             f.write(data)
         chunks = (self.partial + data).split(b"\n")
         self.partial = chunks.pop()
-        return [c.decode("utf-8", "replace") for c in chunks]
+        replay, self.replay = self.replay, []
+        return replay + [c.decode("utf-8", "replace") for c in chunks]
 
 
 @dataclass
@@ -190,6 +204,7 @@ class Job:
     exit_code: int | None = None
     lost: str | None = None          # why the runner is gone without an exit code (the host said so)
     pgid: int | None = None          # the runner's process group on the host, once read
+    started_at: float | None = None  # when the runner started (local epoch seconds), once known
     _streams: dict[str, _Stream] = field(default_factory=dict)
     _asked_at: float = 0.0           # monotonic time of the last liveness ask
     _launched_at: float = field(default_factory=time.monotonic)
@@ -231,10 +246,12 @@ class Job:
         self.host.run(f"{unpack_command(self.files.root)} || exit 1; "
                       f"setsid nohup bash {path} > /dev/null 2>&1 < /dev/null &", stdin=payload)
         self._launched_at = time.monotonic()
+        self.started_at = time.time()
         self._open_streams(resume=False)
 
     def _open_streams(self, resume: bool) -> None:
-        """Start tailing: from the beginning, or (resume) from what the local mirror already holds."""
+        """Start tailing: from the beginning, or (resume) from what the local mirror already holds, its events
+        to be handed out again."""
         self.stage = Stage.RUNNING
         self._streams = {
             "log": _Stream(self.files.log, self.local_dir / "runner.log"),
@@ -245,12 +262,24 @@ class Job:
                 mirrored = s.local.read_bytes()
                 s.offset = len(mirrored)
                 s.partial = mirrored[mirrored.rfind(b"\n") + 1:]   # an unfinished line stays pending
+                if s is self._streams["events"]:
+                    s.replay = mirrored[:len(mirrored) - len(s.partial)].decode("utf-8", "replace").split("\n")[:-1]
             else:
                 s.local.write_bytes(b"")
 
     def attach(self) -> None:
-        """Resume tailing a job launched earlier (by another orchestrator process), where the mirror ends."""
+        """Resume tailing a job launched earlier (by another orchestrator process), where the mirror ends, and
+        ask the host when its runner started."""
         self._open_streams(resume=True)
+        self.started_at = self._ask_start()
+
+    def _ask_start(self) -> float | None:
+        try:
+            answer = self.host.run(age_command(self.files), check=False, timeout=30).stdout.split()
+        except HostError:
+            return None
+        age = answer[1] if answer[:1] == ["age"] and len(answer) > 1 else ""
+        return time.time() - int(age) if age.lstrip("-").isdigit() else None
 
     def poll(self) -> tuple[list[str], list[str]]:
         """New complete lines of (runner.log, events.jsonl) since the last poll. Checks for the exit code first,

@@ -100,7 +100,7 @@ def follow(job: Job, outcome: Outcome, console: Console, fail_fast: bool = True,
                 raise _FailFast(finding)
 
     try:
-        with LiveDisplay(console) as display:
+        with LiveDisplay(console, started_at=job.started_at) as display:
             code = job.wait(on_lines)
         if job.lost is not None:   # the host says so: not a guess from a quiet log
             for finding in outcome.detector.feed_lines([f"[specbench] The runner vanished: {job.lost}"]):

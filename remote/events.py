@@ -1,15 +1,26 @@
 """The runner speaks in JSON lines: one event per line in `events.jsonl`, flushed as written.
 
-Events (field `event`): `start` (versions, device, kernel paths), `progress` (method, done, total,
-tokens_per_s), `prompt` (one prompt's result), `warning` (message), `result` (final aggregate metrics).
-Every event carries `time` (Unix seconds). The orchestrator never scrapes the log for numbers.
+Events (field `event`): `start` (versions, device, kernel paths; sent once the models are loaded), `stage` (field
+`stage`, a RunnerStage value, and an optional `detail`: what the runner is doing before and between progress
+events), `progress` (method, done, total, tokens_per_s), `prompt` (one prompt's result), `warning` (message),
+`result` (final aggregate metrics). Every event carries `time` (Unix seconds). The orchestrator never scrapes the
+log for numbers.
 """
 from __future__ import annotations
 
+import enum
 import json
 import os
 import time
 from typing import Any
+
+
+class RunnerStage(enum.Enum):
+    """What the runner is busy with while it sends no progress (the `stage` event's `stage` field)."""
+
+    LOADING = "loading"      # building or loading the target, the drafter, the tokenizer and the prompts
+    WARMUP = "warmup"        # untimed warm-up forwards and generations (`detail`: the methods warmed up)
+    DECODING = "decoding"    # the timed generations begin: `progress` events follow, one per prompt per method
 
 
 class EventWriter:
@@ -19,6 +30,9 @@ class EventWriter:
     def emit(self, event: str, **fields: Any) -> None:
         self._f.write(json.dumps({"event": event, "time": time.time(), **fields}, default=str) + "\n")
         self._f.flush()
+
+    def stage(self, stage: RunnerStage, detail: str | None = None) -> None:
+        self.emit("stage", stage=stage.value, **({"detail": detail} if detail else {}))
 
     def close(self) -> None:
         self._f.close()

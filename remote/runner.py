@@ -1,9 +1,9 @@
 """One benchmark run: load, check, warm up, run AR (unless `baseline=none`) and the method, taking turns prompt
 by prompt (`run_methods`), `repeats` times over all prompts, write results.
 
-Contract: `run(spec, run_dir)` writes into `run_dir` (names from RunFiles): `events.jsonl` (start, progress,
-prompt, warning, result), `outputs.jsonl` (one line per prompt per method, AR included: method, prompt_index,
-token_ids, text; from the first repeat) and, last and atomically, `results.json` = {version, method, metrics,
+Contract: `run(spec, run_dir)` writes into `run_dir` (names from RunFiles): `events.jsonl` (stage, start,
+progress, prompt, warning, result), `outputs.jsonl` (one line per prompt per method, AR included: method,
+prompt_index, token_ids, text, prompt; from the first repeat) and, last and atomically, `results.json` = {version, method, metrics,
 definitions, environment, per_prompt (one entry per method, prompt and repeat), paths (per method: the path its
 generations took, remote.fairness), fairness ("ok" or "mismatch: ..." where AR and a method both ran)}. Every
 bad-input check (SpecError) happens before the first decoding step. Both methods see the same prompts and
@@ -28,7 +28,7 @@ from .decoding.loop import Generation, generate_ar, generate_spec
 from .decoding.phase_split import split_step
 from .decoding.sampling import make_generator
 from .errors import SpecError, first_line
-from .events import EventWriter, write_json_atomic
+from .events import EventWriter, RunnerStage, write_json_atomic
 from .fairness import PathLog, verdict
 from .files import RunFiles
 from .kernels.gdn_paths import torch_gdn_path
@@ -236,6 +236,7 @@ def run_methods(run: Run, methods: list[str], events: EventWriter, outputs) -> d
     for method in methods:
         for _ in range(run.spec.decoding.warmup):
             run.generate(method, 0, min(WARMUP_TOKENS, run.spec.decoding.max_new_tokens))
+    events.stage(RunnerStage.DECODING)
     n, repeats = len(run.inputs), run.spec.decoding.repeats
     measured = {m: Measured([], [], PathLog()) for m in methods}
     tokens, wall = dict.fromkeys(methods, 0), dict.fromkeys(methods, 0.0)
@@ -257,7 +258,7 @@ def run_methods(run: Run, methods: list[str], events: EventWriter, outputs) -> d
                 if repeat == 0:
                     text = run.tokenizer.decode(gen.tokens, skip_special_tokens=False)
                     outputs.write(json.dumps({"method": method, "prompt_index": index, "token_ids": gen.tokens,
-                                              "text": text}) + "\n")
+                                              "text": text, "prompt": run.prompts[index]}) + "\n")
                     outputs.flush()
     return measured
 
@@ -303,17 +304,19 @@ def graphed_split(run: Run, method: str, warn) -> dict[str, float]:
 
 def _run(spec: RunSpec, files: RunFiles, events: EventWriter) -> dict:
     started = time.time()
+    events.stage(RunnerStage.LOADING, detail=spec.model.path or "(random weights)")
     r = Run(spec)
     d = spec.decoding
     env = environment(r)
     events.emit("start", run_id=spec.run_id, method=d.method, num_prompts=len(r.inputs), **env)
     if r.device.type == "cpu":
         events.emit("warning", message="running on CPU: timings are not representative of a GPU host")
+    methods = (["ar"] if d.baseline == "ar" or d.method == "ar" else []) + ([d.method] if d.method != "ar" else [])
     if d.warmup:
+        events.stage(RunnerStage.WARMUP, detail=", ".join(methods))
         warm_prompt_shapes(r)
     metrics: dict[str, float] = {}
     per_prompt: list[dict] = []
-    methods = (["ar"] if d.baseline == "ar" or d.method == "ar" else []) + ([d.method] if d.method != "ar" else [])
     with open(files.outputs, "w", encoding="utf-8") as outputs:
         measured = run_methods(r, methods, events, outputs)     # method=ar: one AR pass serves as both
     if r.decode_path != env["decode_path"]:

@@ -194,7 +194,7 @@ def test_cuda_loop_synchronises_only_at_the_read(method, budget, monkeypatch):
         return generate_spec(target, drafter, model, ids, 24, 0.0, None, set(), timer, method, budget)
 
     run(PhaseTimer(torch.device("cuda")))
-    monkeypatch.setattr(decode, "to_host", sanctioned)
+    monkeypatch.setattr(loop, "to_host", sanctioned)
     # Steady state: a first watched run pays torch's once-per-process lazy checks (on the H200 the first AR case
     # met one sync in torch/cuda/__init__.py, the first case to run; later cases did not): the second must have none.
     for _ in range(2):
