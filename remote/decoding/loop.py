@@ -31,6 +31,7 @@ from typing import NamedTuple
 import torch
 from torch.nn import functional as F
 
+from ..kernels import step_stats
 from ..models.compat import cache_kwarg, input_device, make_cache, output_device
 from ..models.drafter import DFlashDrafter, DrafterCache
 from ..models.target import Target
@@ -183,19 +184,9 @@ def miss_stats(samples: torch.Tensor, path: torch.Tensor, accepted: torch.Tensor
     ranks the drafter's candidates for depth d + 1. The target's token at depth j + 1 is its sample at the path's
     depth-j node (for j < accepted: the accepted node's own token); its rank is 1 + the number of tokens the
     drafter scored strictly higher. Depth j + 1 is missed when j < accepted and that rank is not 1 (the walk went
-    on through a sibling), or when j == accepted (the walk ended there), within the D depths the drafter predicts."""
-    rows = min(path.shape[0], draft_logits.shape[0])
-    logits = draft_logits[:rows]                                                             # [R, V]
-    chosen = samples.index_select(0, path[:rows]).to(logits.device)                          # [R]
-    rank = (logits > logits.gather(1, chosen[:, None])).sum(dim=1) + 1                       # [R]
-    depth = torch.arange(rows, device=logits.device)                                         # [R]: depth - 1
-    accepted = accepted.to(logits.device)
-    missed = ((depth < accepted) & (rank != 1)) | (depth == accepted)                       # [R]
-    found = missed.any().long()
-    first = missed.long().argmax().view(1)                                                   # first missed (or 0)
-    rows_verified = torch.full((1,), samples.shape[0], dtype=torch.long, device=logits.device)
-    return torch.cat([rows_verified, (first + 1) * found, rank.index_select(0, first) * found,
-                      (first < accepted).long() * found])
+    on through a sibling), or when j == accepted (the walk ended there), within the D depths the drafter predicts.
+    On CUDA two Triton kernels compute it (remote.kernels.step_stats, in place of ~25 small torch ops)."""
+    return step_stats.miss_stats(samples, path, accepted, draft_logits)
 
 
 def accepted_tokens(read: list[int], height: int) -> list[int]:
