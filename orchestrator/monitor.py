@@ -22,6 +22,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
+from remote.events import read_json
+
 from .display import LiveDisplay
 from .failures import Detector, Finding, Severity
 from .lifecycle import Job
@@ -149,7 +151,7 @@ def _catching(fn, errors: list[BaseException]) -> None:
 
 
 def report(outcome: Outcome, tracker: Tracker, run_dir: Path, console: Console, title: str) -> None:
-    results = _read_json(run_dir / "results.json")
+    results = read_json(run_dir / "results.json")
     metrics = results.get("metrics", {})
     tags = {k: str(v) for k, v in results.get("environment", {}).items()}
     detector = outcome.detector
@@ -196,12 +198,6 @@ def _summary(outcome, found, metrics, tracker, run_dir, console, title, fairness
         elif (run_dir / "runner.log").exists():
             console.print(f"[red]runner log tail:[/]\n{escape(_tail(run_dir / 'runner.log'))}")
 
-
-def _read_json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return {}
 
 
 def _tail(path: Path, lines: int = 20) -> str:

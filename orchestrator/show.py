@@ -27,6 +27,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from remote.events import read_json
+
 from .attach import JOB_FILE, find_run_dir
 
 OUTPUTS = "outputs.jsonl"
@@ -98,7 +100,7 @@ def load(run_dir: Path) -> Shown:
     path = run_dir / OUTPUTS
     if not path.is_file():
         raise SystemExit(f"error: {path}: no {OUTPUTS} (the run wrote no outputs: did it fail before decoding?)")
-    spec = _read_json(run_dir / "spec.json")
+    spec = read_json(run_dir / "spec.json")
     method = spec.get("decoding", {}).get("method") or "method"
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     by_index: dict[int, dict[str, Output]] = {}
@@ -150,13 +152,6 @@ def _model_name(run_dir: Path) -> str | None:
         return str(OmegaConf.load(run_dir / "config.yaml").model.name)
     except Exception:   # noqa: BLE001 - a title without the config's name is still a title
         return None
-
-
-def _read_json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
 
 
 # ---- terminal ---------------------------------------------------------------------------------------------------
@@ -253,7 +248,7 @@ def render_html(shown: Shown) -> str:
 
 def log_to_mlflow(run_dir: Path, path: Path) -> str:
     """Log `path` on the run's MLflow run (named in job.json or tracking.json); returns what happened, in words."""
-    meta = _read_json(run_dir / JOB_FILE) or _read_json(run_dir / "tracking.json")
+    meta = read_json(run_dir / JOB_FILE) or read_json(run_dir / "tracking.json")
     run_id, uri = meta.get("mlflow_run_id"), meta.get("tracking_uri")
     if not run_id or not uri:
         return f"{path.name} kept in the run dir (the run has no MLflow run)"

@@ -46,3 +46,13 @@ def write_json_atomic(path: str, obj: Any) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def read_json(path) -> dict:
+    """A JSON file's object, {} where it is absent or unreadable (a run that ended before writing it)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            obj = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return obj if isinstance(obj, dict) else {}
