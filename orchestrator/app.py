@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import os
 import subprocess
 import sys
@@ -21,16 +22,18 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
-from remote.events import write_json_atomic
+from remote.events import read_json, write_json_atomic
 
 from .attach import JOB_FILE
 from .bundle import BundleSync
+from .dedupe import skip_if_ran
 from .hosts import HostError, make_host
 from .leases import GpuPool
 from .lifecycle import Job, Stage, held_gpus
 from .monitor import Outcome, follow, report, stop
-from .paths import CONF_DIR, PROJECT_ROOT
+from .paths import CONF_DIR, PROJECT_ROOT, SOURCE_CHECKOUT
 from .locks import try_following
+from .progress import StageLine
 from .runspec import build_spec
 from .signals import describe
 from .sweep import PARENT_ENV
@@ -41,6 +44,13 @@ EXIT_BAD_INPUT = 2
 
 
 def project_commit() -> str:
+    if not SOURCE_CHECKOUT:   # installed from a wheel: its version is what was run
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return f"specbench-{version('specbench')}"
+        except PackageNotFoundError:
+            return "unknown"
     try:
         sha = subprocess.run(["git", "-C", str(PROJECT_ROOT), "rev-parse", "--short", "HEAD"],
                              capture_output=True, text=True, timeout=5).stdout.strip()
@@ -93,6 +103,8 @@ def run_job(cfg: DictConfig, console: Console | None = None) -> Outcome:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     run_id = f"{run_dir.name}-{uuid.uuid4().hex[:6]}"
     spec = build_spec(cfg, run_id)
+    if (skipped := skip_if_ran(cfg, spec, run_id, run_dir, console)) is not None:
+        return skipped   # a sweep's duplicate: recorded as skipped, pointing to the job that holds the result
     resolved = OmegaConf.to_container(cfg, resolve=True)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(resolved)))
@@ -105,21 +117,27 @@ def run_job(cfg: DictConfig, console: Console | None = None) -> Outcome:
         tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment, run_dir=run_dir)
         job = Job(host, run_id, run_dir)
         outcome = Outcome(job)
+        stages = StageLine(console)   # one line naming the stage, until the runner speaks
         opening: threading.Event | None = None   # set once MLflow opened the run (in the background)
         open_run = None
         try:
+            job.stage = Stage.PREFLIGHT
+            stages.show(f"connecting to {host.name}, preflight…")
             sync = BundleSync(host)
             pre_tags, answer = _survey(host, host_cfg, sync, gpus, bool(cfg.get("force", False)), console)
             tags = {"method": cfg.method.name, "host": host.name, "run_dir": str(run_dir), "run_id_local": run_id,
-                    "gpus": ",".join(map(str, gpus)), **pre_tags}
+                    "gpus": ",".join(map(str, gpus)), "host_kind": str(host_cfg.get("kind", "local")), **pre_tags}
             open_run = functools.partial(_open_run, tracker, cfg, resolved, tags)
             script = _user_script(cfg)
             job.prepare(spec.to_json(), secrets=_secrets(host_cfg), files=[script] if script else [])
             job.stage = Stage.SYNC
+            stages.show(f"syncing runner bundle {sync.bundle.digest}…")
             bundle = sync.complete(answer)
             env = {str(k): str(v) for k, v in (host_cfg.get("env") or {}).items()}
             argv = [host.python, "-u", script.name, *map(str, cfg.runner.args)] if script else None
+            stages.show("launching runner…")
             job.launch(bundle=bundle, gpus=gpus, env=env, argv=argv)
+            stages.close()
             # MLflow opens the run once the runner is started, not while the job is placed (its import holds the
             # GIL, and the placement's round trips took 2-3x longer beside it), and in the background: its import,
             # database work and an unreachable server's timeouts never delay the tail; report() waits for it,
@@ -143,6 +161,7 @@ def run_job(cfg: DictConfig, console: Console | None = None) -> Outcome:
             outcome.error("orchestrator error")
             console.print_exception()
         finally:
+            stages.close()
             if opening is None and open_run is not None:
                 tracker.open_async(open_run)   # placing the job failed after preflight: logged in MLflow too
             host.close()
@@ -152,9 +171,19 @@ def run_job(cfg: DictConfig, console: Console | None = None) -> Outcome:
 
 def _open_run(tracker: Tracker, cfg: DictConfig, resolved: dict, tags: dict[str, str], then=None) -> None:
     """Open the MLflow run, then call `then`; in the background once the runner is started, so git's two calls
-    do not delay it either."""
-    tracker.start(run_name=f"{cfg.method.name}-{cfg.model.name}", params=flatten(_params(resolved)),
-                  tags={**tags, "project_commit": project_commit()}, parent_run_id=os.environ.get(PARENT_ENV))
+    (and nvidia-smi's, for the `gpu` tag of a local run) do not delay it either. The name says method, budget or
+    block size, model and, in a sweep, the job's other swept values (orchestrator.naming)."""
+    from .naming import gpu_label, run_name, swept_from_env
+
+    try:
+        overrides = list(HydraConfig.get().overrides.task)
+    except ValueError:   # called outside a Hydra app (no HydraConfig)
+        overrides = []
+    gpus = [int(g) for g in tags.get("gpus", "").split(",") if g.strip().isdigit()]
+    gpu = gpu_label(tags, gpus, local=tags.get("host_kind", "local") == "local")
+    tracker.start(run_name=run_name(cfg, overrides, swept_from_env()), params=flatten(_params(resolved)),
+                  tags={**tags, "gpu": gpu, "project_commit": project_commit()},
+                  parent_run_id=os.environ.get(PARENT_ENV))
     if then is not None:
         then()
 
@@ -200,14 +229,46 @@ def _save_job(run_dir: Path, host_cfg, run_id: str, tracker: Tracker, needs_resu
     })
 
 
+class JobFailed(Exception):
+    """A sweep job that did not produce its objective: raised for sweepers that score jobs (Optuna marks the
+    trial failed, Nevergrad scores it +inf), never for the basic sweeper, which would stop the sweep."""
+
+
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
-def hydra_main(cfg: DictConfig) -> None:
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
+def hydra_main(cfg: DictConfig) -> float | None:
+    """One job; returns `cfg.objective` of its results as a plain float, which is what sweepers optimise."""
+    hydra_cfg = HydraConfig.get()
+    run_dir = Path(hydra_cfg.runtime.output_dir)
     following = try_following(run_dir)   # held until the run is reported, so `reap` leaves it alone
     try:
         outcome = run_job(cfg)
     finally:
         if following is not None:
             following.release()
-    if not outcome.ok and HydraConfig.get().mode.name != "MULTIRUN":
-        raise SystemExit(outcome.exit_status)
+    if hydra_cfg.mode.name != "MULTIRUN":
+        if not outcome.ok:
+            raise SystemExit(outcome.exit_status)
+        return objective_of(cfg.objective, run_dir, outcome)
+    scored = "BasicSweeper" not in str(OmegaConf.select(hydra_cfg, "sweeper._target_", default=""))
+    if not outcome.ok:
+        if scored:
+            raise JobFailed(f"job {hydra_cfg.job.num} ended {outcome.status.value}: {run_dir}")
+        return None
+    value = objective_of(cfg.objective, run_dir, outcome)
+    if value is None and scored:
+        raise JobFailed(f"job {hydra_cfg.job.num} reported no {cfg.objective} (objective): {run_dir}")
+    return value
+
+
+def objective_of(name: str, run_dir: Path, outcome: Outcome) -> float | None:
+    """The run's metric `name` as a plain float (sweepers reject numpy scalars and NaN), None when absent."""
+    metrics = read_json(run_dir / "results.json").get("metrics", {})
+    value = metrics.get(name)
+    if value is None:   # a user script's metrics are its JSON lines: the last value of that name
+        value = next((v for metric, v, _ in reversed(outcome.history) if metric == name), None)
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+

@@ -6,6 +6,11 @@ summary table, CSV and plots on the parent and closes it FAILED if any child did
 otherwise; a failed sweep then exits non-zero, once, at the end. Hydra skips `on_multirun_end` when a job
 raises, so jobs never raise (run_job turns every error into a FAILED child) and `close_orphan_parent` closes
 the parent from `__main__` if the sweep died anyway.
+The parent is named `sweep-<model> <swept overrides>`; SWEPT_ENV (orchestrator.naming) tells the jobs which keys vary,
+so their names tell them apart. The summary (also the parent's description, as markdown) ends with the absolute
+compare URL of the children that ran (also the parent's `sweep.compare_url` tag); each skipped duplicate
+(orchestrator.dedupe) is resolved to the run that holds its result (`duplicate_of` tag; `sweep.skipped` counts
+them).
 """
 from __future__ import annotations
 
@@ -18,7 +23,9 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from .locks import SWEEP_LOCK, take
+from .naming import SWEPT_ENV, sweep_name, swept_keys
 from .tracking import Status, Tracker, mlflow_client
+from .ui_links import compare_url, where
 
 PARENT_ENV = "SPECBENCH_PARENT_RUN_ID"
 URI_ENV = "SPECBENCH_PARENT_TRACKING_URI"
@@ -31,14 +38,17 @@ class SweepCallback(Callback):
         # Not on self: the callback travels to joblib workers, and a lock does not pickle.
         _SWEEP_LOCKS.append(take(Path(str(config.hydra.sweep.dir)) / SWEEP_LOCK))
         tracker = Tracker(config.tracking.uri, config.tracking.experiment)
-        overrides = " ".join(config.hydra.overrides.task)
-        tracker.start(run_name=f"sweep {overrides}"[:200], params={"sweep.overrides": overrides},
+        task = list(config.hydra.overrides.task)
+        overrides = " ".join(task)
+        os.environ[SWEPT_ENV] = ",".join(swept_keys(task))
+        tracker.start(run_name=sweep_name(str(config.model.name), task), params={"sweep.overrides": overrides},
                       tags={"sweep": "parent", "sweep_dir": str(config.hydra.sweep.dir)})
         if tracker.run_id:
             os.environ[PARENT_ENV] = tracker.run_id
             os.environ[URI_ENV] = tracker.uri
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        os.environ.pop(SWEPT_ENV, None)
         parent = os.environ.pop(PARENT_ENV, None)
         uri = os.environ.pop(URI_ENV, None)
         if not parent:
@@ -52,29 +62,46 @@ def finish_parent(uri: str, parent: str, sweep_dir: Path) -> int:
     """Log the summary on the parent and close it; returns the number of children that did not finish."""
     from rich.console import Console
 
-    from .compare import render_table, row_of, select_runs, summarize
+    from .compare import markdown, render_table, row_of, select_runs, summarize
+    from .run_note import NOTE_TAG
 
     client = mlflow_client(uri)
     children = select_runs(client, parent=parent)
+    _resolve_skipped(client, children)
     rows = [row_of(r) for r in children]
-    failed = sum(r["status"] != "FINISHED" for r in rows)
-    Console().print(render_table(rows, f"sweep: {len(rows)} jobs, {failed} not finished"))
+    failed = sum(r["status"] not in ("FINISHED", "SKIPPED") for r in rows)
+    skipped = sum(r["status"] == "SKIPPED" for r in rows)
+    console = Console()
+    title = f"sweep: {len(rows)} jobs, {failed} not finished, {skipped} skipped"
+    console.print(render_table(rows, title))
     out = sweep_dir / "summary" if sweep_dir.exists() else Path(tempfile.mkdtemp())
     for path in summarize(rows, out):
         client.log_artifact(parent, str(path))
-    client.set_tag(parent, "sweep.jobs", str(len(rows)))
-    client.set_tag(parent, "sweep.compare_url", compare_url(client.get_run(parent).info.experiment_id,
-                                                            [r.info.run_id for r in children]))
-    client.set_tag(parent, "sweep.failed", str(failed))
+    ran = [r.info.run_id for r in children if r.data.tags.get("skipped") != "true"]
+    url = compare_url(uri, client.get_run(parent).info.experiment_id, ran)
+    for key, value in (("sweep.jobs", len(rows)), ("sweep.compare_url", url), ("sweep.failed", failed),
+                       ("sweep.skipped", skipped), (NOTE_TAG, markdown(rows, title, url))):
+        client.set_tag(parent, key, str(value))
     status = Status.FAILED if failed or not rows else Status.FINISHED
     client.set_terminated(parent, status.value)
+    console.print(f"compare the sweep in MLflow: {where(uri, url)}", soft_wrap=True, highlight=False)
     return failed
 
 
-def compare_url(experiment_id: str, run_ids: list[str]) -> str:
-    """The MLflow UI page comparing a sweep's children (relative to the server's root)."""
-    ids = ",".join(f'"{r}"' for r in run_ids)
-    return f'#/compare-runs?runs=[{ids}]&experiments=["{experiment_id}"]'
+def _resolve_skipped(client, children) -> None:
+    """A skipped child names its holder by local run id (the holder's MLflow run may not have existed yet):
+    point it at the holder's MLflow run, and give it the holder's host and GPU tags."""
+    by_local = {r.data.tags.get("run_id_local"): r for r in children}
+    for child in children:
+        tags = child.data.tags
+        holder = by_local.get(tags.get("duplicate_of.run_id_local")) if tags.get("skipped") == "true" else None
+        if holder is None or tags.get("duplicate_of") == holder.info.run_id:
+            continue
+        resolved = {"duplicate_of": holder.info.run_id, **{k: holder.data.tags[k] for k in ("host", "gpu")
+                                                           if k in holder.data.tags}}
+        for key, value in resolved.items():
+            client.set_tag(child.info.run_id, key, value)
+            tags[key] = value   # the summary below reads the same run objects
 
 
 def close_orphan_parent() -> None:

@@ -10,6 +10,9 @@ Every MLflow wait is bounded: HTTP requests get short timeouts and few retries (
 set them), a fresh run opens in the background so that the tail never waits for it, and `finish` gives up
 CLOSE_WITHIN_S after it was called (the runner has ended; LOCAL_CLOSE_WITHIN_S for a local sqlite database), then
 tries once, within TERMINATE_WITHIN_S, to close the MLflow run FAILED so that the server does not keep it RUNNING.
+What a reader sees first: the headline metrics, rounded and logged before the others (orchestrator.run_note), the
+run's description (its headline table and the metric definitions of results.json) and `definitions.md`; the `gpu`
+tag as the runner saw it; `url()`, the run's absolute UI address, in the closing note.
 Uses the client API (no fluent global "active run") so parallel jobs in one process cannot mix their runs.
 Non-goals: logging while the run goes (metrics come at the end), queueing uploads across processes.
 """
@@ -32,6 +35,8 @@ from urllib.parse import urlparse
 from remote.events import write_json_atomic
 
 from .paths import default_artifact_root, default_tracking_uri
+from .run_note import NOTE_TAG, definitions_table, description, headline
+from .ui_links import run_url, where
 
 log = logging.getLogger(__name__)
 
@@ -228,7 +233,10 @@ class Tracker:
         within = LOCAL_CLOSE_WITHIN_S if urlparse(self.uri).scheme in ("", "file", "sqlite") else CLOSE_WITHIN_S
         deadline = time.monotonic() + within
         now = _now_ms()
-        points = [(k, v, 0) for k, v in metrics.items()] + list(history)
+        tags = {**tags, **self._gpu_tag(tags)}
+        if metrics:
+            tags, artifacts = self._described(metrics, tags, artifacts)
+        points = [(k, v, 0) for k, v in [*headline(metrics), *metrics.items()]] + list(history)
         names = [str(p.relative_to(self.run_dir)) if self.run_dir and p.is_relative_to(self.run_dir) else str(p)
                  for p in artifacts if p.exists()]
         self._update(final={
@@ -245,6 +253,36 @@ class Tracker:
         if upload.error is not None:
             return self._give_up(f"MLflow at {self.uri} unavailable ({_reason(upload.error)})")
         self.warning = None
+
+    def _described(self, metrics: Mapping[str, float], tags: dict[str, str],
+                   artifacts: list[Path]) -> tuple[dict[str, str], list[Path]]:
+        """The run's description (unless it has one) and definitions.md, from results.json's definitions."""
+        results = self.run_dir / "results.json" if self.run_dir is not None else None
+        try:
+            definitions = json.loads(results.read_text()).get("definitions") or {} if results else {}
+        except (OSError, ValueError):
+            definitions = {}
+        start = self.record["start"] or {}
+        known = {**start.get("tags", {}), **tags}
+        if NOTE_TAG not in known:
+            tags = {**tags, NOTE_TAG: description(start.get("run_name", ""), known, metrics, definitions)}
+        if self.run_dir is not None and definitions:
+            table = self.run_dir / "definitions.md"
+            table.write_text(definitions_table(metrics, definitions))
+            artifacts = [*artifacts, table]
+        return tags, artifacts
+
+    @staticmethod
+    def _gpu_tag(tags: Mapping[str, str]) -> dict[str, str]:
+        """`gpu` as the runner saw it (its `device` and `gpu_name`): the label preflight gave may not be what ran
+        (device=cpu on a GPU host)."""
+        device = tags.get("device")
+        if device is None:
+            return {}
+        if not str(device).startswith("cuda") or tags.get("gpu_name") in (None, "", "none"):
+            return {"gpu": "cpu"}
+        count = int(tags["gpu_count"]) if str(tags.get("gpu_count", "")).isdigit() else 1
+        return {"gpu": tags["gpu_name"] if count <= 1 else f"{count}x {tags['gpu_name']}"}
 
     def _give_up(self, why: str) -> None:
         """Keep the reason in the record; close a half-logged MLflow run FAILED (once, bounded), not RUNNING."""
@@ -293,10 +331,13 @@ class Tracker:
             Path(self.uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         exp = client.get_experiment_by_name(self.experiment)
         if exp is not None:
+            self._update(experiment_id=exp.experiment_id)
             return exp.experiment_id
         # A local database gets local artifacts in runs/, wherever the command was started from.
         location = default_artifact_root() if self.uri.startswith("sqlite:") else None
-        return client.create_experiment(self.experiment, artifact_location=location)
+        exp_id = client.create_experiment(self.experiment, artifact_location=location)
+        self._update(experiment_id=exp_id)
+        return exp_id
 
     def _log_params(self, client, params: Mapping[str, str]) -> None:
         from mlflow.entities import Param
@@ -320,10 +361,18 @@ class Tracker:
                 client.log_artifact(self.run_id, str(path))
         client.set_terminated(self.run_id, final["status"], end_time=final["end_time"])
 
+    def url(self) -> str:
+        """The run's page in the MLflow UI, absolute ("" before the run is known); for a local store with the
+        command that serves it."""
+        exp_id = self.record.get("experiment_id")
+        if not (self.run_id and exp_id):
+            return ""
+        return where(self.uri, run_url(self.uri, exp_id, self.run_id))
+
     def closing_note(self) -> str:
         """For the run's closing line: where it is in MLflow, or why it is not and how to log it later."""
         if self.logged or not self.opened:
-            return f"mlflow run: {self.run_id}" if self.logged else ""
+            return f"mlflow run: {self.run_id} {self.url()}".rstrip() if self.logged else ""
         what = f"not fully in MLflow (run {self.run_id} incomplete)" if self.run_id else "not in MLflow"
         return (f"({what}: {self.warning or 'not logged'}; results kept locally; log it later: "
                 f"{sync_command(self.run_dir or Path('.'))})")

@@ -57,33 +57,65 @@ def chromium(*args, timeout=120):
                               text=True, timeout=timeout)
 
 
+def _shot(name: str, url: str, size: str = "1600,2400") -> Path:
+    shot = ARTIFACTS / name
+    chromium(f"--screenshot={shot}", f"--window-size={size}", url)
+    assert shot.exists() and shot.stat().st_size > 10_000
+    return shot
+
+
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
 def test_ui_shows_sweep_children_with_metrics(mlflow_server, tmp_path):
     sweep = subprocess.run(
-        # The random pair's block-8 drafter: 7 per-depth metrics. With a block-16 drafter (the demo pair) the 15
-        # accept_rate_depth_* rows, sorted first, fill the compare view's rendered rows and push tau out of the DOM.
-        [sys.executable, "-m", "orchestrator", "-m", "method=dflash,ddtree", "model=tiny-qwen3", "num_prompts=1",
-         "max_new_tokens=4", "baseline=none", f"tracking.uri={mlflow_server}", "tracking.experiment=ui-check"],
+        # The random pair's block-8 drafter: 7 per-depth metrics. dflash does not read tree_budget: it runs once,
+        # its copy under the other budget is a skipped child.
+        [sys.executable, "-m", "orchestrator", "-m", "method=dflash,ddtree", "tree_budget=2,8", "model=tiny-qwen3",
+         "num_prompts=2", "max_new_tokens=4", f"tracking.uri={mlflow_server}", "tracking.experiment=ui-check"],
         cwd=tmp_path, capture_output=True, text=True, timeout=600, env=os.environ.copy())
     assert sweep.returncode == 0, sweep.stderr[-2000:]
     from mlflow.tracking import MlflowClient
 
+    from orchestrator.run_note import HEADLINE, headline_name
+
     client = MlflowClient(mlflow_server)
     exp = client.get_experiment_by_name("ui-check")
     children = [r for r in client.search_runs([exp.experiment_id]) if "mlflow.parentRunId" in r.data.tags]
-    assert len(children) == 2
+    ran = [r for r in children if r.data.tags.get("skipped") != "true"]
+    assert len(children) == 4 and len(ran) == 3
 
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     parent = client.get_run(children[0].data.tags["mlflow.parentRunId"])
+    assert parent.info.run_name == "sweep-tiny-qwen3 method=dflash,ddtree tree_budget=2,8"
     runs_page = f"{mlflow_server}/#/experiments/{exp.experiment_id}/runs"
     assert parent.info.run_name in chromium("--dump-dom", runs_page).stdout   # the sweep, children nested in it
-    # The parent carries a link to the UI's comparison of its children: their names and metrics side by side.
-    page = f"{mlflow_server}/{parent.data.tags['sweep.compare_url']}"
+    # The parent carries an absolute link to the UI's comparison of the children that ran, printed at the end too.
+    page = parent.data.tags["sweep.compare_url"]
+    assert page.startswith(mlflow_server) and page in sweep.stdout
     dom = chromium("--dump-dom", page).stdout
-    for child in children:
+    for child in ran:
         assert child.info.run_name in dom, f"{child.info.run_name} not shown"
-    for metric in ("tau", "tpot_ms", "tokens_per_s"):
+    first = headline_name(HEADLINE[0])
+    for metric in (first, headline_name("tau"), "tau", "tpot_ms", "tokens_per_s"):
         assert metric in dom
-    shot = ARTIFACTS / "mlflow_ui_sweep.png"
-    chromium(f"--screenshot={shot}", "--window-size=1600,2400", page)
-    assert shot.exists() and shot.stat().st_size > 10_000
+    assert dom.index(first) < dom.index("accept_rate_depth_1")   # headline rows first
+    _shot("mlflow_ui_sweep.png", page)
+
+    # A child's page: its description (headline table, definitions), then metrics with the headline ones first.
+    child = next(r for r in ran if r.data.params["method.name"] == "ddtree")
+    child_page = f"{mlflow_server}/#/experiments/{exp.experiment_id}/runs/{child.info.run_id}"
+    dom = chromium("--dump-dom", child_page).stdout
+    assert "95% interval" in dom and "definitions.md" in dom and "pooled mean acceptance length" in dom
+    table = dom[dom.index("Metrics ("):]   # the run's metrics table, below the description
+    assert table.index(first) < table.index("accept_rate_depth_1") and table.index(first) < table.index("ar_tpot_ms")
+    assert child.data.tags["gpu"] in dom and child.data.tags["host"] in dom
+    _shot("mlflow_ui_child_run.png", child_page)
+
+    # The parent's page opens on the sweep's table (its description) and holds the Pareto plot.
+    parent_page = f"{mlflow_server}/#/experiments/{exp.experiment_id}/runs/{parent.info.run_id}"
+    dom = chromium("--dump-dom", parent_page).stdout
+    assert "Compare them side by side in MLflow" in dom and "skipped (same effective config)" in dom
+    assert "best speedup: " in dom
+    for child in ran:
+        assert child.info.run_name.replace("-tiny-qwen3", "") in dom
+    _shot("mlflow_ui_sweep_parent.png", parent_page, "1400,1600")
+    _shot("mlflow_ui_pareto.png", f"{parent_page}/artifacts/pareto.png", "1400,1000")

@@ -1,6 +1,7 @@
 """Multirun = one MLflow parent with a child per job; the parent's status is right even when a job fails."""
 from __future__ import annotations
 
+import csv
 import os
 import subprocess
 import sys
@@ -27,24 +28,47 @@ def parent_and_children(tmp_path):
     return client, parents[0], children
 
 
-def test_2x2_sweep_parent_children_summary(tmp_path):
-    proc = sweep(tmp_path, "method=dflash,ddtree", "tree_budget=2,8")
+def test_sweep_parent_children_summary_and_skipped_duplicates(tmp_path):
+    # ar and dflash do not read tree_budget: each runs once, its copy under the other budget is recorded skipped.
+    proc = sweep(tmp_path, "method=ar,dflash,ddtree", "tree_budget=2,8")
     assert proc.returncode == 0, proc.stderr[-3000:]
     client, parent, children = parent_and_children(tmp_path)
     assert parent.info.status == "FINISHED"
-    assert sorted((c.data.params["method.name"], c.data.params["tree_budget"]) for c in children) == [
-        ("ddtree", "2"), ("ddtree", "8"), ("dflash", "2"), ("dflash", "8")]
-    assert all(c.info.status == "FINISHED" for c in children)
+    assert len(children) == 6 and all(c.info.status == "FINISHED" for c in children)
+    ran = [c for c in children if c.data.tags.get("skipped") != "true"]
+    skipped = [c for c in children if c.data.tags.get("skipped") == "true"]
+    assert sorted(c.data.params["method.name"] for c in ran) == ["ar", "ddtree", "ddtree", "dflash"]
+    assert sorted(c.data.params["method.name"] for c in skipped) == ["ar", "dflash"]
+    assert len({c.info.run_name for c in children}) == 6   # every child named apart
+    by_id = {c.info.run_id: c for c in ran}
+    for dup in skipped:
+        holder = by_id[dup.data.tags["duplicate_of"]]        # resolved to the MLflow run that holds the result
+        assert holder.data.params["method.name"] == dup.data.params["method.name"]
+        assert holder.data.params["tree_budget"] != dup.data.params["tree_budget"]
+        assert dup.data.tags["status"] == "skipped" and not dup.data.metrics
+        assert dup.data.tags["host"] == holder.data.tags["host"] and dup.data.tags["gpu"] == holder.data.tags["gpu"]
+    assert parent.data.tags["sweep.skipped"] == "2" and parent.data.tags["sweep.failed"] == "0"
+    url = parent.data.tags["sweep.compare_url"]
+    assert url.startswith("http://") and all(r in url for r in by_id) and not any(d.info.run_id in url for d in skipped)
+    assert url in proc.stdout and "mlflow ui --backend-store-uri" in proc.stdout
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
-    assert {"summary.csv", "speedup_vs_budget.png", "tau_vs_budget.png", "accept_by_depth.png"} <= artifacts
-    csv_text = (client.download_artifacts(parent.info.run_id, "summary.csv", str(tmp_path)))
-    assert open(csv_text).read().count("\n") == 5
+    assert {"summary.csv", "speedup_vs_budget.png", "tau_vs_budget.png", "pareto.png",
+            "accept_by_depth.png"} <= artifacts
+    with open(client.download_artifacts(parent.info.run_id, "summary.csv", str(tmp_path))) as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 6 and all(r["host"] == "local" and r["gpu"] for r in rows)
+    assert sorted(r["status"] for r in rows) == ["FINISHED"] * 4 + ["SKIPPED"] * 2
+    # The sweep's table, printed without a terminal (80 columns): no line wider, nothing cut to "…".
+    table = proc.stdout[proc.stdout.index("sweep: 6 jobs"):proc.stdout.index("compare the sweep in MLflow")]
+    assert "…" not in table and max(len(line) for line in table.splitlines()) <= 80
+    words = " ".join(table.split())   # the caption under the table wraps
+    assert table.count(" done ") == 4 and "= ar;" in words and "= dflash-bs8" in words   # the skipped ones
 
     # The compare CLI picks the same runs by parent and prints the same table.
     out = tmp_path / "cmp"
     assert compare.main(["--tracking-uri", client.tracking_uri, "--parent", parent.info.run_id,
                          "--out", str(out)]) == 0
-    assert (out / "summary.csv").read_text().count("\n") == 5
+    assert (out / "summary.csv").read_text().count("\n") == 7
 
 
 def test_failed_job_fails_the_parent_and_spares_the_others(tmp_path):

@@ -1,0 +1,105 @@
+"""orchestrator.compare on runs logged to a real MLflow database: the terminal table fits 80 columns with nothing
+cut, summary.csv has host and GPU, every plot title says model, host, GPU and date, the speedup plot has its
+speedup = 1 line and the Pareto plot labels each budget and draws the front. The sweep that makes these from real
+runs: tests/test_sweep.py."""
+from __future__ import annotations
+
+import csv
+import datetime
+import itertools
+import random
+
+import pytest
+from mlflow.tracking import MlflowClient
+from rich.console import Console
+
+from orchestrator import compare
+
+HOST, GPU, MODEL = "gpu-node-17.cluster.example.org", "NVIDIA H200", "demo-qwen3"
+
+
+@pytest.fixture
+def rows(tmp_path):
+    """A sweep's children as the orchestrator logs them: ar, dflash, ddtree at five budgets, two seeds, a skip."""
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    exp = client.create_experiment("cmp", artifact_location=(tmp_path / "art").as_uri())
+    rng = random.Random(0)
+    jobs = [("ar", 63), ("dflash", 63), *(("ddtree", b) for b in (8, 16, 32, 63, 128))]
+    for (method, budget), seed in itertools.product(jobs, (0, 1)):
+        name = {"ar": "ar", "dflash": "dflash-bs16", "ddtree": f"ddtree-b{budget}"}[method] + f"-{MODEL} seed={seed}"
+        run = client.create_run(exp, run_name=name, tags={"host": HOST, "gpu": GPU, "run_id_local": name})
+        for k, v in {"method.name": method, "tree_budget": budget, "model.name": MODEL, "seed": seed}.items():
+            client.log_param(run.info.run_id, k, str(v))
+        speedup = 1.0 if method == "ar" else rng.uniform(0.9, 3.5)
+        metrics = {"tau": 1.0 if method == "ar" else rng.uniform(2, 6), "tpot_ms": 20 / speedup,
+                   "speedup_vs_ar": speedup, "speedup_vs_ar_ci_low": speedup - 0.15,
+                   "speedup_vs_ar_ci_high": speedup + 0.15, "exact_match_vs_ar": 1.0,
+                   "tokens_per_s": 50 * speedup, "ar_tokens_per_s": 50.0, "accept_rate_depth_1": 0.7}
+        for k, v in metrics.items():
+            client.log_metric(run.info.run_id, k, v)
+        client.set_terminated(run.info.run_id)
+    holder = client.search_runs([exp], "tags.run_id_local = 'ar-demo-qwen3 seed=0'")[0]
+    dup = client.create_run(exp, run_name="ar-demo-qwen3 (skipped: tree_budget=8 seed=0)",
+                            tags={"skipped": "true", "duplicate_of": holder.info.run_id, "host": HOST, "gpu": GPU,
+                                  "duplicate_of.name": holder.info.run_name})
+    client.log_param(dup.info.run_id, "method.name", "ar")
+    client.log_param(dup.info.run_id, "model.name", MODEL)
+    client.set_terminated(dup.info.run_id)
+    return [compare.row_of(r) for r in compare.select_runs(client, experiment="cmp")]
+
+
+def test_the_terminal_table_fits_80_columns_with_nothing_cut(rows):
+    console = Console(width=80, record=True)
+    console.print(compare.render_table(rows, "sweep: 15 jobs"))
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "…" not in text
+    today = datetime.date.today().isoformat()
+    head = "".join(text.splitlines()[:3])
+    assert MODEL in head and "H200" in head and today in head and HOST[:10] in head
+    for header in ("host", "gpu", "tau", "ms/tok", "vs AR", "tok/s"):
+        assert header in text
+    words = text.split()   # a long name may wrap in its column (folded, never cut)
+    assert "ddtree-b128" in words and "gpu-node-17" in words and "skipped" in text and "= ar seed=0" in text
+    significant = [r for r in rows if r["status"] == "FINISHED" and not compare._not_significant(r)]
+    marked = [r for r in rows if r["status"] == "FINISHED" and compare._not_significant(r)]
+    assert marked and significant   # the seeded draw has both: ar (1.0 inside its interval) and clear speedups
+    assert "* 95% interval of the speedup (vs AR) includes 1.0" in text
+    best = max(significant, key=lambda r: r["speedup_vs_ar"])   # the answer leads the notes under the table
+    assert " ".join(words).count("best speedup:") == 1
+    assert " ".join(text.split()).startswith(f"best speedup: {best['run'].replace('-' + MODEL, '')}",
+                                              " ".join(text.split()).index("best speedup:"))
+
+
+def test_summary_csv_has_host_gpu_and_the_skipped_duplicate(rows, tmp_path):
+    with open(compare.write_csv(rows, tmp_path / "summary.csv")) as f:
+        written = list(csv.DictReader(f))
+    assert len(written) == len(rows) == 15
+    assert {r["host"] for r in written} == {HOST} and {r["gpu"] for r in written} == {GPU}
+    (dup,) = [r for r in written if r["status"] == "SKIPPED"]
+    assert dup["duplicate_of"] in {r["run_id"] for r in written if r["run"] == "ar-demo-qwen3 seed=0"}
+
+
+def test_plot_titles_speedup_line_and_pareto_labels(rows, tmp_path):
+    context = compare.context(rows)
+    assert MODEL in context and HOST in context and GPU in context and datetime.date.today().isoformat() in context
+    speedup = compare.budget_figure(rows, "speedup_vs_ar", "speedup vs AR")
+    (ax,) = speedup.axes
+    assert context in ax.get_title()
+    assert any(list(line.get_ydata()) == [1.0, 1.0] for line in ax.get_lines())   # speedup = 1: AR
+    pareto = compare.pareto_figure(rows)
+    (ax,) = pareto.axes
+    assert context in ax.get_title()
+    labels = [t.get_text() for t in ax.texts]
+    for budget in (8, 16, 32, 63, 128):
+        assert labels.count(f"b={budget}") == 2   # each ddtree run labelled with its budget
+    done = [(r["tau"], r["tokens_per_s"]) for r in rows if r["status"] == "FINISHED"]
+    front = compare.pareto_front(done)
+    beaten = [p for p in done if any(q[0] >= p[0] and q[1] >= p[1] and q != p for q in done)]
+    assert sorted(front) == sorted(set(done) - set(beaten))
+    (drawn,) = [line for line in ax.get_lines() if line.get_label() == "Pareto front"]
+    assert list(drawn.get_xdata()) == [p[0] for p in front]
+    paths = compare.summarize(rows, tmp_path / "out")
+    assert {p.name for p in paths} == {"summary.csv", "speedup_vs_budget.png", "tau_vs_budget.png", "pareto.png",
+                                       "accept_by_depth.png"}
+    assert all(p.stat().st_size > 10_000 for p in paths if p.suffix == ".png")
