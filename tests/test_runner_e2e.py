@@ -75,8 +75,11 @@ def test_ddtree_run_writes_everything(tmp_path):
         assert ar["token_ids"] == dd["token_ids"] and len(ar["token_ids"]) == 12 and ar["text"]
     events = _lines(files.events)
     kinds = [e["event"] for e in events]
-    assert kinds[0] == "start" and kinds[-1] == "result" and kinds.count("prompt") == 6
-    assert events[0]["model_params"] > 0 and events[0]["drafter_params"] > 0
+    stages = [e["stage"] for e in events if e["event"] == "stage"]
+    assert kinds[0] == "stage" and stages == ["loading", "warmup", "decoding"], stages
+    assert kinds[-1] == "result" and kinds.count("prompt") == 6
+    start = events[kinds.index("start")]
+    assert kinds.index("start") < kinds.index("progress") and start["model_params"] > 0 and start["drafter_params"] > 0
     assert events[-1]["metrics"] == m
     progress = [e for e in events if e["event"] == "progress"]
     assert {(e["method"], e["done"]) for e in progress} == {(m, i) for m in ("ar", "ddtree") for i in (1, 2, 3)}
