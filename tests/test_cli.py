@@ -18,7 +18,9 @@ from orchestrator.commands import COMMANDS
 from orchestrator.knob_docs import describe
 from orchestrator.paths import CONF_DIR
 
-SPECBENCH = str(Path(sys.executable).parent / "specbench")   # the console script pip installed beside python
+# The console script pip installed: beside this python (venvs, pyenv), else on PATH.
+_BESIDE = Path(sys.executable).parent / "specbench"
+SPECBENCH = str(_BESIDE) if _BESIDE.exists() else (shutil.which("specbench") or str(_BESIDE))
 
 
 def run(argv: list[str], env: dict | None = None, cwd=None) -> subprocess.CompletedProcess:
