@@ -34,7 +34,6 @@ def main() -> None:
 
     install()   # SIGTERM / SIGHUP stop the runner and close the run as Ctrl-C does
     from .commands import COMMANDS, dispatch
-
     from .paths import foreign_remote
 
     if (problem := foreign_remote()) is not None:
@@ -53,23 +52,17 @@ def main() -> None:
     OmegaConf.register_new_resolver("runs_dir", lambda: str(runs_dir()), replace=True)
     argv = with_user_dir(argv)        # ~/.config/specbench joins Hydra's search path
     sys.argv[1:] = argv
-    if completion.requested(argv) or "--hydra-help" in argv:
-        completion.as_console_script()
-    if completion.requested(argv) and (script := completion.zsh_script(argv)) is not None:
-        print(script, end="")
-        _exit_now(0)
-    if completion.requested(argv) and any(a.startswith("query=") for a in argv):
-        words, hydra_too = completion.command_words()
-        completion.see_user_dirs(argv)
-        print(" ".join(words))
-        if not hydra_too:
+    if completion.requested(argv):
+        if completion.answer(argv):   # our zsh script, or a query Hydra's candidates do not apply to
             _exit_now(0)
+    elif "--hydra-help" in argv:
+        completion.as_console_script()
     elif {"--help", "-h"} & set(argv):
         from .help import render
 
         print(render(argv), end="")
         _exit_now(0)
-    elif not (set(_HYDRA_INFO) & set(argv)) and not completion.requested(argv):
+    elif not set(_HYDRA_INFO) & set(argv):
         _check(argv)
     from .app import hydra_main
 

@@ -36,6 +36,21 @@ def zsh_script(argv: list[str]) -> str | None:
     return None
 
 
+def answer(argv: list[str]) -> bool:
+    """Handle a `-sc` request before Hydra: print our zsh script or the subcommand candidates of a query.
+    True when that is the whole answer; False when Hydra goes on (its install scripts, its query candidates)."""
+    as_console_script()
+    if (script := zsh_script(argv)) is not None:
+        print(script, end="")
+        return True
+    if any(a.startswith("query=") for a in argv):
+        words, hydra_too = command_words()
+        see_user_dirs(argv)
+        print(" ".join(words))
+        return not hydra_too
+    return False
+
+
 def requested(argv: list[str]) -> bool:
     return any(a in _FLAGS or a.startswith(tuple(f + "=" for f in _FLAGS)) for a in argv)
 
