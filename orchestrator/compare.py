@@ -204,8 +204,16 @@ def _pyplot():
     return plt
 
 
-def _titled(ax, what: str, rows: list[dict]) -> None:
+def _finished(fig, ax, what: str, rows: list[dict], xlabel: str, ylabel: str, legend_size: int = 8):
+    """Every figure's last touches: axis labels, grid, the title with the runs' context, a legend if any."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
     ax.set_title(f"{what}\n{context(rows)}", fontsize=9)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=legend_size)
+    fig.tight_layout()
+    return fig
 
 
 def budget_figure(rows: list[dict], metric: str, label: str):
@@ -230,14 +238,7 @@ def budget_figure(rows: list[dict], metric: str, label: str):
     if budgets:
         ax.set_xticks(budgets, [str(b) for b in budgets])
         ax.minorticks_off()
-    ax.set_xlabel("tree budget (nodes)")
-    ax.set_ylabel(label)
-    ax.grid(alpha=0.3)
-    _titled(ax, f"{label} against tree budget", rows)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    return _finished(fig, ax, f"{label} against tree budget", rows, "tree budget (nodes)", label)
 
 
 def pareto_front(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -280,14 +281,8 @@ def pareto_figure(rows: list[dict]):
     if ar_speeds:
         ax.axhline(sum(ar_speeds) / len(ar_speeds), color="grey", linestyle=":", linewidth=1,
                    label="AR beside the methods, mean (speedup = 1)")
-    ax.set_xlabel("tau (tokens per verify step; 95% interval where known)")
-    ax.set_ylabel("tokens/s")
-    ax.grid(alpha=0.3)
-    _titled(ax, "tokens/s against tau", rows)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    return _finished(fig, ax, "tokens/s against tau", rows,
+                     "tau (tokens per verify step; 95% interval where known)", "tokens/s")
 
 
 def depth_figure(rows: list[dict]):
@@ -297,14 +292,8 @@ def depth_figure(rows: list[dict]):
         if r["status"] == "FINISHED" and r["accept_by_depth"]:
             depth = range(1, len(r["accept_by_depth"]) + 1)
             ax.plot(list(depth), r["accept_by_depth"], marker=".", label=_label(r))
-    ax.set_xlabel("depth i")
-    ax.set_ylabel("fraction of steps accepting >= i drafted tokens")
-    ax.grid(alpha=0.3)
-    _titled(ax, "acceptance by depth", rows)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    return fig
+    return _finished(fig, ax, "acceptance by depth", rows, "depth i",
+                     "fraction of steps accepting >= i drafted tokens", legend_size=7)
 
 
 def plot(rows: list[dict], out_dir: Path) -> list[Path]:

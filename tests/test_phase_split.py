@@ -51,6 +51,16 @@ def end_without_room(decoder, inputs, method: str, budget: int):
     pytest.fail(f"no {method} generation ended past its reserved rows: the test needs one such state")
 
 
+def tiny_generation(method: str, budget: int, max_new: int) -> GraphDecoder:
+    """The narrow tiny pair's decoder after one exactly reserved generation of `method`."""
+    model, drafter, _ = tiny_pair("narrow", block_size=8)
+    decoder = GraphDecoder(model, drafter, drafter.target_layer_ids, graphs=False)
+    ids = prompts(model, 1, seed=3)[0]
+    decoder.reserve(ids.shape[1], max_new, method, budget, exact=True)
+    decoder.generate_spec(ids, max_new, set(), PhaseTimer(ids.device), method, budget)
+    return decoder
+
+
 def committed(decoder) -> list[torch.Tensor]:
     return [t.clone() for t in (decoder.start, decoder.root, decoder.count, decoder.context_rows, decoder.context)]
 
@@ -81,11 +91,7 @@ def test_every_prefix_step_fits_the_reserved_caches_at_the_end_of_a_generation(n
 
 def test_ar_measures_where_the_last_generation_ended():
     """AR's step writes one row: a speculative generation's end state holds it, so nothing moves."""
-    model, drafter, _ = tiny_pair("narrow", block_size=8)
-    decoder = GraphDecoder(model, drafter, drafter.target_layer_ids, graphs=False)
-    ids = prompts(model, 1, seed=3)[0]
-    decoder.reserve(ids.shape[1], 12, "ddtree", 16, exact=True)
-    decoder.generate_spec(ids, 12, set(), PhaseTimer(ids.device), "ddtree", 16)
+    decoder = tiny_generation("ddtree", 16, 12)
     before = committed(decoder)
     with measured_state(decoder, "ar", 1) as restore:
         assert torch.equal(decoder.start, before[0])
@@ -98,11 +104,7 @@ def test_ar_measures_where_the_last_generation_ended():
 def test_caches_that_cannot_hold_one_step_are_refused_on_the_host():
     """Reserved for DFlash, measured as a DDTree step wider than every reserved row: a one-line ValueError naming
     the rows, raised before any kernel runs, and the committed state untouched."""
-    model, drafter, _ = tiny_pair("narrow", block_size=8)
-    decoder = GraphDecoder(model, drafter, drafter.target_layer_ids, graphs=False)
-    ids = prompts(model, 1, seed=3)[0]
-    decoder.reserve(ids.shape[1], 8, "dflash", 1, exact=True)
-    decoder.generate_spec(ids, 8, set(), PhaseTimer(ids.device), "dflash", 1)
+    decoder = tiny_generation("dflash", 1, 8)
     before = committed(decoder)
     with pytest.raises(ValueError, match=rf"cannot hold one ddtree step of {decoder.capacity + 1} rows") as error:
         with measured_state(decoder, "ddtree", decoder.capacity):
