@@ -80,12 +80,13 @@ def _search_overrides(argv: list[str]) -> list[str]:
     return [f"{_SEARCHPATH}=[{','.join(_quoted(e) for e in entries)}]"] if entries else []
 
 
-def extra_dirs(argv: list[str]) -> list[Path]:
-    """The user's config dirs (file:// sources and plain paths) this argv adds, in lookup order."""
+def extra_dirs(argv: list[str], search: list[str] | None = None) -> list[Path]:
+    """The user's config dirs (file:// sources and plain paths) this argv adds, in lookup order (`search`: its
+    `_search_overrides`, where the caller has them)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     dirs = []
-    for override in OverridesParser.create().parse_overrides(_search_overrides(argv)):
+    for override in OverridesParser.create().parse_overrides(_search_overrides(argv) if search is None else search):
         for entry in override.value():
             if "://" not in entry or entry.startswith("file://"):
                 dirs.append(Path(entry.removeprefix("file://")).expanduser())
@@ -109,7 +110,7 @@ class Configs:
 
     def __init__(self, argv: list[str]):
         self.search = _search_overrides(argv)
-        self._dirs = extra_dirs(argv)
+        self._dirs = extra_dirs(argv, self.search)
         primary = _flag_value(argv, "--config-path", "-cp")
         self.primary = Path(primary).expanduser().resolve() if primary else CONF_DIR
         self.config_name = _flag_value(argv, "--config-name", "-cn") or "config"
