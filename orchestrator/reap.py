@@ -36,7 +36,9 @@ def reap(root: Path, console: Console) -> int:
     for run_dir in orphans(root):
         meta = json.loads((run_dir / JOB_FILE).read_text())
         if not meta.get("mlflow_run_id"):
-            continue   # never reached MLflow: `sync` logs it
+            console.print(f"[yellow]{meta['run_id']}: never reached MLflow; `python -m orchestrator sync {run_dir}` "
+                          f"logs what it kept[/]")
+            continue
         uris.add(meta["tracking_uri"])
         if mlflow_client(meta["tracking_uri"]).get_run(meta["mlflow_run_id"]).info.status != "RUNNING":
             continue

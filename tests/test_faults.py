@@ -161,6 +161,11 @@ def _sweep(tmp_path: Path, name: str, seeds: str) -> subprocess.Popen:
                      cwd=tmp_path, env={"SPECBENCH_RUNS_DIR": str(tmp_path / name)})
 
 
+def _in_mlflow(runs_dir: Path) -> list[Path]:
+    """Local run dirs whose job file names their MLflow run (written once MLflow opened it)."""
+    return [f for f in runs_dir.rglob("job.json") if json.loads(f.read_text()).get("mlflow_run_id")]
+
+
 def _spans(workdir: Path) -> list[tuple[str, float, float]]:
     """(CUDA_VISIBLE_DEVICES, start, end) of every runner on the host, from its own events."""
     out = []
@@ -182,6 +187,9 @@ def test_a_sweep_killed_with_kill_9_never_shares_its_gpus_with_the_next(tmp_path
         runners = [int((d / "pid").read_text()) for d in started_runs(workdir)]
         for pgid in runners:
             os.killpg(pgid, signal.SIGSTOP)    # they live on, and cannot finish before the second sweep tries
+        # MLflow opens each run in the background once its runner started: killed before that, a run is kept
+        # locally only (`sync` logs it); this test is about runs MLflow holds RUNNING.
+        wait_for(lambda: len(_in_mlflow(tmp_path / "first")) == 2, "both runs of the first sweep in MLflow")
         os.killpg(first.pid, signal.SIGKILL)   # the sweep, its joblib workers and nothing else (runners: setsid)
         first.wait()
         second = _sweep(tmp_path, "second", "2,3")
