@@ -42,7 +42,8 @@ from remote.decoding.phase_split import split_kernels  # noqa: E402
 from remote.errors import first_line  # noqa: E402
 from remote.metrics import aggregate, compare  # noqa: E402
 from remote.models.placement import describe  # noqa: E402
-from remote.runner import Run, graphed_split, peak_memory_gb, reset_peak_memory  # noqa: E402
+from remote.decoding.auto_budget import AutoBudget, buckets  # noqa: E402
+from remote.runner import Run, peak_memory_gb, reset_peak_memory, step_figures  # noqa: E402
 from remote.spec import DatasetSpec, DecodingSpec, DrafterSpec, ModelSpec, RunSpec  # noqa: E402
 from remote.timing import PhaseTimer  # noqa: E402
 
@@ -65,25 +66,37 @@ def make_spec(args, temperature: float) -> RunSpec:
     )
 
 
-def prepare(run: Run, method: str, budget: int) -> None:
-    """Set the budget and decode one full-length generation. Static caches are sized as a run of this method and
-    budget alone sizes them. A full-length warm-up: a short one leaves first-time costs of longer sequences
-    (allocator growth, new shapes) inside the first timed generations, which made the first method measured (AR)
-    look 1.4-3x slower."""
-    run.spec.decoding.tree_budget = budget
+def prepare(run: Run, method: str, budget: int | str) -> None:
+    """Set the budget (an int, or "auto<max>": tree_budget=auto up to max, with a fresh cost model) and decode one
+    full-length generation (and, under auto, more until its cost model is measured). Static caches are sized as a
+    run of this method and budget alone sizes them. A full-length warm-up: a short one leaves first-time costs of
+    longer sequences (allocator growth, new shapes) inside the first timed generations, which made the first method
+    measured (AR) look 1.4-3x slower."""
+    d = run.spec.decoding
+    if isinstance(budget, str):
+        d.tree_budget, d.tree_budget_max = "auto", int(budget.removeprefix("auto"))
+        run.auto = AutoBudget(buckets(d.tree_budget_max), run.device.type == "cuda")
+    else:
+        d.tree_budget, run.auto = budget, None
     if run.graphed:
-        run.graphed.reserve(max(ids.shape[1] for ids in run.inputs), run.spec.decoding.max_new_tokens, method,
-                            budget, exact=True)
+        run.graphed.reserve(max(ids.shape[1] for ids in run.inputs), d.max_new_tokens, method, d.widest_budget,
+                            exact=True)
     run.generate(method, 0)
+    run.calibrate(d.max_new_tokens)
 
 
-def measure(run: Run, method: str, budget: int) -> tuple[list, dict]:
+def measure(run: Run, method: str, budget: int | str) -> tuple[list, dict]:
     prepare(run, method, budget)
     reset_peak_memory(run.device)
     gens = [run.generate(method, i) for i in range(len(run.inputs))]
     peak = peak_memory_gb(run.device) if run.device.type == "cuda" else None
     depth = run.drafter.block_size - 1 if method != "ar" else 0
-    return gens, {**aggregate(gens, peak, depth), **graphed_split(run, method, print)}
+    return gens, {**aggregate(gens, peak, depth), **step_figures(run, method, gens, print)}
+
+
+def parse_budgets(text: str, auto_max: int) -> list[int | str]:
+    """`15,31,auto,auto63` -> [15, 31, "auto127", "auto63"] (auto alone: up to `auto_max`)."""
+    return [f"auto{b.removeprefix('auto') or auto_max}" if b.startswith("auto") else int(b) for b in text.split(",")]
 
 
 def phase_kernels(run: Run, method: str, budget: int, out: Path, top: int = 12) -> None:
@@ -190,7 +203,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--dataset", default="builtin", help="builtin | humaneval | jsonl:<path>")
     p.add_argument("--num-prompts", type=int, default=8)
     p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--budgets", default="16,32,64,128,256,512")
+    p.add_argument("--budgets", default="16,32,64,128,256,512",
+                   help="ddtree budgets; auto (tree_budget=auto up to --auto-max) or auto<N> (up to N) among them")
+    p.add_argument("--auto-max", type=int, default=127, help="tree_budget_max of a bare `auto` in --budgets")
     p.add_argument("--temperatures", default="0")
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--device", default="auto")
@@ -210,7 +225,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--phase-kernels", action="store_true",
                    help="print (and save to phase_kernels.json) the kernels of each phase of a replayed step")
     args = p.parse_args(argv)
-    budgets = [int(b) for b in args.budgets.split(",")]
+    budgets = parse_budgets(args.budgets, args.auto_max)
+    fixed = [b for b in budgets if isinstance(b, int)]      # what the phase kernels and the profile take
     if args.no_cudnn_sdpa:
         torch.backends.cuda.enable_cudnn_sdp(False)
     temperatures = [float(t) for t in args.temperatures.split(",")]
@@ -246,11 +262,11 @@ def main(argv: list[str] | None = None) -> None:
             record({**again, "run": f"ar-again-T{temperature:g}",
                     "speedup_vs_ar": ar_metrics["tpot_ms"] / metrics["tpot_ms"]})
         if args.phase_kernels:
-            for method, budget in [("ar", 1), ("dflash", 1), *(("ddtree", b) for b in budgets)]:
+            for method, budget in [("ar", 1), ("dflash", 1), *(("ddtree", b) for b in fixed)]:
                 phase_kernels(run, method, budget, out)
         if args.profile and temperature == temperatures[0]:
-            best = max((r for r in rows if r["method"] == "ddtree" and r["temperature"] == temperature),
-                       key=lambda r: r.get("speedup_vs_ar", 0))["tree_budget"]
+            best = max((r for r in rows if r["method"] == "ddtree" and r["temperature"] == temperature
+                        and isinstance(r["tree_budget"], int)), key=lambda r: r.get("speedup_vs_ar", 0))["tree_budget"]
             traces = profile_methods(run, best, Path(args.profile), args.profile_gens)
         del run
     from rich.console import Console

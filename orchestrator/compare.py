@@ -48,8 +48,7 @@ def row_of(run) -> dict:
         "run": run.info.run_name or run.info.run_id[:8], "status": "SKIPPED" if skipped else run.info.status,
         "model": params.get("model.name", ""), "method": params.get("method.name", ""),
         # Only ddtree reads the budget: another method's run under a swept budget is the same run.
-        "tree_budget": int(params["tree_budget"])
-        if params.get("tree_budget", "").isdigit() and params.get("method.name") == "ddtree" else None,
+        "tree_budget": _budget(params.get("tree_budget", "")) if params.get("method.name") == "ddtree" else None,
         "temperature": params.get("temperature", ""), "host": tags.get("host", ""),
         "gpu": tags.get("gpu") or tags.get("gpu_name", ""),
         "date": datetime.datetime.fromtimestamp(start / 1000).strftime("%Y-%m-%d") if start else "",
@@ -216,16 +215,28 @@ def _finished(fig, ax, what: str, rows: list[dict], xlabel: str, ylabel: str, le
     return fig
 
 
+def _budget(text: str) -> int | str | None:
+    """A ddtree run's tree_budget param: its number, "auto", or None when unreadable."""
+    return int(text) if text.isdigit() else "auto" if text == "auto" else None
+
+
+def _fixed_budget(row: dict) -> bool:
+    return row["method"] == "ddtree" and isinstance(row["tree_budget"], int)
+
+
 def budget_figure(rows: list[dict], metric: str, label: str):
-    """`metric` against tree budget per method; speedup also gets the speedup = 1 line (AR)."""
+    """`metric` against tree budget per method (ddtree with tree_budget=auto as its own flat line, as the
+    budget-free methods); speedup also gets the speedup = 1 line (AR)."""
     plt = _pyplot()
     done = [r for r in rows if r["status"] == "FINISHED"]
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
-    budgets = sorted({r["tree_budget"] for r in done if r["tree_budget"] is not None and r["method"] == "ddtree"})
-    span = [budgets[0], budgets[-1]] if budgets else [1, 2]
-    for method in sorted({r["method"] for r in done}):
-        pts = sorted((r["tree_budget"] or 0, r[metric]) for r in done
-                     if r["method"] == method and r.get(metric) is not None)
+    budgets = sorted({r["tree_budget"] for r in done if _fixed_budget(r)})
+    # the flat lines span the budgets swept (one budget: an octave either side of it, or they would not show)
+    span = [budgets[0], budgets[-1]] if len(budgets) > 1 else [budgets[0] / 2, budgets[0] * 2] if budgets else [1, 2]
+    series = lambda r: r["method"] if r["method"] != "ddtree" or _fixed_budget(r) else "ddtree auto"  # noqa: E731
+    for method in sorted({series(r) for r in done}):
+        pts = sorted((r["tree_budget"] if _fixed_budget(r) else 0, r[metric]) for r in done
+                     if series(r) == method and r.get(metric) is not None)
         if method != "ddtree" and pts:
             # Budget-free methods: one flat line at their mean, for reference.
             mean = sum(v for _, v in pts) / len(pts)

@@ -41,13 +41,16 @@ SKIPPED_FILE = "skipped.json"
 
 def as_read(spec: RunSpec) -> dict:
     """The spec as the runner reads it, without its run id. The runner reads `decoding.tree_budget` only for
-    ddtree (remote.decoding: best_first_tree and the graphed step's width), and for ar neither the drafter (not
+    ddtree (remote.decoding: best_first_tree and the graphed step's width), `tree_budget_max` only under
+    tree_budget=auto, and for ar neither the drafter (not
     loaded) nor `baseline` (one AR pass serves as both)."""
     data = dataclasses.asdict(spec)
     data.pop("run_id")
     decoding = data["decoding"]
     if decoding["method"] != "ddtree":
         decoding["tree_budget"] = None
+    if decoding["tree_budget"] != "auto":
+        decoding["tree_budget_max"] = None      # read by tree_budget=auto only
     if decoding["method"] == "ar":
         decoding["baseline"] = None
         data["drafter"] = None

@@ -104,7 +104,9 @@ OBJECTIVES = ("speedup_vs_ar", "tokens_per_s", "tau", "tau_prompt_mean", "tpot_m
 
 RUN: tuple[tuple[str, Rule], ...] = (
     ("method.name", one_of(METHODS)),
-    ("tree_budget", integer(1, TREE_BUDGET_LIMIT)),
+    ("tree_budget", rule(f"an integer from 1 to {TREE_BUDGET_LIMIT} or auto",
+                         lambda v: v == "auto" or (_is_int(v) and 1 <= v <= TREE_BUDGET_LIMIT))),
+    ("tree_budget_max", integer(7, TREE_BUDGET_LIMIT, " (tree_budget=auto chooses among 7, 15, 31, ... up to it)")),
     ("seed", integer(0, SEED_LIMIT)),
     ("num_prompts", nullable(integer(1))),
     ("warmup", integer(0, WARMUP_LIMIT)),

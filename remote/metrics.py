@@ -79,6 +79,18 @@ DEFINITIONS = {
     "exact_match_vs_ar": "temperature 0 only: fraction of prompts whose generated token ids equal AR's",
     "first_divergence_mean": "temperature 0 only: mean index of the first differing token over prompts that "
                              "differ from AR (absent when none differs)",
+    "auto_budget_mean": "tree_budget=auto: mean node budget chosen per verify step (remote.decoding.auto_budget)",
+    "auto_budget_share_<b>": "tree_budget=auto: fraction of verify steps whose tree had budget b (the histogram of "
+                             "the budgets chosen)",
+    "auto_predicted_accept_mean": "tree_budget=auto: mean over verify steps of the drafted tokens the chosen tree "
+                                  "was expected to accept, under the drafter's surrogate (a node's path holds "
+                                  "with the product of its tokens' drafter probabilities)",
+    "auto_accepted_mean": "tree_budget=auto: mean drafted tokens accepted per verify step (tau - 1, before the "
+                          "max_new_tokens cap): what auto_predicted_accept_mean predicted",
+    "auto_calibration": "tree_budget=auto: auto_accepted_mean / auto_predicted_accept_mean (1 = calibrated; "
+                        "below 1 the surrogate is overconfident)",
+    "auto_cost_ms_<b>": "tree_budget=auto: the cost model, the median device time of a step of budget b measured "
+                        "in warm-up (graphed: a replayed step; eager: the whole step)",
     "new_tokens_mean": "mean generated tokens per prompt",
     "verify_steps": "total verify steps over all prompts (and repeats)",
     "num_prompts": "prompts decoded",
@@ -200,6 +212,22 @@ def tree_metrics(gens: list[Generation]) -> dict[str, float]:
         out.update({f"reject_target_rank_{k}": sum(s.miss_rank == k for s in missed) / len(missed)
                     for k in range(1, REJECT_RANKS + 1)})
         out["reject_in_tree"] = sum(s.in_tree for s in missed) / len(missed)
+    return out
+
+
+def auto_budget_metrics(gens: list[Generation], auto) -> dict[str, float]:
+    """tree_budget=auto's choices (gens' budgets and predictions) and cost model (`auto`: an AutoBudget)."""
+    budgets = [b for g in gens for b in g.budgets]
+    out = {f"auto_cost_ms_{b}": ms for b, ms in (auto.costs or {}).items()}
+    if not budgets:
+        return out
+    predicted = mean(p for g in gens for p in g.predicted)
+    accepted = mean(a for g in gens for a in g.accepted)
+    out.update({"auto_budget_mean": mean(budgets), "auto_predicted_accept_mean": predicted,
+                "auto_accepted_mean": accepted,
+                **{f"auto_budget_share_{b}": budgets.count(b) / len(budgets) for b in auto.sizes}})
+    if predicted > 0:
+        out["auto_calibration"] = accepted / predicted
     return out
 
 

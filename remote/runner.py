@@ -11,6 +11,7 @@ per-prompt sampling seeds (seed + prompt index) in every repeat; warm-up generat
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import os
@@ -23,6 +24,7 @@ import torch
 import transformers
 
 from .assets import with_assets
+from .decoding.auto_budget import AutoBudget, buckets
 from .decoding.graph import graph_decoder, graph_support
 from .decoding.loop import Generation, generate_ar, generate_spec
 from .decoding.phase_split import split_step
@@ -32,7 +34,8 @@ from .events import EventWriter, RunnerStage, write_json_atomic
 from .fairness import PathLog, verdict
 from .files import RunFiles
 from .kernels.gdn_paths import torch_gdn_path
-from .metrics import DEFINITIONS, aggregate, by_repeat, compare, first_divergence, prompt_metrics, versus_ar
+from .metrics import (DEFINITIONS, aggregate, auto_budget_metrics, by_repeat, compare, first_divergence,
+                      prompt_metrics, versus_ar)
 from .models.backends import build_target, is_hybrid
 from .models.compat import input_device, output_device
 from .models.drafter_io import check_pair
@@ -43,6 +46,7 @@ from .spec import METHODS, RunSpec
 from .timing import PhaseTimer
 
 WARMUP_TOKENS = 32
+AUTO_WARMUPS = 16      # most extra warm-up generations for tree_budget=auto's cost model (a few suffice)
 
 
 def check_decoding(spec: RunSpec) -> None:
@@ -51,9 +55,12 @@ def check_decoding(spec: RunSpec) -> None:
         raise SpecError(f"method must be one of {', '.join(METHODS)}; got {d.method!r}")
     if d.baseline not in ("ar", "none"):
         raise SpecError(f"baseline must be one of ar, none; got {d.baseline!r}")
-    if d.tree_budget < 1 or d.max_new_tokens < 1 or d.temperature < 0 or d.warmup < 0 or d.repeats < 1:
-        raise SpecError(f"need tree_budget >= 1, max_new_tokens >= 1, temperature >= 0, warmup >= 0, repeats >= 1; "
-                        f"got {d.tree_budget}, {d.max_new_tokens}, {d.temperature}, {d.warmup}, {d.repeats}")
+    if d.tree_budget != "auto" and not isinstance(d.tree_budget, int):
+        raise SpecError(f"tree_budget must be an integer or 'auto'; got {d.tree_budget!r}")
+    if d.widest_budget < 1 or d.max_new_tokens < 1 or d.temperature < 0 or d.warmup < 0 or d.repeats < 1:
+        raise SpecError(f"need tree_budget (or tree_budget_max) >= 1, max_new_tokens >= 1, temperature >= 0, "
+                        f"warmup >= 0, repeats >= 1; got {d.widest_budget}, {d.max_new_tokens}, {d.temperature}, "
+                        f"{d.warmup}, {d.repeats}")
 
 
 class Run:
@@ -84,8 +91,11 @@ class Run:
             compiled=spec.decoding.compile_steps, compiled_drafter=spec.decoding.compile_drafter)
         if self.graphed:     # sized once for every prompt: growing mid-run would re-capture inside a timing
             self.graphed.reserve(max(ids.shape[1] for ids in self.inputs), spec.decoding.max_new_tokens,
-                                 spec.decoding.method, spec.decoding.tree_budget)   # AR's rows are within any method's
+                                 spec.decoding.method, spec.decoding.widest_budget)  # AR's rows: within any method's
         self._eager_because = why_not
+        # tree_budget=auto: one policy for the run, so that the cost model measured in warm-up serves every prompt
+        self.auto = AutoBudget(buckets(spec.decoding.tree_budget_max), self.device.type == "cuda") \
+            if spec.decoding.auto_budget else None
         self.stop_ids = set() if spec.model.random else _stop_ids(self.model, self.tokenizer)
 
     @property
@@ -116,6 +126,14 @@ class Run:
             path.add(self.path_facts(method))
         return gen
 
+    def calibrate(self, max_new: int) -> None:
+        """tree_budget=auto measures its cost model in warm-up: ddtree generations of `max_new` tokens until it
+        has (at most AUTO_WARMUPS of them; what is left is measured in the timed ones)."""
+        for index in range(AUTO_WARMUPS):
+            if not (self.auto and self.auto.calibrating):
+                return
+            self.generate("ddtree", index % len(self.inputs), max_new)
+
     def path_facts(self, method: str) -> dict[str, str]:
         """What `method`'s next generation runs on (remote.fairness.FACTS)."""
         static = self.graphed is not None           # the graph decoder serves every method, graphs on or off
@@ -142,12 +160,13 @@ class Run:
         if self.graphed and method == "ar":
             return self.graphed.generate_ar(ids, max_new, self.stop_ids, timer)
         if self.graphed:
-            return self.graphed.generate_spec(ids, max_new, self.stop_ids, timer, method, d.tree_budget)
+            return self.graphed.generate_spec(ids, max_new, self.stop_ids, timer, method, d.widest_budget,
+                                              self.auto)
         with eager_attention(self.device):
             if method == "ar":
                 return generate_ar(self.model, ids, max_new, d.temperature, generator, self.stop_ids, timer)
             return generate_spec(self.target, self.drafter, self.model, ids, max_new, d.temperature, generator,
-                                 self.stop_ids, timer, method, d.tree_budget)
+                                 self.stop_ids, timer, method, d.widest_budget, self.auto)
 
 
 def eager_attention(device: torch.device):
@@ -236,6 +255,8 @@ def run_methods(run: Run, methods: list[str], events: EventWriter, outputs) -> d
     for method in methods:
         for _ in range(run.spec.decoding.warmup):
             run.generate(method, 0, min(WARMUP_TOKENS, run.spec.decoding.max_new_tokens))
+        if run.spec.decoding.warmup and method == "ddtree":
+            run.calibrate(min(WARMUP_TOKENS, run.spec.decoding.max_new_tokens))
     events.stage(RunnerStage.DECODING)
     n, repeats = len(run.inputs), run.spec.decoding.repeats
     measured = {m: Measured([], [], PathLog()) for m in methods}
@@ -289,14 +310,25 @@ def report_lossless_failures(method: str, gens: list[Generation], ar_gens: list[
                 events.emit("warning", message=line)
 
 
-def graphed_split(run: Run, method: str, warn) -> dict[str, float]:
+def step_figures(run: Run, method: str, gens: list[Generation], warn) -> dict[str, float]:
+    """What a method's steps say beyond its generations: tree_budget=auto's choices and cost model, and the phase
+    split of a replayed step (graphed_split; under auto at its most chosen budget)."""
+    out, budget = {}, run.spec.decoding.widest_budget
+    if method == "ddtree" and run.auto:
+        out.update(auto_budget_metrics(gens, run.auto))
+        chosen = collections.Counter(b for g in gens for b in g.budgets)
+        budget = chosen.most_common(1)[0][0] if chosen else budget
+    return {**out, **graphed_split(run, method, warn, budget)}
+
+
+def graphed_split(run: Run, method: str, warn, budget: int) -> dict[str, float]:
     """A replayed step's phases (remote.decoding.phase_split) for a graphed run, whose timers see only whole steps; {}
     otherwise. `warn(message)` hears why a split failed (the run's results stand without it)."""
     decoder = run.graphed
     if not (decoder and decoder.graphs) or decoder.compiled:    # compiled: each prefix would compile again
         return {}
     try:
-        return split_step(decoder, method, run.spec.decoding.tree_budget)
+        return split_step(decoder, method, budget)
     except Exception as exc:                        # noqa: BLE001 - a measurement, not the run
         warn(f"phase split of the {method} step skipped: {first_line(exc)}")
         return {}
@@ -326,7 +358,8 @@ def _run(spec: RunSpec, files: RunFiles, events: EventWriter) -> dict:
     for method, got in measured.items():
         depth = (r.drafter.block_size - 1) if method != "ar" else 0
         method_metrics = aggregate(got.gens, got.peak, depth, spec.seed, d.repeats)
-        method_metrics.update(graphed_split(r, method, lambda message: events.emit("warning", message=message)))
+        method_metrics.update(step_figures(r, method, got.gens,
+                                           lambda message: events.emit("warning", message=message)))
         per_prompt += [{"method": method, "prompt_index": i % n, "repeat": i // n, **prompt_metrics(g)}
                        for i, g in enumerate(got.gens)]
         if method == "ar":

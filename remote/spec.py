@@ -51,7 +51,8 @@ class DrafterSpec:
 @dataclass
 class DecodingSpec:
     method: str = "ar"
-    tree_budget: int = 64
+    tree_budget: int | str = 63            # ddtree's node budget, or "auto": chosen per step (decoding.auto_budget)
+    tree_budget_max: int = 127             # tree_budget=auto: the largest budget it may choose
     max_new_tokens: int = 64
     temperature: float = 0.0
     baseline: str = "ar"                   # "ar": also run AR on the same prompts (in turns); "none": skip it
@@ -60,6 +61,16 @@ class DecodingSpec:
     cuda_graphs: bool = True               # replay each step as a CUDA graph where supported (remote.decoding.graph)
     compile_steps: bool = False            # also torch.compile each graphed step (kernel fusion; compiles per shape)
     compile_drafter: bool = True           # torch.compile the graphed steps' drafter forward (one compile per run)
+
+
+    @property
+    def auto_budget(self) -> bool:
+        return self.method == "ddtree" and self.tree_budget == "auto"
+
+    @property
+    def widest_budget(self) -> int:
+        """The most nodes a step may verify: what caches are sized for."""
+        return self.tree_budget_max if self.tree_budget == "auto" else self.tree_budget
 
 
 @dataclass

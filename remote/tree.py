@@ -114,6 +114,7 @@ class DeviceTree:
     height: int              # static bound: every depth < height
     chain: bool = False
     built: Ancestry | None = None    # the ancestry, where the builder made it (remote.kernels.tree_search)
+    path_lp: torch.Tensor | None = None   # [n] float32: each node's path log-prob (best-first builder only)
 
     @property
     def size(self) -> int:

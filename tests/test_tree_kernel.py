@@ -1,6 +1,6 @@
 """The one-kernel tree build (remote.kernels.tree_search) against remote.decoding.tree_build's torch ops, run by
 Triton's interpreter on the CPU (a subprocess: the interpreter is chosen when the kernel module is imported): the same
-tokens, parents, depths and ancestry for budgets from 1 to past the candidates of one level, vocabularies smaller and
+tokens, parents, depths, ancestry and path log-probs for budgets from 1 to past the candidates of one level, vocabularies smaller and
 larger than the budget."""
 from __future__ import annotations
 
@@ -37,8 +37,8 @@ for depth, vocab, budget, seed in json.loads(sys.argv[1]):
     top_lp, top_ids = torch.topk(torch.log_softmax(logits.float(), dim=-1), k, dim=-1)
     plan = tree_build._plan(depth, k, budget, logits.device)
     n = min(budget, plan.real)
-    tokens, parents, depths, ancestors = tree_search.build_interpreted(top_lp, top_ids, plan.parent, plan.rank,
-                                                                       budget, plan.levels, n)
+    tokens, parents, depths, ancestors, path_lp = tree_search.build_interpreted(top_lp, top_ids, plan.parent,
+                                                                                plan.rank, budget, plan.levels, n)
     want = ref.ancestry()
     top_k = None                         # the interpreter sorts slowly: small cases only
     if depth * vocab <= 2000:
@@ -49,7 +49,7 @@ for depth, vocab, budget, seed in json.loads(sys.argv[1]):
     out.append({"case": [depth, vocab, budget, seed], "top_k": top_k,
                 "tokens": torch.equal(tokens, ref.tokens), "parents": torch.equal(parents, want.parents),
                 "depths": torch.equal(depths, want.depth), "ancestors": torch.equal(ancestors, want.ancestors),
-                "n": n})
+                "path_lp": torch.allclose(path_lp, ref.path_lp, atol=1e-4), "n": n})
 print(json.dumps(out))
 """
 
@@ -69,7 +69,7 @@ def test_kernel_builds_the_torch_tree():
         # the last case takes impossible prefixes (all scored at the -1e30 floor: equal scores), whose order within
         # a level is free; across levels both keep the shallower first, so the depths still agree
         keys = ("depths", "top_k") if r["case"] == list(cases[-1]) else \
-            ("tokens", "parents", "depths", "ancestors", "top_k")
+            ("tokens", "parents", "depths", "ancestors", "path_lp", "top_k")
         assert r["n"] > 0 and all(r[key] is not False for key in keys), r
     assert sum(r["top_k"] is True for r in results) >= 3
 
@@ -87,6 +87,7 @@ def test_cuda_tree_equals_the_torch_tree(vocab, budget):
     want, got = cpu.ancestry(), gpu.ancestry()
     assert torch.equal(gpu.tokens.cpu(), cpu.tokens) and torch.equal(got.parents.cpu(), want.parents)
     assert torch.equal(got.depth.cpu(), want.depth) and torch.equal(got.ancestors.cpu(), want.ancestors)
+    assert torch.allclose(gpu.path_lp.cpu(), cpu.path_lp, atol=1e-4)
 
 
 def hopper_ptx(kernel, signature: dict, constants: dict) -> str:
@@ -106,7 +107,7 @@ def test_kernels_compile_for_hopper():
     from remote.kernels import tree_search
 
     longs = ("top_ids", "cand_parent", "cand_rank", "vindex", "tokens", "parents", "depths", "ancestors")
-    tree = {**{name: "*i64" for name in longs}, "top_lp": "*fp32",
+    tree = {**{name: "*i64" for name in longs}, "top_lp": "*fp32", "path_lp": "*fp32",
             **{name: "i32" for name in ("K", "C", "B", "levels", "n")}}
     sizes = {"CP": 1024, "SP": 2048, "NP": 256, "HP": 16}
     chunk = {"logits": "*fp32", "part_key": "*i64", "part_max": "*fp32", "part_sum": "*fp32",

@@ -38,6 +38,8 @@ CASES = [
     ("temperature=inf", "temperature"),
     ("gpus=[0,0]", "gpus"),
     ("tree_budget=100000000000000", "tree_budget"),       # an int (1e14 is a float, refused before)
+    ("tree_budget=automatic", "tree_budget"),             # an integer or auto
+    ("tree_budget=auto", "tree_budget_max=3", "tree_budget_max"),
     ("max_new_tokens=100000000000000", "max_new_tokens"),
     ("max_new_tokens=4097", "max_new_tokens"),             # demo-qwen3 has 4096 positions
     ("seed=99999999999999999999", "seed"),
@@ -155,7 +157,7 @@ def _compose(overrides):
 
 
 @pytest.mark.parametrize("overrides,allowed", [
-    (["tree_budget=4096"], "an integer from 1 to 4096"),
+    (["tree_budget=4096"], "an integer from 1 to 4096 or auto"),
     (["max_new_tokens=4096"], "an integer from 1 to 4096 (the target's max_position_embeddings)"),   # demo-qwen3
     (["model=tiny-qwen3", "max_new_tokens=2048"], "an integer from 1 to 2048 (the target's max_position_embeddings)"),
     (["model=qwen3-8b", "max_new_tokens=32768"], "an integer from 1 to 32768"),   # a hub id: the general cap

@@ -28,6 +28,8 @@ with no host value: remote.models.gdn).
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import torch
 
 from ..errors import SpecError, first_line
@@ -42,6 +44,7 @@ from ..models.placement import devices
 from ..models.static_cache import StaticDrafterKV, StaticKV, visibility_mask
 from ..timing import PhaseTimer
 from ..tree import Ancestry
+from .auto_budget import MAX_BUCKETS, AutoBudget, predictions
 from .loop import STATS_SIZE, Generation, accept, draft, read_step, to_host
 from .tree_build import argmax_chain, best_first_tree
 
@@ -149,7 +152,8 @@ class GraphDecoder:
                                    weight.dtype, weight.device)
         self.context = torch.zeros(1, self.drafter.block_size, weight.shape[1], dtype=weight.dtype,
                                    device=weight.device)
-        self._reads = _Reads(2 * self.drafter.block_size + 1 + STATS_SIZE, weight.device)  # `accept`'s read
+        # `accept`'s read, then tree_budget=auto's predictions (one per bucket)
+        self._reads = _Reads(2 * self.drafter.block_size + 1 + STATS_SIZE + MAX_BUCKETS, weight.device)
 
     def _width(self, method: str, budget: int) -> int:
         """Cache rows one step may write at or past the committed length."""
@@ -260,9 +264,10 @@ class GraphDecoder:
         return in_tree | (offset < 0)
 
     def _spec_step(self, context: torch.Tensor, valid: torch.Tensor | None, method: str, budget: int,
-                   until: str | None = None):
+                   until: str | None = None, sizes: tuple[int, ...] = ()):
         """One speculative step; `until` names a phase (remote.timing.PHASES) after which it stops, without
-        touching the committed state (remote.decoding.phase_split times the phases of a captured step so)."""
+        touching the committed state (remote.decoding.phase_split times the phases of a captured step so). With
+        `sizes` (tree_budget=auto's buckets) the read ends with the tree's predictions for each."""
         logits = self._draft(self.drafter, self.model, self.dkv, context, self.root, self.start, valid)
         if until == "draft":
             return logits
@@ -275,6 +280,8 @@ class GraphDecoder:
         if until == "verify":
             return samples
         path, bonus, length, read = accept(tree, nodes, samples, logits)      # read: tokens, then StepStats
+        if sizes:
+            read = torch.cat([read, predictions(built.path_lp, budget, list(sizes)).to(read.device)])
         commit(path, length)
         self.context[0, :path.shape[0]] = verified.features.index_select(0, path)
         self.context_rows.copy_(length)
@@ -301,29 +308,34 @@ class GraphDecoder:
 
     @torch.inference_mode()
     def generate_spec(self, input_ids: torch.Tensor, max_new: int, stop_ids: set[int], timer: PhaseTimer,
-                      method: str, budget: int) -> Generation:
+                      method: str, budget: int, auto: AutoBudget | None = None) -> Generation:
+        """With `auto`, each step's budget is its choice among its buckets, each bucket a step of its own."""
         gen = Generation(prompt_len=input_ids.shape[1])
+        sizes = tuple(auto.sizes) if auto else ()
+        budget = max(sizes) if auto else budget
         width, height = self._width(method, budget), self.drafter.block_size   # height: most tokens a step emits
         self.reserve(input_ids.shape[1], max_new, method, budget)
         with timer.phase("ttft"):
             verified = self._prefill(input_ids, featured=True)
             self._absorb(verified.features)
             done = gen.extend(to_host(self.root), max_new, stop_ids)
-        key, step = ("spec", method, budget), lambda: self._spec_step(self.context, self.context_rows, method, budget)
-        length, queued = input_ids.shape[1], 0        # committed rows as the host knows them; steps not yet read
+        length, queued = input_ids.shape[1], []       # committed rows as the host knows them; budgets of steps unread
         with timer.phase("decode") as span:
             while not done:
                 # The next step is queued before this one is read, so the GPU works through the host's read and
                 # bookkeeping: its inputs are all on the device. Not when this step may end the generation.
-                while queued < 2 and len(gen.tokens) + height * queued < max_new:
-                    if length + height * queued + width > self.capacity:
+                while len(queued) < 2 and len(gen.tokens) + height * len(queued) < max_new:
+                    if length + height * len(queued) + width > self.capacity:
                         raise RuntimeError(f"static cache of {self.capacity} rows is full at {length}")
-                    self._reads.put(self._replay(key, step), timer)
-                    queued += 1
+                    size = auto.pick() if auto else budget
+                    with auto.timing(size) if auto else nullcontext():
+                        out = self._replay(("spec", method, size, sizes), lambda: self._spec_step(
+                            self.context, self.context_rows, method, size, sizes=sizes))
+                    self._reads.put(out, timer)
+                    queued.append(size)
                 read, ended = self._reads.take()
-                tokens, stats = read_step(read)
-                queued -= 1
-                done = gen.extend_step(tokens, max_new, stop_ids, stats)
+                tokens, stats, expected = read_step(read, len(sizes))
+                done = gen.extend_step(tokens, max_new, stop_ids, stats, auto, queued.pop(0), expected)
                 length += len(tokens)
                 span.end = ended if done else None   # a step queued after a stop token runs out unread, untimed
         self._reads.clear()

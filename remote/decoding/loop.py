@@ -25,6 +25,7 @@ step replayed as one CUDA graph; this loop serves the CPU, sampling, and what th
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -37,6 +38,7 @@ from ..models.drafter import DFlashDrafter, DrafterCache
 from ..models.target import Target
 from ..timing import PhaseTimer
 from ..tree import Ancestry
+from .auto_budget import AutoBudget, predictions
 from .sampling import sample
 from .tree_build import argmax_chain, best_first_tree
 
@@ -62,6 +64,8 @@ class Generation:
     accepted: list[int] = field(default_factory=list)    # per verify step: drafted tokens accepted
     committed: list[int] = field(default_factory=list)   # per verify step: tokens kept (accepted + bonus, capped)
     stats: list[StepStats] = field(default_factory=list)  # per verify step, where the decoder reads them
+    budgets: list[int] = field(default_factory=list)     # tree_budget=auto: per verify step, the budget chosen
+    predicted: list[float] = field(default_factory=list)  # ... and the drafted tokens its tree was expected to accept
     times_ms: dict[str, float] = field(default_factory=dict)   # ttft, decode, draft, tree_build, verify, commit
     prompt_len: int = 0
 
@@ -73,15 +77,21 @@ class Generation:
                 return True
         return False
 
-    def extend_step(self, new: list[int], max_new: int, stop_ids: set[int], stats: StepStats | None = None) -> bool:
+    def extend_step(self, new: list[int], max_new: int, stop_ids: set[int], stats: StepStats | None = None,
+                    auto: AutoBudget | None = None, budget: int = 0, predicted: list[int] = ()) -> bool:
         """`extend` with one verify step's tokens (accepted drafts, then the bonus), recording its acceptance (and
-        its `stats`, when the decoder read them)."""
+        its `stats`, when the decoder read them); with `auto`, the step's `budget` and `predicted` (its
+        remote.decoding.auto_budget.predictions) go to the policy and to the generation."""
         before = len(self.tokens)
         done = self.extend(new, max_new, stop_ids)
         self.accepted.append(len(new) - 1)
         self.committed.append(len(self.tokens) - before)
         if stats is not None:
             self.stats.append(stats)
+        if auto is not None:
+            auto.observe(budget, list(predicted), len(new) - 1, self.committed[-1])
+            self.budgets.append(budget)
+            self.predicted.append(predicted[auto.sizes.index(budget)] / 1000)
         return done
 
 
@@ -151,6 +161,7 @@ class Accepted:
     bonus: torch.Tensor     # [1] long: the target's token after the path (the next root)
     tokens: list[int]       # the L-1 accepted drafted tokens, then the bonus token
     stats: StepStats | None  # the step's tree facts, from the same read (given the draft logits)
+    extra: list[int] = field(default_factory=list)   # what `walk` was given to read along
 
 
 def accept(tree: Ancestry, nodes: torch.Tensor, samples: torch.Tensor, draft_logits: torch.Tensor | None = None):
@@ -195,28 +206,34 @@ def accepted_tokens(read: list[int], height: int) -> list[int]:
     return read[height + 1:height + length] + [read[2 * height]]         # the bonus; `StepStats` may follow
 
 
-def read_step(read: list[int]) -> tuple[list[int], StepStats]:
-    """The accepted tokens and the `StepStats` of a `read` that `accept` made with `draft_logits`."""
-    height = (len(read) - 1 - STATS_SIZE) // 2
-    return accepted_tokens(read, height), StepStats(*read[-STATS_SIZE:])
+def read_step(read: list[int], extra: int = 0) -> tuple[list[int], StepStats, list[int]]:
+    """The accepted tokens, the `StepStats` and the `extra` entries appended after them (tree_budget=auto's
+    predictions) of a `read` that `accept` made with `draft_logits`."""
+    height = (len(read) - 1 - STATS_SIZE - extra) // 2
+    stats = 2 * height + 1
+    return accepted_tokens(read, height), StepStats(*read[stats:stats + STATS_SIZE]), read[stats + STATS_SIZE:]
 
 
 def walk(tree: Ancestry, nodes: torch.Tensor, samples: torch.Tensor,
-         draft_logits: torch.Tensor | None = None) -> Accepted:
-    """`accept`, with the step's one host read (its `StepStats` too, given the step's `draft_logits`)."""
+         draft_logits: torch.Tensor | None = None, extra: torch.Tensor | None = None) -> Accepted:
+    """`accept`, with the step's one host read (its `StepStats` too, given the step's `draft_logits`; and `extra`
+    [K] long, read along, given draft logits)."""
     path, bonus, _, read = accept(tree, nodes, samples, draft_logits)
     if draft_logits is None:
-        tokens, stats = accepted_tokens(to_host(read), tree.height), None
-    else:
-        tokens, stats = read_step(to_host(read))
-    return Accepted(path=path[:len(tokens)], bonus=bonus, tokens=tokens, stats=stats)
+        tokens = accepted_tokens(to_host(read), tree.height)
+        return Accepted(path=path[:len(tokens)], bonus=bonus, tokens=tokens, stats=None)
+    count = 0 if extra is None else extra.shape[0]
+    tokens, stats, rest = read_step(to_host(read if extra is None else torch.cat([read, extra.to(read.device)])),
+                                    count)
+    return Accepted(path=path[:len(tokens)], bonus=bonus, tokens=tokens, stats=stats, extra=rest)
 
 
 @torch.inference_mode()
 def generate_spec(target: Target, drafter: DFlashDrafter, model, input_ids: torch.Tensor, max_new: int,
                   temperature: float, generator, stop_ids: set[int], timer: PhaseTimer, method: str,
-                  budget: int) -> Generation:
-    """`dflash` (chain) or `ddtree` (tree of <= `budget` nodes) speculative decoding through `target`."""
+                  budget: int, auto: AutoBudget | None = None) -> Generation:
+    """`dflash` (chain) or `ddtree` (tree of <= `budget` nodes, or with `auto` a budget chosen per step by it)
+    speculative decoding through `target`."""
     gen = Generation(prompt_len=input_ids.shape[1])
     with timer.phase("ttft"):
         verified = target.prefill(input_ids)
@@ -225,20 +242,23 @@ def generate_spec(target: Target, drafter: DFlashDrafter, model, input_ids: torc
     context, cache = verified.features[None].to(output_device(model)), drafter.new_cache()   # [1, P, F]
     with timer.phase("decode"):
         while not done:
-            with timer.phase("draft"):
-                logits = draft(drafter, model, cache, context, root, target.length)
-            with timer.phase("tree_build"):
-                tree = best_first_tree(logits, budget) if method == "ddtree" else argmax_chain(logits)
-                ancestry = tree.ancestry()
-            with timer.phase("verify"):
-                nodes = torch.cat([root.to(tree.tokens.device), tree.tokens])                 # [N]
-                verified = target.verify(nodes, ancestry)
-                samples = sample(verified.logits, temperature, generator).to(nodes.device)   # [N]
-            with timer.phase("commit"):
-                step = walk(ancestry, nodes, samples, logits)
-                target.commit(step.path)
-                path = step.path.to(verified.features.device)
-                context = verified.features.index_select(0, path)[None].to(output_device(model))  # [1, L, F]
-                root = step.bonus
-            done = gen.extend_step(step.tokens, max_new, stop_ids, step.stats)
+            size = auto.pick() if auto else budget
+            with auto.timing(size) if auto else nullcontext():
+                with timer.phase("draft"):
+                    logits = draft(drafter, model, cache, context, root, target.length)
+                with timer.phase("tree_build"):
+                    tree = best_first_tree(logits, size) if method == "ddtree" else argmax_chain(logits)
+                    ancestry = tree.ancestry()
+                with timer.phase("verify"):
+                    nodes = torch.cat([root.to(tree.tokens.device), tree.tokens])                 # [N]
+                    verified = target.verify(nodes, ancestry)
+                    samples = sample(verified.logits, temperature, generator).to(nodes.device)   # [N]
+                with timer.phase("commit"):
+                    expected = predictions(tree.path_lp, size, auto.sizes) if auto else None
+                    step = walk(ancestry, nodes, samples, logits, expected)
+                    target.commit(step.path)
+                    path = step.path.to(verified.features.device)
+                    context = verified.features.index_select(0, path)[None].to(output_device(model))  # [1, L, F]
+                    root = step.bonus
+            done = gen.extend_step(step.tokens, max_new, stop_ids, step.stats, auto, size, step.extra)
     return gen

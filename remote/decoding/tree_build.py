@@ -4,7 +4,8 @@ Contract: `best_first_tree(draft_logits, budget)` returns the `budget` most like
 exist) under the drafter's product-of-marginals surrogate: a node at depth d (1-based) holding the rank-r token of
 draft position d-1 scores the sum of log-probs along its path. The result is prefix-closed, ordered best first
 (non-increasing score; on equal scores shallower first), so parents precede children, with the root (the last
-committed token) at index 0 and not counted in the budget. `argmax_chain(draft_logits)` is the DFlash chain: the
+committed token) at index 0 and not counted in the budget; its `path_lp` holds the scores (what
+remote.decoding.auto_budget predicts acceptance from). `argmax_chain(draft_logits)` is the DFlash chain: the
 argmax token at every position. Both return a `DeviceTree` (remote.tree) without reading anything back to the host;
 its `ancestry()` is what a `Target` verifies against. `build_tree` / `chain_tree` return the same trees as host
 lists (`Tree`, one copy) for offline tools. Non-goal: the per-node conditional distributions (the drafter emits
@@ -99,10 +100,10 @@ def kernel_tree(draft_logits: torch.Tensor, budget: int, k: int, plan: _Plan) ->
     """`best_first_tree` by remote.kernels.tree_search (CUDA): the draft top-k (two kernels) and the whole search
     (one)."""
     top_lp, top_ids = tree_search.top_k(draft_logits, k)                                        # [D, k] each
-    tokens, parents, depth, ancestors = tree_search.build(top_lp, top_ids, plan.parent, plan.rank, budget,
-                                                          plan.levels, min(budget, plan.real))
+    tokens, parents, depth, ancestors, path_lp = tree_search.build(top_lp, top_ids, plan.parent, plan.rank, budget,
+                                                                   plan.levels, min(budget, plan.real))
     return DeviceTree(tokens=tokens, parents=parents[1:], depths=depth[1:], height=plan.levels + 1,
-                      built=Ancestry(parents, depth, ancestors, False))
+                      built=Ancestry(parents, depth, ancestors, False), path_lp=path_lp)
 
 
 def torch_tree(draft_logits: torch.Tensor, budget: int, k: int, plan: _Plan) -> DeviceTree:
@@ -118,7 +119,8 @@ def torch_tree(draft_logits: torch.Tensor, budget: int, k: int, plan: _Plan) -> 
     n = min(budget, plan.real)
     # Stable over the level-major slots: equal scores keep the shallower first, so a parent (whose score is >= its
     # child's) always precedes its child and the chosen set is prefix-closed even under ties.
-    chosen = torch.sort(torch.cat(scores[1:]), descending=True, stable=True).indices[:n]     # [n] slots
+    path_lp, chosen = torch.sort(torch.cat(scores[1:]), descending=True, stable=True)
+    path_lp, chosen = path_lp[:n], chosen[:n]                                                  # [n] slots
     level, pick = chosen // budget, torch.cat(picks)[chosen]
     tokens = top_ids[level, plan.rank[pick]]
     # Parent slot -> its verify index (1 + its position in `chosen`); depth-1 nodes hang off the root.
@@ -126,7 +128,7 @@ def torch_tree(draft_logits: torch.Tensor, budget: int, k: int, plan: _Plan) -> 
     verify_index[chosen] = torch.arange(1, n + 1, device=chosen.device)
     above = (level - 1).clamp(min=0) * budget + plan.parent[pick]
     parents = torch.where(level == 0, 0, verify_index[above])
-    return DeviceTree(tokens=tokens, parents=parents, depths=level + 1, height=plan.levels + 1)
+    return DeviceTree(tokens=tokens, parents=parents, depths=level + 1, height=plan.levels + 1, path_lp=path_lp)
 
 
 def argmax_chain(draft_logits: torch.Tensor) -> DeviceTree:

@@ -15,8 +15,8 @@ kept levels.
 
 Contract: `top_k(draft_logits, k)` -> the k best log-probs and token ids per row (two kernels where the chunks'
 candidates fit TOP_K_MERGE: the demo's 4096 vocabulary up to k = 256). `build(top_lp, top_ids, parent, rank, budget,
-levels, n)` -> (tokens [n], parents [n + 1], depth [n + 1], ancestors [n + 1, levels + 1]) with the root at index 0
-(parent -1): the tree remote.decoding.tree_build's torch ops build, up to the order of equal scores (lower candidate
+levels, n)` -> (tokens [n], parents [n + 1], depth [n + 1], ancestors [n + 1, levels + 1], path_lp [n]: each node's
+path log-prob, float32) with the root at index 0 (parent -1): the tree remote.decoding.tree_build's torch ops build, up to the order of equal scores (lower candidate
 index first here). `available(device)` says whether they can run. Under torch.compile each is an opaque op
 (`torch.library.triton_op`). `torch_top_k` is top_k in torch ops (the fallback, and tree_build's CPU path).
 """
@@ -60,7 +60,7 @@ if triton is not None:
         return tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits).to(tl.float32, bitcast=True)
 
     @triton.jit
-    def _tree_kernel(top_lp, top_ids, cand_parent, cand_rank, vindex, tokens, parents, depths, ancestors,
+    def _tree_kernel(top_lp, top_ids, cand_parent, cand_rank, vindex, tokens, parents, depths, ancestors, path_lp,
                      K, C, B, levels, n, CP: tl.constexpr, SP: tl.constexpr, NP: tl.constexpr, HP: tl.constexpr):
         neg = float("-inf")
         c = tl.arange(0, CP)                # the candidates, and the kept slots (CP >= C and CP >= B)
@@ -100,6 +100,7 @@ if triton is not None:
         pick = tl.gather(picks, slot, 0)
         token = tl.load(top_ids + depth * K + tl.gather(rank, pick, 0), mask=chosen, other=0)
         tl.store(tokens + s, token, mask=chosen)
+        tl.store(path_lp + s, _score(key), mask=chosen)
         tl.store(vindex + slot, s + 1, mask=chosen)
         tl.debug_barrier()
         above = tl.maximum(depth - 1, 0) * B + tl.gather(par, pick, 0)
@@ -190,18 +191,19 @@ def _launch(wrap, top_lp, top_ids, parent, rank, budget: int, levels: int, n: in
     as_long = dict(dtype=torch.long, device=device)
     vindex = torch.empty(levels * budget, **as_long)
     tokens, parents, depths = torch.empty(n, **as_long), torch.empty(n + 1, **as_long), torch.empty(n + 1, **as_long)
+    path_lp = torch.empty(n, dtype=torch.float32, device=device)
     ancestors = torch.empty(n + 1, levels + 1, **as_long)
     sp = _pow2(levels * budget)
-    wrap(_tree_kernel)[(1,)](top_lp, top_ids, parent, rank, vindex, tokens, parents, depths, ancestors,
+    wrap(_tree_kernel)[(1,)](top_lp, top_ids, parent, rank, vindex, tokens, parents, depths, ancestors, path_lp,
                              k, c, budget, levels, n, CP=_pow2(max(c, budget)), SP=sp, NP=_pow2(n + 1),
                              HP=_pow2(levels + 1), num_warps=num_warps or _warps(sp))
-    return tokens, parents, depths, ancestors
+    return tokens, parents, depths, ancestors, path_lp
 
 
 if triton is not None:
     @torch.library.triton_op("ddtree::best_first_tree", mutates_args=())
     def _op(top_lp: torch.Tensor, top_ids: torch.Tensor, parent: torch.Tensor, rank: torch.Tensor, budget: int,
-            levels: int, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+            levels: int, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         return _launch(torch.library.wrap_triton, top_lp, top_ids, parent, rank, budget, levels, n)
 
     @torch.library.triton_op("ddtree::top_k", mutates_args=())

@@ -1,0 +1,161 @@
+"""tree_budget=auto (remote.decoding.auto_budget): what a tree predicts of the trees up to its size, the choice
+under two measured cost models, losslessness through both decoders (CPU, float32), the runner's report of its
+choices and the orchestrator's knob."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from remote.decoding.auto_budget import AutoBudget, buckets, predictions
+from remote.decoding.graph import GraphDecoder, HybridGraphDecoder
+from remote.decoding.loop import generate_ar, generate_spec
+from remote.decoding.tree_build import best_first_tree
+from remote.timing import PhaseTimer
+from remote.runner import run
+from tests.runner_fixtures import prompts, tiny_pair, tiny_spec
+from tests.test_runner_e2e import _defined
+
+# Step costs (ms) per budget, as measured on one H200 (docs/PERFORMANCE.md): Qwen3.6-27B widths, where rows cost
+# (AR 23.1, DFlash's 16 rows 26.97, DDTree 32 27.3, DDTree 64 30.5; 7 and 127 extrapolated at 0.1 ms a row), and
+# the demo pair, where they hardly do (session 13: DDTree 15-255 steps 0.68, 0.69, 0.74, 0.81, 1.10).
+EXPENSIVE = {7: 26.2, 15: 26.97, 31: 27.3, 63: 30.5, 127: 36.9}
+FLAT = {7: 0.675, 15: 0.68, 31: 0.69, 63: 0.74, 127: 0.81}
+
+
+def drafts(confidence: float, depth: int = 15, vocab: int = 64, seed: int = 0) -> torch.Tensor:
+    """Draft logits [depth, vocab] whose top token has probability `confidence` at every depth, the rest of the
+    mass spread unevenly over the others (a synthetic drafter of controlled confidence)."""
+    g = torch.Generator().manual_seed(seed)
+    rest = torch.rand(depth, vocab - 1, generator=g) ** 3
+    probs = torch.cat([torch.full((depth, 1), confidence), (1 - confidence) * rest / rest.sum(1, keepdim=True)], 1)
+    return probs.log()
+
+
+def test_buckets_are_powers_of_two_minus_one():
+    assert buckets(127) == [7, 15, 31, 63, 127]
+    assert buckets(100) == [7, 15, 31, 63]
+    assert buckets(3) == [3]
+
+
+@pytest.mark.parametrize("confidence", [0.3, 0.7, 0.95])
+def test_a_tree_predicts_every_tree_up_to_its_own_size_exactly(confidence):
+    logits, sizes = drafts(confidence), buckets(255)
+    exact = {c: best_first_tree(logits, c).path_lp.exp().sum().item() for c in sizes}
+    for budget in sizes:
+        got = predictions(best_first_tree(logits, budget).path_lp, budget, sizes).tolist()
+        assert all(abs(g - 1000 * exact[c]) <= 2 if c <= budget else g == -1 for c, g in zip(sizes, got)), got
+
+
+def test_a_tree_holding_every_prefix_predicts_larger_trees_too():
+    logits = drafts(0.5, depth=2, vocab=4)          # 4 + 16 prefixes: a budget of 31 holds them all
+    got = predictions(best_first_tree(logits, 31).path_lp, 31, [7, 15, 31, 63])
+    assert got[-1] == got[-2] > got[0] > 0
+
+
+def _settle(costs: dict[int, float], logits: torch.Tensor, steps: int = 60) -> list[int]:
+    """The budgets auto picks, step after step, for drafts that are always `logits`, the cost model `costs`, and
+    steps that accept what their tree predicted (a calibrated drafter)."""
+    auto = AutoBudget(sorted(costs), cuda=False)
+    auto.costs = dict(costs)
+    chosen = []
+    for _ in range(steps):
+        budget = auto.pick()
+        expected = predictions(best_first_tree(logits, budget).path_lp, budget, auto.sizes).tolist()
+        accepted = round(expected[auto.sizes.index(budget)] / 1000)
+        auto.observe(budget, expected, accepted, accepted + 1)
+        chosen.append(budget)
+    return chosen[steps // 2:]
+
+
+def test_expensive_rows_make_smaller_trees_than_flat_costs():
+    """The acceptance's CPU check: for the same drafts, the cost model of Qwen3.6-27B widths makes auto choose
+    smaller trees than the demo pair's flat one, at every confidence, strictly at some."""
+    means = {}
+    for confidence in (0.5, 0.7, 0.85):
+        logits = drafts(confidence, seed=int(confidence * 100))
+        expensive, flat = _settle(EXPENSIVE, logits), _settle(FLAT, logits)
+        means[confidence] = (sum(expensive) / len(expensive), sum(flat) / len(flat))
+        assert means[confidence][0] <= means[confidence][1], means
+    assert any(e < f for e, f in means.values()), means
+
+
+def test_calibration_measures_every_bucket_before_choosing():
+    auto = AutoBudget([7, 15, 31], cuda=False, timed_steps=2)
+    launched = []
+    while auto.calibrating:
+        budget = auto.pick()
+        with auto.timing(budget):
+            launched.append(budget)
+    assert launched == [7, 7, 7, 15, 15, 15, 31, 31, 31]    # each bucket's first step (its capture) is not timed
+    assert sorted(auto.costs) == [7, 15, 31] and all(ms >= 0 for ms in auto.costs.values())
+
+
+def test_auto_is_lossless_through_both_decoders():
+    """Token for token AR's, through the eager loop and the graph decoder's steps (run eagerly), while the policy
+    calibrates (every bucket) and then chooses."""
+    model, drafter, target = tiny_pair("narrow", block_size=8)
+    decoder = GraphDecoder(model, drafter, drafter.target_layer_ids, graphs=False)
+    eager_auto, static_auto = AutoBudget(buckets(63), cuda=False), AutoBudget(buckets(63), cuda=False)
+    used = set()
+    for ids in prompts(model, 6, seed=4):
+        timer = PhaseTimer(ids.device)
+        ar = generate_ar(model, ids, 40, 0.0, None, set(), timer).tokens
+        eager = generate_spec(target, drafter, model, ids, 40, 0.0, None, set(), timer, "ddtree", 63, eager_auto)
+        static = decoder.generate_spec(ids, 40, set(), timer, "ddtree", 63, static_auto)
+        assert eager.tokens == ar and static.tokens == ar
+        for gen in (eager, static):
+            assert len(gen.budgets) == len(gen.predicted) == len(gen.accepted)
+            assert [s.nodes - 1 for s in gen.stats] == gen.budgets      # the tree verified is the one chosen
+            used.update(gen.budgets)
+    assert not eager_auto.calibrating and not static_auto.calibrating
+    assert used == {7, 15, 31, 63}
+
+
+def test_auto_is_lossless_on_a_hybrid_target():
+    from tests.test_hybrid_lossless import tiny_hybrid_pair
+
+    model, drafter, target = tiny_hybrid_pair("3to1")
+    decoder = HybridGraphDecoder(model, drafter, drafter.target_layer_ids, graphs=False)
+    auto = AutoBudget(buckets(31), cuda=False)
+    for ids in prompts(model, 4, seed=5):
+        timer = PhaseTimer(ids.device)
+        ar = generate_ar(model, ids, 32, 0.0, None, set(), timer).tokens
+        assert decoder.generate_spec(ids, 32, set(), timer, "ddtree", 31, auto).tokens == ar
+        assert generate_spec(target, drafter, model, ids, 32, 0.0, None, set(), timer, "ddtree", 31,
+                             AutoBudget(buckets(31), cuda=False)).tokens == ar
+
+
+def test_a_run_reports_its_choices_and_its_cost_model(tmp_path):
+    spec = tiny_spec("ddtree", decoding={"tree_budget": "auto", "tree_budget_max": 15, "warmup": 1,
+                                         "max_new_tokens": 24})
+    results = run(spec, str(tmp_path))
+    m = results["metrics"]
+    assert m["exact_match_vs_ar"] == 1.0
+    assert set(m) >= {"auto_cost_ms_7", "auto_cost_ms_15", "auto_budget_mean", "auto_predicted_accept_mean",
+                      "auto_accepted_mean", "auto_calibration"}
+    assert 7 <= m["auto_budget_mean"] <= 15
+    assert m["auto_budget_share_7"] + m["auto_budget_share_15"] == pytest.approx(1.0)
+    assert m["auto_accepted_mean"] == pytest.approx(m["tau"] - 1, abs=0.2)      # tau counts the bonus, capped
+    assert all(_defined(k, results["definitions"]) for k in m if k.startswith("auto_"))
+
+
+def test_the_orchestrator_sends_auto_names_it_and_dedupes_the_max():
+    from hydra import compose, initialize_config_dir
+
+    from orchestrator import dedupe, naming
+    from orchestrator.paths import CONF_DIR
+    from orchestrator.runspec import build_spec
+    from orchestrator.validate import validate
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        auto = compose(config_name="config", overrides=["tree_budget=auto", "tree_budget_max=63"])
+        fixed = compose(config_name="config", overrides=["tree_budget=31", "tree_budget_max=63"])
+    validate(auto)
+    spec = build_spec(auto, "r")
+    assert (spec.decoding.tree_budget, spec.decoding.tree_budget_max, spec.decoding.widest_budget) == ("auto", 63, 63)
+    assert naming.run_name(auto) == f"ddtree-bauto-{auto.model.name}"
+    # a fixed budget never reads tree_budget_max: a sweep over it is one job
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        other = compose(config_name="config", overrides=["tree_budget=31", "tree_budget_max=255"])
+    assert dedupe.as_read(build_spec(fixed, "a")) == dedupe.as_read(build_spec(other, "b"))
+    assert dedupe.as_read(build_spec(auto, "a"))["decoding"]["tree_budget_max"] == 63
