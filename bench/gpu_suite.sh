@@ -44,7 +44,7 @@ methods() {  # name seconds args...
 date +%T
 step tests 150 python3 -m pytest -q -p no:cacheprovider -k "cuda or phase_split or graphed or compiled_drafter" \
   tests/test_tree_kernel.py tests/test_attention_kernel.py tests/test_graph_decode.py tests/test_runner_syncs.py \
-  tests/test_runner_e2e.py
+  tests/test_runner_e2e.py tests/test_auto_budget.py
 step kernels 40 python3 bench/bench_kernels.py --preset demo-qwen3 --caps 1024 --kinds attention,norm,select \
   --out "$OUT/kernels.json"
 step tree 120 python3 bench/bench_kernels.py --kinds tree,gdn --budgets 31,63,127 --out "$OUT/tree.json"
@@ -52,6 +52,9 @@ methods q3_graph 90 $Q3 --temperatures 0 --num-prompts 6 --budgets 32,64,128 --s
 methods q3_graph24 90 $Q3 --temperatures 0 --num-prompts 24 --budgets 31,63 --ar-again
 methods q3_compile 150 $Q3 --temperatures 0 --num-prompts 6 --budgets 128,64 --compile --ar-again
 methods q35 150 $Q35 --temperatures 0 --num-prompts 24 --budgets 31,32 --phase-kernels
+# tree_budget=auto beside every fixed budget (issue 27's acceptance: >= 97% of the best, above the median)
+methods q3_auto 150 $Q3 --temperatures 0 --num-prompts 24 --budgets 15,31,63,127,255,auto,auto63
+methods q35_auto 200 $Q35 --temperatures 0 --num-prompts 24 --budgets 15,31,63,127,255,auto,auto63
 methods q8b 75 --random "$Q8" --dataset builtin --num-prompts 2 --max-new-tokens 48 --budgets 64 --temperatures 0 \
   --random-drafter '{"num_hidden_layers":5,"block_size":16}' --stock-generate --ar-again
 step verify_27b 90 python3 bench/bench_verify.py --preset qwen3.6-27b --layers 16 --ar-tokens 8 \

@@ -84,7 +84,7 @@ class Run:
         self.prompts = load_prompts(spec.dataset)
         self.inputs = encode(self.tokenizer, self.prompts, spec.dataset)
         self.target = build_target(self.model, self.drafter.target_layer_ids) if self.drafter else None
-        why_not = graph_support(self.model, self.drafter, self.device, spec.decoding.temperature) \
+        why_not = graph_support(self.model, self.drafter, self.device) \
             if spec.decoding.cuda_graphs else "cuda_graphs=false"
         self.graphed = None if why_not else graph_decoder(
             self.model, self.drafter, self.drafter.target_layer_ids if self.drafter else None,
@@ -114,13 +114,12 @@ class Run:
         """Prompt `index` decoded by `method`; `path` hears the facts of the path it took (before and after: a
         capture or compile that fails mid-generation changes them)."""
         timer = PhaseTimer(self.device)
-        generator = make_generator(self.model.get_output_embeddings().weight.device, self.spec.seed + index)
         ids, max_new = self.inputs[index], max_new or self.spec.decoding.max_new_tokens
         if path is not None:
             path.add(self.path_facts(method))
         # transformers sends its hybrid layers to fla whenever it is installed, also for CPU tensors
         with torch_gdn_path() if self.device.type == "cpu" else contextlib.nullcontext(), self._current_device():
-            gen = self._generate(method, ids, max_new, generator, timer)
+            gen = self._generate(method, ids, max_new, self.spec.seed + index, timer)
         gen.times_ms = timer.totals_ms()
         if path is not None:
             path.add(self.path_facts(method))
@@ -155,13 +154,15 @@ class Run:
         out = output_device(self.model)
         return torch.cuda.device(out) if out.type == "cuda" else contextlib.nullcontext()
 
-    def _generate(self, method, ids, max_new, generator, timer) -> Generation:
+    def _generate(self, method, ids, max_new, seed: int, timer) -> Generation:
+        """One generation; at temperature > 0 sampled from `seed` (the run's seed + the prompt's index)."""
         d = self.spec.decoding
         if self.graphed and method == "ar":
-            return self.graphed.generate_ar(ids, max_new, self.stop_ids, timer)
+            return self.graphed.generate_ar(ids, max_new, self.stop_ids, timer, d.temperature, seed)
         if self.graphed:
             return self.graphed.generate_spec(ids, max_new, self.stop_ids, timer, method, d.widest_budget,
-                                              self.auto)
+                                              self.auto, d.temperature, seed)
+        generator = make_generator(self.model.get_output_embeddings().weight.device, seed)
         with eager_attention(self.device):
             if method == "ar":
                 return generate_ar(self.model, ids, max_new, d.temperature, generator, self.stop_ids, timer)

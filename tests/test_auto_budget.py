@@ -111,6 +111,23 @@ def test_auto_is_lossless_through_both_decoders():
     assert used == {7, 15, 31, 63}
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+def test_cuda_graphed_auto_replays_the_eager_tokens():
+    """On CUDA every bucket is captured as its own step, timed by events, and replayed: the tokens stay AR's."""
+    model, drafter, _ = tiny_pair("narrow", block_size=8)
+    model, drafter = model.cuda(), drafter.cuda()
+    decoder = GraphDecoder(model, drafter, drafter.target_layer_ids)
+    auto = AutoBudget(buckets(31), cuda=True)
+    for ids in prompts(model, 6, seed=6):
+        ids = ids.cuda()
+        timer = PhaseTimer(ids.device)
+        ar = decoder.generate_ar(ids, 40, set(), timer).tokens
+        assert decoder.generate_spec(ids, 40, set(), timer, "ddtree", 31, auto).tokens == ar
+    assert decoder.graphs, decoder.fallback
+    assert not auto.calibrating and all(ms > 0 for ms in auto.costs.values())
+    assert {("spec", "ddtree", b, (7, 15, 31)) for b in (7, 15, 31)} <= set(decoder._graphs)
+
+
 def test_auto_is_lossless_on_a_hybrid_target():
     from tests.test_hybrid_lossless import tiny_hybrid_pair
 

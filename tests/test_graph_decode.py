@@ -15,12 +15,15 @@ from tests.runner_fixtures import prompts, tiny_drafter, tiny_model, tiny_pair
 METHODS = [("dflash", 0), ("ddtree", 1), ("ddtree", 8), ("ddtree", 64)]
 
 
-def _both(decoder, target, drafter, model, ids, max_new, stop, method, budget):
+def _both(decoder, target, drafter, model, ids, max_new, stop, method, budget, temperature=0.0, seed=0):
+    """The eager loop's generation and the decoder's, sampled at `temperature` from `seed` alike."""
     timer = PhaseTimer(ids.device)
+    rng = torch.Generator(device=ids.device).manual_seed(seed)
     if method == "ar":
-        return generate_ar(model, ids, max_new, 0.0, None, stop, timer), decoder.generate_ar(ids, max_new, stop, timer)
-    return (generate_spec(target, drafter, model, ids, max_new, 0.0, None, stop, timer, method, budget),
-            decoder.generate_spec(ids, max_new, stop, timer, method, budget))
+        return (generate_ar(model, ids, max_new, temperature, rng, stop, timer),
+                decoder.generate_ar(ids, max_new, stop, timer, temperature, seed))
+    return (generate_spec(target, drafter, model, ids, max_new, temperature, rng, stop, timer, method, budget),
+            decoder.generate_spec(ids, max_new, stop, timer, method, budget, temperature=temperature, seed=seed))
 
 
 @pytest.mark.parametrize("shape", ["narrow", "wide"])
@@ -35,6 +38,22 @@ def test_static_steps_equal_the_eager_loop(shape):
             assert static.accepted == eager.accepted, (method, budget)
             deepest = max([deepest] + static.accepted)
     assert deepest >= 2          # multi-token acceptance, so compaction and padded drafter context were exercised
+
+
+@pytest.mark.parametrize("shape", ["narrow", "wide"])
+def test_sampled_static_steps_equal_the_eager_loop(shape):
+    """At temperature 1 the decoder's steps draw the eager loop's numbers in its order: the same samples, token for
+    token, so its distribution is the loop's (tests/test_runner_sampling.py: the loop's is AR's)."""
+    model, drafter, target = tiny_pair(shape, block_size=8)
+    decoder = GraphDecoder(model, drafter, drafter.target_layer_ids, graphs=False)
+    differ = 0
+    for seed, ids in enumerate(prompts(model, 4, seed=7)):
+        greedy = _both(decoder, target, drafter, model, ids, 24, set(), "ar", 0)[0].tokens
+        for method, budget in [("ar", 0)] + METHODS:
+            eager, static = _both(decoder, target, drafter, model, ids, 24, set(), method, budget, 1.0, seed)
+            assert static.tokens == eager.tokens and static.accepted == eager.accepted, (method, budget)
+            differ += static.tokens != greedy
+    assert differ                 # sampling happened: some generations left the greedy path
 
 
 def test_stop_id_and_cache_growth():
@@ -116,11 +135,10 @@ def test_decode_time_ends_with_the_last_token_step(method):
 def test_support_names_what_keeps_a_run_eager():
     model = tiny_model("narrow")
     drafter = tiny_drafter(model)
-    assert graph_support(model, drafter, torch.device("cpu"), 0.0) == "not on CUDA"
-    assert graph_support(model, drafter, torch.device("cuda"), 1.0).startswith("temperature")
-    assert graph_support(model, drafter, torch.device("cuda"), 0.0) is None
+    assert graph_support(model, drafter, torch.device("cpu")) == "not on CUDA"
+    assert graph_support(model, drafter, torch.device("cuda")) is None
     drafter.layers[0].self_attn.is_causal = True
-    assert "drafter" in graph_support(model, drafter, torch.device("cuda"), 0.0)
+    assert "drafter" in graph_support(model, drafter, torch.device("cuda"))
 
 
 def test_hybrid_support_follows_the_supported_transformers_range(monkeypatch):
@@ -129,25 +147,28 @@ def test_hybrid_support_follows_the_supported_transformers_range(monkeypatch):
     from tests.test_hybrid_lossless import tiny_hybrid_pair
 
     model = tiny_hybrid_pair("3to1")[0]
-    assert graph_support(model, None, torch.device("cuda"), 0.0) is None
+    assert graph_support(model, None, torch.device("cuda")) is None
     monkeypatch.setattr(transformers, "__version__", "5.1.0")
-    assert "HybridTarget supports transformers" in graph_support(model, None, torch.device("cuda"), 0.0)
+    assert "HybridTarget supports transformers" in graph_support(model, None, torch.device("cuda"))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
 @pytest.mark.parametrize("method,budget", [("ar", 0), ("dflash", 0), ("ddtree", 32)])
-def test_cuda_graph_replays_equal_eager_steps(method, budget):
+def test_cuda_graph_replays_equal_eager_steps(method, budget, temperature):
+    """Greedy and sampled: a replayed step draws what the eager step draws (the default generator's offset
+    advances by the captured step's draws at every replay)."""
     model, drafter, _ = tiny_pair("wide", block_size=8)
     model, drafter = model.cuda(), drafter.cuda()
     eager = GraphDecoder(model, drafter, drafter.target_layer_ids, graphs=False)
     graphed = GraphDecoder(model, drafter, drafter.target_layer_ids, graphs=True)
-    for ids in prompts(model, 4, seed=4):
+    for seed, ids in enumerate(prompts(model, 4, seed=4)):
         ids = ids.cuda()
         timer = PhaseTimer(ids.device)
-        run = (lambda d: d.generate_ar(ids, 48, set(), timer)) if method == "ar" else \
-            (lambda d: d.generate_spec(ids, 48, set(), timer, method, budget))
-        assert run(graphed).tokens == run(eager).tokens
-    assert graphed._graphs, "nothing was captured"
+        run = (lambda d: d.generate_ar(ids, 48, set(), timer, temperature, seed)) if method == "ar" else \
+            (lambda d: d.generate_spec(ids, 48, set(), timer, method, budget, temperature=temperature, seed=seed))
+        assert run(graphed).tokens == run(eager).tokens, seed
+    assert graphed._graphs and graphed.graphs, graphed.fallback
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
@@ -250,6 +271,13 @@ def test_hybrid_speculative_steps_equal_the_eager_loop(shape):
             deepest[method, budget] = max([deepest.get((method, budget), 0)] + static.accepted)
     # paths are padded to the tree height with no-op steps; deep trees moved K/V rows and installed mid-tree states
     assert deepest["dflash", 0] >= 1 and deepest["ddtree", 256] >= 2, deepest
+
+    # sampled (temperature 1), the steps draw the loop's numbers in its order too
+    for seed, length in enumerate((3, 6)):
+        ids = torch.randint(0, model.config.vocab_size - 1, (1, length), generator=g)
+        for method, budget in [("dflash", 0), ("ddtree", 8)]:
+            eager, static = _both(decoder, target, drafter, model, ids, 24, set(), method, budget, 1.0, seed)
+            assert (static.tokens, static.accepted) == (eager.tokens, eager.accepted), ("T=1", method, budget)
 
 
 @pytest.mark.parametrize("shape", ["3to1", "1to1"])

@@ -3,19 +3,21 @@
 Why: on small and mid-size targets a step is bound by host work (Python and hundreds of kernel launches per
 forward: ~460 top-level ops per AR token of the 6-layer demo target, ~1000 per DDTree step), not by the GPU.
 Here a step is a function of device state only: preallocated caches (remote.models.static_cache), the committed length,
-root token and drafter context as device tensors. AR's step is one forward and an argmax; a speculative step is
+root token and drafter context as device tensors. AR's step is one forward and a token choice; a speculative step is
 draft, tree build, verify, walk and commit (the same functions as remote.decoding.loop). Each shape is captured once and
 replayed: one launch and one host read per step (the accepted tokens), and the next step is queued before that read
 (AR reads its token one step late; a speculative step's read is copied out behind it, `_Reads`), so the GPU does
 not wait for the host in between.
 
 Contract: `GraphDecoder(model, drafter, target_layer_ids, graphs)` has `generate_ar` / `generate_spec` with the
-results of remote.decoding.loop's at temperature 0 (argmax; sampling stays on the eager loop). With `graphs=False` the
-same step functions run eagerly (the CPU tests compare them token for token with remote.decoding.loop). The prompt's
-drafter context is absorbed during the prefill, so every step has the captured shape; a shape's first step runs
-eagerly: it is the warm-up before the capture. Caches grow (and captured graphs are dropped) when a generation
-needs more rows. `graph_support` says why a run cannot use it (None when it can): CUDA, one device, temperature
-0, bidirectional drafter, a hybrid target only on the transformers versions HybridTarget supports; a step that
+results of remote.decoding.loop's, at temperature 0 and, from the same seed, at temperature > 0: a sampled step
+draws its uniforms inside the step (remote.decoding.sampling; on CUDA from the default generator, which each replay
+advances), so it is captured like a greedy one. With `graphs=False` the same step functions run eagerly (the CPU
+tests compare them token for token with remote.decoding.loop). The prompt's drafter context is absorbed during the
+prefill, so every step has the captured shape; a shape's first step runs eagerly: it is the warm-up before the
+capture. Caches grow (and captured graphs are dropped) when a generation needs more rows. `graph_support` says why
+a run cannot use it (None when it can): CUDA, one device, bidirectional drafter, a hybrid target only on the
+transformers versions HybridTarget supports; a step that
 fails to capture turns graphs off for the rest of the run (`fallback`). Timer phases: ttft and decode only (a
 replayed step has no inner boundaries).
 
@@ -24,7 +26,9 @@ with `compiled=True` each step is also torch.compile'd first (inductor fuses the
 (the runner's default) only the draft (half the drafter's kernels, the target as AR runs it); a compile failure
 falls back to the plain step and `compile_failed` says why. Hybrid targets get `HybridGraphDecoder`: the same
 steps through HybridTarget's layer loop on reserved state (a tree's GDN recurrence is one kernel call per layer,
-with no host value: remote.models.gdn).
+with no host value: remote.models.gdn). tree_budget=auto: each candidate budget is a captured step of its own,
+and the host picks the graph of each step it queues (remote.decoding.auto_budget); the predictions it picks from
+ride in the step's read.
 """
 from __future__ import annotations
 
@@ -46,15 +50,14 @@ from ..timing import PhaseTimer
 from ..tree import Ancestry
 from .auto_budget import MAX_BUCKETS, AutoBudget, predictions
 from .loop import STATS_SIZE, Generation, accept, draft, read_step, to_host
+from .sampling import sample
 from .tree_build import argmax_chain, best_first_tree
 
 
-def graph_support(model, drafter: DFlashDrafter | None, device: torch.device, temperature: float) -> str | None:
+def graph_support(model, drafter: DFlashDrafter | None, device: torch.device) -> str | None:
     """None if `GraphDecoder` can run this pair, else why not."""
     if device.type != "cuda":
         return "not on CUDA"
-    if temperature > 0:
-        return "temperature > 0 samples on the eager loop"
     if len(devices(model)) > 1:
         return "target split over devices"
     if any("sliding" in str(kind) for kind in getattr(model.config, "layer_types", None) or []):
@@ -108,6 +111,7 @@ class GraphDecoder:
         self.root = torch.zeros(1, **as_long)            # the last committed token, not yet run through the target
         self.count = torch.zeros((), **as_long)          # AR: tokens decoded after the first
         self.context_rows = torch.zeros((), **as_long)   # speculative: real rows of `context`
+        self.temperature, self.rng = 0.0, None           # this generation's sampling (`_sampling`)
 
     def _targets(self, target_layer_ids: list[int] | None) -> None:
         # their forwards (logits, and drafter features for `featured`) run on this decoder's static cache
@@ -205,11 +209,27 @@ class GraphDecoder:
             out = step()
         return graph, out
 
+    def _sampling(self, temperature: float, seed: int) -> None:
+        """Sample this generation at `temperature` from `seed`: on CUDA from the device's default generator (the
+        one a captured graph advances at every replay), elsewhere from a generator of its own; as remote.decoding.loop
+        draws from a generator seeded so, the same numbers in the same order."""
+        self.temperature = temperature
+        if temperature > 0 and self.device.type == "cuda":
+            with torch.cuda.device(self.device):
+                torch.cuda.manual_seed(seed)
+            self.rng = None
+        elif temperature > 0:
+            self.rng = torch.Generator(device=self.device).manual_seed(seed)
+
+    def _choose(self, logits: torch.Tensor) -> torch.Tensor:
+        """The target's token for each row of `logits` [N, V] (remote.decoding.sampling)."""
+        return sample(logits, self.temperature, self.rng)
+
     def _prefill(self, input_ids: torch.Tensor, featured: bool = False):
         """Run the prompt; `featured`: with the drafter's features (speculative methods)."""
         verified = self._run_prompt(input_ids, featured)
         self.start.fill_(input_ids.shape[1])
-        self.root.copy_(verified.logits[-1:].argmax(dim=-1))
+        self.root.copy_(self._choose(verified.logits[-1:]))
         return verified
 
     def _run_prompt(self, input_ids: torch.Tensor, featured: bool):
@@ -220,9 +240,11 @@ class GraphDecoder:
         return target.forward(input_ids.to(self.device), rows[None], causal, last_only=True)
 
     @torch.inference_mode()
-    def generate_ar(self, input_ids: torch.Tensor, max_new: int, stop_ids: set[int], timer: PhaseTimer) -> Generation:
+    def generate_ar(self, input_ids: torch.Tensor, max_new: int, stop_ids: set[int], timer: PhaseTimer,
+                    temperature: float = 0.0, seed: int = 0) -> Generation:
         gen = Generation(prompt_len=input_ids.shape[1])
         self.reserve(input_ids.shape[1], max_new, "ar", 0)
+        self._sampling(temperature, seed)
         with timer.phase("ttft"):
             self._prefill(input_ids)
             done = gen.extend(to_host(self.root), max_new, stop_ids)
@@ -232,7 +254,7 @@ class GraphDecoder:
             while not done:
                 queued = None
                 if len(gen.tokens) + (unread is not None) < max_new:
-                    self._replay(("ar",), lambda: self._ar_step())
+                    self._replay(("ar", self.temperature), lambda: self._ar_step())
                     queued = timer.mark()
                 if unread is not None:
                     index = len(gen.tokens) - 1          # history[i] is the token after gen.tokens[i]
@@ -249,8 +271,8 @@ class GraphDecoder:
         return self._advance(out.logits[0, -1:])
 
     def _advance(self, logits: torch.Tensor) -> torch.Tensor:
-        """AR bookkeeping after a token's logits [1, V]: its argmax is the next root and goes into `history`."""
-        self.root.copy_(logits.argmax(dim=-1))
+        """AR bookkeeping after a token's logits [1, V]: the token chosen is the next root and goes into `history`."""
+        self.root.copy_(self._choose(logits))
         self.history.index_copy_(0, self.count.view(1), self.root)
         self.count.add_(1)
         self.start.add_(1)
@@ -276,7 +298,7 @@ class GraphDecoder:
         if until == "tree_build":
             return tree.ancestors
         verified, commit = self._verify(tree, nodes)
-        samples = verified.logits.argmax(dim=-1)
+        samples = self._choose(verified.logits)
         if until == "verify":
             return samples
         path, bonus, length, read = accept(tree, nodes, samples, logits)      # read: tokens, then StepStats
@@ -308,9 +330,11 @@ class GraphDecoder:
 
     @torch.inference_mode()
     def generate_spec(self, input_ids: torch.Tensor, max_new: int, stop_ids: set[int], timer: PhaseTimer,
-                      method: str, budget: int, auto: AutoBudget | None = None) -> Generation:
+                      method: str, budget: int, auto: AutoBudget | None = None, temperature: float = 0.0,
+                      seed: int = 0) -> Generation:
         """With `auto`, each step's budget is its choice among its buckets, each bucket a step of its own."""
         gen = Generation(prompt_len=input_ids.shape[1])
+        self._sampling(temperature, seed)
         sizes = tuple(auto.sizes) if auto else ()
         budget = max(sizes) if auto else budget
         width, height = self._width(method, budget), self.drafter.block_size   # height: most tokens a step emits
@@ -329,7 +353,7 @@ class GraphDecoder:
                         raise RuntimeError(f"static cache of {self.capacity} rows is full at {length}")
                     size = auto.pick() if auto else budget
                     with auto.timing(size) if auto else nullcontext():
-                        out = self._replay(("spec", method, size, sizes), lambda: self._spec_step(
+                        out = self._replay(("spec", method, size, sizes, self.temperature), lambda: self._spec_step(
                             self.context, self.context_rows, method, size, sizes=sizes))
                     self._reads.put(out, timer)
                     queued.append(size)

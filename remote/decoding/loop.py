@@ -8,7 +8,8 @@ The speculative loop only talks to a `Target` (remote.models.target), so the sam
 hybrid targets. One verify step:
 
     draft   : drafter block [root, MASK x (B-1)] -> per-position logits [B-1, V]
-    build   : dflash -> argmax chain of B-1 nodes; ddtree -> best-first tree of <= budget nodes
+    build   : dflash -> argmax chain of B-1 nodes; ddtree -> best-first tree of <= budget nodes (tree_budget=auto:
+              a budget chosen per step, remote.decoding.auto_budget)
     verify  : one target forward over [root] + nodes -> logits [N, V], features [N, F]
     walk    : acceptance (see `walk`)
     commit  : keep the accepted path's KV; its features become the drafter's next context
