@@ -20,11 +20,12 @@ HOST, GPU, MODEL = "gpu-node-17.cluster.example.org", "NVIDIA H200", "demo-qwen3
 
 @pytest.fixture
 def rows(tmp_path):
-    """A sweep's children as the orchestrator logs them: ar, dflash, ddtree at five budgets, two seeds, a skip."""
+    """A sweep's children as the orchestrator logs them: ar, dflash, ddtree at five budgets and auto, two seeds, a
+    skip."""
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     exp = client.create_experiment("cmp", artifact_location=(tmp_path / "art").as_uri())
     rng = random.Random(0)
-    jobs = [("ar", 63), ("dflash", 63), *(("ddtree", b) for b in (8, 16, 32, 63, 128))]
+    jobs = [("ar", 63), ("dflash", 63), *(("ddtree", b) for b in (8, 16, 32, 63, 128, "auto"))]
     for (method, budget), seed in itertools.product(jobs, (0, 1)):
         name = {"ar": "ar", "dflash": "dflash-bs16", "ddtree": f"ddtree-b{budget}"}[method] + f"-{MODEL} seed={seed}"
         run = client.create_run(exp, run_name=name, tags={"host": HOST, "gpu": GPU, "run_id_local": name})
@@ -50,7 +51,7 @@ def rows(tmp_path):
 
 def test_the_terminal_table_fits_80_columns_with_nothing_cut(rows):
     console = Console(width=80, record=True)
-    console.print(compare.render_table(rows, "sweep: 15 jobs"))
+    console.print(compare.render_table(rows, "sweep: 17 jobs"))
     text = console.export_text()
     assert max(len(line) for line in text.splitlines()) <= 80
     assert "…" not in text
@@ -74,7 +75,7 @@ def test_the_terminal_table_fits_80_columns_with_nothing_cut(rows):
 def test_summary_csv_has_host_gpu_and_the_skipped_duplicate(rows, tmp_path):
     with open(compare.write_csv(rows, tmp_path / "summary.csv")) as f:
         written = list(csv.DictReader(f))
-    assert len(written) == len(rows) == 15
+    assert len(written) == len(rows) == 17
     assert {r["host"] for r in written} == {HOST} and {r["gpu"] for r in written} == {GPU}
     (dup,) = [r for r in written if r["status"] == "SKIPPED"]
     assert dup["duplicate_of"] in {r["run_id"] for r in written if r["run"] == "ar-demo-qwen3 seed=0"}
@@ -87,11 +88,13 @@ def test_plot_titles_speedup_line_and_pareto_labels(rows, tmp_path):
     (ax,) = speedup.axes
     assert context in ax.get_title()
     assert any(list(line.get_ydata()) == [1.0, 1.0] for line in ax.get_lines())   # speedup = 1: AR
+    (auto,) = [line for line in ax.get_lines() if line.get_label() == "ddtree auto"]  # flat, across the budgets
+    assert list(auto.get_xdata()) == [8, 128] and len(set(auto.get_ydata())) == 1
     pareto = compare.pareto_figure(rows)
     (ax,) = pareto.axes
     assert context in ax.get_title()
     labels = [t.get_text() for t in ax.texts]
-    for budget in (8, 16, 32, 63, 128):
+    for budget in (8, 16, 32, 63, 128, "auto"):
         assert labels.count(f"b={budget}") == 2   # each ddtree run labelled with its budget
     done = [(r["tau"], r["tokens_per_s"]) for r in rows if r["status"] == "FINISHED"]
     front = compare.pareto_front(done)

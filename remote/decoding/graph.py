@@ -359,7 +359,10 @@ class GraphDecoder:
                     queued.append(size)
                 read, ended = self._reads.take()
                 tokens, stats, expected = read_step(read, len(sizes))
-                done = gen.extend_step(tokens, max_new, stop_ids, stats, auto, queued.pop(0), expected)
+                done = gen.extend_step(tokens, max_new, stop_ids, stats)
+                size = queued.pop(0)
+                if auto:
+                    gen.chose(auto, size, expected)
                 length += len(tokens)
                 span.end = ended if done else None   # a step queued after a stop token runs out unread, untimed
         self._reads.clear()

@@ -78,22 +78,23 @@ class Generation:
                 return True
         return False
 
-    def extend_step(self, new: list[int], max_new: int, stop_ids: set[int], stats: StepStats | None = None,
-                    auto: AutoBudget | None = None, budget: int = 0, predicted: list[int] = ()) -> bool:
+    def extend_step(self, new: list[int], max_new: int, stop_ids: set[int], stats: StepStats | None = None) -> bool:
         """`extend` with one verify step's tokens (accepted drafts, then the bonus), recording its acceptance (and
-        its `stats`, when the decoder read them); with `auto`, the step's `budget` and `predicted` (its
-        remote.decoding.auto_budget.predictions) go to the policy and to the generation."""
+        its `stats`, when the decoder read them)."""
         before = len(self.tokens)
         done = self.extend(new, max_new, stop_ids)
         self.accepted.append(len(new) - 1)
         self.committed.append(len(self.tokens) - before)
         if stats is not None:
             self.stats.append(stats)
-        if auto is not None:
-            auto.observe(budget, list(predicted), len(new) - 1, self.committed[-1])
-            self.budgets.append(budget)
-            self.predicted.append(predicted[auto.sizes.index(budget)] / 1000)
         return done
+
+    def chose(self, auto: AutoBudget, budget: int, predicted: list[int]) -> None:
+        """tree_budget=auto: the last step's `budget` and its `predicted` (remote.decoding.auto_budget.predictions)
+        go to the policy, with what the step accepted and committed, and to this generation."""
+        auto.observe(budget, predicted, self.accepted[-1], self.committed[-1])
+        self.budgets.append(budget)
+        self.predicted.append(predicted[auto.sizes.index(budget)] / 1000)
 
 
 def to_host(t: torch.Tensor) -> list[int]:
@@ -223,9 +224,9 @@ def walk(tree: Ancestry, nodes: torch.Tensor, samples: torch.Tensor,
     if draft_logits is None:
         tokens = accepted_tokens(to_host(read), tree.height)
         return Accepted(path=path[:len(tokens)], bonus=bonus, tokens=tokens, stats=None)
-    count = 0 if extra is None else extra.shape[0]
-    tokens, stats, rest = read_step(to_host(read if extra is None else torch.cat([read, extra.to(read.device)])),
-                                    count)
+    if extra is not None:
+        read = torch.cat([read, extra.to(read.device)])
+    tokens, stats, rest = read_step(to_host(read), 0 if extra is None else extra.shape[0])
     return Accepted(path=path[:len(tokens)], bonus=bonus, tokens=tokens, stats=stats, extra=rest)
 
 
@@ -261,5 +262,7 @@ def generate_spec(target: Target, drafter: DFlashDrafter, model, input_ids: torc
                     path = step.path.to(verified.features.device)
                     context = verified.features.index_select(0, path)[None].to(output_device(model))  # [1, L, F]
                     root = step.bonus
-            done = gen.extend_step(step.tokens, max_new, stop_ids, step.stats, auto, size, step.extra)
+            done = gen.extend_step(step.tokens, max_new, stop_ids, step.stats)
+            if auto:
+                gen.chose(auto, size, step.extra)
     return gen
