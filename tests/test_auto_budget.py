@@ -125,7 +125,7 @@ def test_cuda_graphed_auto_replays_the_eager_tokens():
         assert decoder.generate_spec(ids, 40, set(), timer, "ddtree", 31, auto).tokens == ar
     assert decoder.graphs, decoder.fallback
     assert not auto.calibrating and all(ms > 0 for ms in auto.costs.values())
-    assert {("spec", "ddtree", b, (7, 15, 31)) for b in (7, 15, 31)} <= set(decoder._graphs)
+    assert {("spec", "ddtree", b, (7, 15, 31), 0.0) for b in (7, 15, 31)} <= set(decoder._graphs)
 
 
 def test_auto_is_lossless_on_a_hybrid_target():
