@@ -26,11 +26,13 @@ budget does.
 """
 from __future__ import annotations
 
+import itertools
 import statistics
-import time
 from contextlib import contextmanager
 
 import torch
+
+from ..timing import PhaseTimer
 
 TIMED_STEPS = 3          # timed steps per bucket for the cost model (after each bucket's first, which captures it)
 EXPLORE_AFTER = 32       # steps without one of the next size up before one is taken
@@ -61,6 +63,7 @@ class AutoBudget:
 
     def __init__(self, sizes: list[int], cuda: bool, timed_steps: int = TIMED_STEPS):
         self.sizes, self.cuda, self.timed_steps = list(sizes), cuda, timed_steps
+        self._clock = PhaseTimer(torch.device("cuda" if cuda else "cpu"))   # its marks: events on CUDA
         self.costs: dict[int, float] | None = None         # ms a step, per budget, once measured
         self._launched = dict.fromkeys(self.sizes, 0)     # steps launched per budget while calibrating
         self._marks: dict[int, list] = {b: [] for b in self.sizes}
@@ -102,10 +105,10 @@ class AutoBudget:
         timed = self.costs is None and 1 <= self._launched.get(budget, 0) <= self.timed_steps
         if budget in self._launched:
             self._launched[budget] += 1
-        start = self._mark() if timed else None
+        start = self._clock.mark() if timed else None
         yield
         if timed:
-            self._marks[budget].append((start, self._mark()))
+            self._marks[budget].append((start, self._clock.mark()))
             if all(len(marks) == self.timed_steps for marks in self._marks.values()):
                 self._measure()
 
@@ -113,25 +116,17 @@ class AutoBudget:
         """One step read back: its budget, its `predictions` (thousandths), drafted tokens accepted, committed."""
         self._latest = [p / 1000 if p >= 0 else -1.0 for p in predicted]
         known = [j for j, e in enumerate(self._latest) if e >= 0]
-        for j in known:
-            for i in known[:j]:
-                if self._latest[i] > 0:
-                    seen = self._latest[j] / self._latest[i]
-                    old = self._ratio.get((i, j))
-                    self._ratio[i, j] = seen if old is None else old + RATIO_WEIGHT * (seen - old)
+        for i, j in itertools.combinations(known, 2):
+            if self._latest[i] > 0:
+                seen = self._latest[j] / self._latest[i]
+                old = self._ratio.get((i, j))
+                self._ratio[i, j] = seen if old is None else old + RATIO_WEIGHT * (seen - old)
         self._stale = [0 if j <= known[-1] else n + 1 for j, n in enumerate(self._stale)]
         self._predicted += self._latest[self.sizes.index(budget)]
         self._accepted += accepted
         if self.costs is not None:
             self._tokens += committed
             self._time += self.costs[budget]
-
-    def _mark(self):
-        if self.cuda:
-            event = torch.cuda.Event(enable_timing=True)
-            event.record()
-            return event
-        return time.perf_counter()
 
     def _measure(self) -> None:
         """The cost model from the timed steps, once the last is launched (one synchronisation a run)."""
