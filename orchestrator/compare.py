@@ -233,7 +233,9 @@ def budget_figure(rows: list[dict], metric: str, label: str):
     budgets = sorted({r["tree_budget"] for r in done if _fixed_budget(r)})
     # the flat lines span the budgets swept (one budget: an octave either side of it, or they would not show)
     span = [budgets[0], budgets[-1]] if len(budgets) > 1 else [budgets[0] / 2, budgets[0] * 2] if budgets else [1, 2]
-    series = lambda r: r["method"] if r["method"] != "ddtree" or _fixed_budget(r) else "ddtree auto"  # noqa: E731
+    def series(r: dict) -> str:       # ddtree auto (or bench's auto<max>) is a line of its own
+        return r["method"] if r["method"] != "ddtree" or _fixed_budget(r) else f"ddtree {r['tree_budget']}"
+
     for method in sorted({series(r) for r in done}):
         pts = sorted((r["tree_budget"] if _fixed_budget(r) else 0, r[metric]) for r in done
                      if series(r) == method and r.get(metric) is not None)
