@@ -27,8 +27,8 @@ def build_spec(cfg: DictConfig, run_id: str) -> RunSpec:
         block_size=d.get("block_size"),
     )
     decoding = DecodingSpec(
-        method=cfg.method.name, tree_budget=cfg.tree_budget, tree_budget_max=cfg.get("tree_budget_max", 127),
-        max_new_tokens=cfg.max_new_tokens,
+        method=cfg.method.name, tree_budget=cfg.tree_budget,
+        tree_budget_max=cfg.get("tree_budget_max", DecodingSpec.tree_budget_max), max_new_tokens=cfg.max_new_tokens,
         temperature=float(cfg.temperature), baseline=cfg.baseline, warmup=cfg.warmup,
         repeats=cfg.get("repeats", 1),
         cuda_graphs=bool(cfg.get("cuda_graphs", True)), compile_steps=bool(cfg.get("compile_steps", False)),

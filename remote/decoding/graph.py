@@ -360,9 +360,9 @@ class GraphDecoder:
                 read, ended = self._reads.take()
                 tokens, stats, expected = read_step(read, len(sizes))
                 done = gen.extend_step(tokens, max_new, stop_ids, stats)
-                size = queued.pop(0)
+                read_size = queued.pop(0)          # the budget of the step just read (the oldest queued)
                 if auto:
-                    gen.chose(auto, size, expected)
+                    gen.chose(auto, read_size, expected)
                 length += len(tokens)
                 span.end = ended if done else None   # a step queued after a stop token runs out unread, untimed
         self._reads.clear()
