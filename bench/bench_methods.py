@@ -36,6 +36,7 @@ import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile, record_function  # noqa: E402
 
 import remote.runner  # noqa: E402
+from bench_profile import copy_bandwidth  # noqa: E402
 from bench_verify import save_profile  # noqa: E402
 from orchestrator.compare import render_table, summarize  # noqa: E402
 from remote.decoding.phase_split import split_kernels  # noqa: E402
@@ -222,6 +223,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", default="bench_out")
     p.add_argument("--profile", help="directory for profiler traces and tables (after the timed runs)")
     p.add_argument("--profile-gens", type=int, default=2, help="generations per method under the profiler")
+    p.add_argument("--floor", action="store_true",
+                   help="measure the copy bandwidth and give every row's step against the floor: the target's "
+                        "weight bytes / that bandwidth (what one step that reads every weight once takes at best)")
     p.add_argument("--phase-kernels", action="store_true",
                    help="print (and save to phase_kernels.json) the kernels of each phase of a replayed step")
     args = p.parse_args(argv)
@@ -233,8 +237,12 @@ def main(argv: list[str] | None = None) -> None:
     rows, out, traces = [], Path(args.out), []
     out.mkdir(parents=True, exist_ok=True)
 
+    floor: dict[str, float] = {}
+
     def record(r: dict) -> None:
         """Each row is printed and saved as it finishes, so a run stopped at a time limit keeps what it measured."""
+        if floor and r.get("step_ms"):
+            r.update(floor, step_vs_floor=r["step_ms"] / floor["floor_ms"])
         rows.append(r)
         print(json.dumps({k: v for k, v in r.items() if k != "accept_by_depth"}), flush=True)
         (out / "rows.json").write_text(json.dumps(rows, indent=1))
@@ -244,12 +252,18 @@ def main(argv: list[str] | None = None) -> None:
         split = describe(run.model)
         print(f"T={temperature:g}: decode_path {run.decode_path}" + (f"; split {split}" if split else ""), flush=True)
         spin_up(run.device)
+        if args.floor and not floor:
+            gbps = copy_bandwidth(run.device, 2**30 if run.device.type == "cuda" else 2**26)
+            weights = sum(p.numel() * p.element_size() for p in run.model.parameters())
+            floor.update(floor_ms=weights / gbps / 1e6, copy_gbps=gbps, weight_gb=weights / 1e9)
+            print(f"floor: {weights / 1e9:.2f} GB of weights at {gbps:.0f} GB/s (a copy's) = "
+                  f"{floor['floor_ms']:.3f} ms a step", flush=True)
         ar_gens, ar_metrics = measure(run, "ar", 1)
         record(row("ar", None, temperature, ar_metrics, ar_metrics, ar_gens, ar_gens))
         if args.stock_generate and temperature == 0:
             tpot = stock_generate_tpot(run)
             record({"run": "hf_generate-T0", "status": "FINISHED", "model": "", "method": "hf_generate",
-                    "tree_budget": None, "temperature": 0.0, "tpot_ms": tpot,
+                    "tree_budget": None, "temperature": 0.0, "tpot_ms": tpot, "step_ms": tpot,
                     "speedup_vs_ar": ar_metrics["tpot_ms"] / tpot, "accept_by_depth": []})
         gens, metrics = measure(run, "dflash", 1)
         record(row("dflash", None, temperature, metrics, ar_metrics, gens, ar_gens))
@@ -278,7 +292,8 @@ def main(argv: list[str] | None = None) -> None:
               f"speedup={r.get('speedup_vs_ar', 1) or 1:.2f}  forward={r.get('forward_ms', 0):.3f} "
               f"draft={r.get('draft_ms', 0):.3f} "
               f"build={r.get('tree_build_ms', 0):.3f} verify={r.get('verify_ms', 0):.3f} "
-              f"commit={r.get('commit_ms', 0):.3f}  exact={r.get('exact_match_vs_ar', '-')}")
+              f"commit={r.get('commit_ms', 0):.3f}  exact={r.get('exact_match_vs_ar', '-')}"
+              + (f"  vs_floor={r['step_vs_floor']:.2f}x" if "step_vs_floor" in r else ""))
     summarize(rows, out)
     print(json.dumps({"rows": len(rows), "out": str(out),
                       "best_ddtree": max((r for r in rows if r["method"] == "ddtree"),

@@ -34,7 +34,7 @@ step() {  # name seconds command...
   case " ${STEPS:-all} " in *" all "* | *" $name "*) ;; *) return ;; esac
   timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
   echo "$name rc=$? $(date +%T)"
-  grep -E 'decode_path|^ +[a-z_0-9-]+-T[01] +tau|^\||passed|failed' "$OUT/$name.log" | head -24
+  grep -E 'decode_path|^floor|^ +[a-z_0-9-]+-T[01] +tau|^\||^kernel|passed|failed' "$OUT/$name.log" | head -40
 }
 methods() {  # name seconds args...
   local name=$1 limit=$2; shift 2
@@ -42,7 +42,7 @@ methods() {  # name seconds args...
 }
 
 date +%T
-step tests 150 python3 -m pytest -q -p no:cacheprovider -k "cuda or phase_split or graphed or compiled_drafter" \
+step tests 240 python3 -m pytest -q -p no:cacheprovider --durations=8 -k "cuda or phase_split or graphed or compiled_drafter" \
   tests/test_tree_kernel.py tests/test_attention_kernel.py tests/test_graph_decode.py tests/test_runner_syncs.py \
   tests/test_runner_e2e.py tests/test_auto_budget.py
 step kernels 40 python3 bench/bench_kernels.py --preset demo-qwen3 --caps 1024 --kinds attention,norm,select \
@@ -55,8 +55,25 @@ methods q35 150 $Q35 --temperatures 0 --num-prompts 24 --budgets 31,32 --phase-k
 # tree_budget=auto beside every fixed budget (issue 27's acceptance: >= 97% of the best, above the median)
 methods q3_auto 150 $Q3 --temperatures 0 --num-prompts 24 --budgets 15,31,63,127,255,auto,auto63
 methods q35_auto 200 $Q35 --temperatures 0 --num-prompts 24 --budgets 15,31,63,127,255,auto,auto63
-methods q8b 75 --random "$Q8" --dataset builtin --num-prompts 2 --max-new-tokens 48 --budgets 64 --temperatures 0 \
-  --random-drafter '{"num_hidden_layers":5,"block_size":16}' --stock-generate --ar-again
+# T=1 beside T=0 (issue 26: sampled steps graphed, each within 1.15x of its T=0 step); q35_temp is also the
+# heldout command that once died after the DFlash row (a phase split indexing past the reserved cache)
+methods q3_temp 120 $Q3 --temperatures 0,1 --num-prompts 12 --budgets 63
+methods q35_temp 240 --model $M/demo-qwen3_5 --drafter $M/demo-qwen3_5-dflash \
+  --dataset jsonl:$M/heldout_prompts.jsonl --num-prompts 24 --budgets 31,63 --temperatures 0,1 --ar-again
+# The widths users deploy (issue 26): AR, DFlash, DDTree 32/64, every step against the floor (weights / the copy
+# bandwidth, both measured in the run); Qwen3.6-27B with flash-linear-attention (from WHEELS) and without it; then
+# the kernel-level profile by op class of one AR step and verifies of 33 and 65 rows at both widths
+RANDOM_DRAFTER='{"num_hidden_layers":5,"block_size":16}'
+methods q8b 120 --random "$Q8" --dataset builtin --num-prompts 2 --max-new-tokens 48 --budgets 32,64 --temperatures 0 \
+  --random-drafter "$RANDOM_DRAFTER" --stock-generate --ar-again --floor
+methods q8b_compile 240 --random "$Q8" --dataset builtin --num-prompts 2 --max-new-tokens 48 --budgets 64 \
+  --temperatures 0 --random-drafter "$RANDOM_DRAFTER" --compile --floor
+methods q27b 240 --random "$(preset qwen3.6-27b)" --dataset builtin --num-prompts 2 --max-new-tokens 48 \
+  --budgets 32,64 --temperatures 0 --random-drafter "$RANDOM_DRAFTER" --floor
+PYTHONPATH= methods q27b_nofla 240 --random "$(preset qwen3.6-27b)" --dataset builtin --num-prompts 2 \
+  --max-new-tokens 48 --budgets 32,64 --temperatures 0 --random-drafter "$RANDOM_DRAFTER" --floor
+step profile_8b 120 python3 bench/bench_profile.py --preset qwen3-8b --rows 1,33,65 --out "$OUT/profile"
+step profile_27b 180 python3 bench/bench_profile.py --preset qwen3.6-27b --rows 1,33,65 --out "$OUT/profile"
 step verify_27b 90 python3 bench/bench_verify.py --preset qwen3.6-27b --layers 16 --ar-tokens 8 \
   --budgets 16,64,256 --repeats 3 --min-repeats 2 --measure-s 1 --time-limit 80 --out "$OUT/verify_27b.json"
 step hybrid_tests 200 python3 -m pytest -q -p no:cacheprovider --durations=5 \

@@ -30,9 +30,12 @@ for spec in json.loads(sys.argv[1]):
 print(json.dumps(out))
 """
 # (heads, kv_heads, queries, rows, head_dim, mask kind, seed): a tree verify, an AR query, a drafter block whose
-# one-row mask is shared by its queries, MHA, rows not a multiple of the K/V block, an additive mask
+# one-row mask is shared by its queries, MHA, rows not a multiple of the K/V block, an additive mask, and a static
+# cache mostly unwritten (NaN there: the blocks no query sees must not be read at all), bool and additive
 CASES = [(4, 2, 9, 70, 16, "tree", 0), (4, 2, 1, 40, 16, "prefix", 1), (4, 2, 8, 30, 32, "row", 2),
-         (2, 2, 5, 64, 16, "tree", 3), (8, 2, 3, 129, 16, "additive", 4)]
+         (2, 2, 5, 64, 16, "tree", 3), (8, 2, 3, 129, 16, "additive", 4), (4, 2, 9, 300, 16, "reserved", 7),
+         (4, 2, 1, 200, 16, "reserved-additive", 8)]
+WRITTEN = 50     # "reserved" cases: rows written; NaN from the first K/V block (kernel's BLOCK_N = 64) past them
 
 
 def case(heads, kv_heads, queries, rows, dim, kind, seed, dtype=torch.float32, device="cpu"):
@@ -41,16 +44,18 @@ def case(heads, kv_heads, queries, rows, dim, kind, seed, dtype=torch.float32, d
     g = torch.Generator().manual_seed(seed)
     q = torch.randn(1, queries, heads, dim, generator=g).transpose(1, 2)
     k, v = (torch.randn(1, kv_heads, rows, dim, generator=g) for _ in range(2))
-    start = rows - queries - 3                                        # 3 stale rows past the step's own
+    start = rows - queries - 3 if not kind.startswith("reserved") else WRITTEN - queries
+    if kind.startswith("reserved"):
+        k[:, :, 64:], v[:, :, 64:] = float("nan"), float("nan")
     cols = torch.arange(rows)
     visible = cols[None] < start + 1 + torch.arange(queries)[:, None]                 # a chain's causal rows
-    if kind in ("tree", "additive"):                                  # each node sees the prefix and some of the tree
+    if kind != "prefix" and kind != "row":          # each node sees the prefix and some of the tree
         some = (torch.rand(queries, rows, generator=g) < 0.5) & (cols[None] < start + queries)
         visible = (cols[None] < start) | some
         visible[torch.arange(queries), start + torch.arange(queries)] = True
     if kind == "row":
         visible = visible[-1:]
-    mask = visible if kind != "additive" else \
+    mask = visible if not kind.endswith("additive") else \
         torch.zeros(visible.shape).masked_fill(~visible, torch.finfo(torch.float32).min)
     as_ = dict(dtype=dtype, device=device)
     return q.to(**as_), k.to(**as_), v.to(**as_), mask.to(device), dim ** -0.5
@@ -58,7 +63,7 @@ def case(heads, kv_heads, queries, rows, dim, kind, seed, dtype=torch.float32, d
 
 def reference(q, k, v, mask, scale):
     groups = q.shape[1] // k.shape[1]
-    k, v = (x.repeat_interleave(groups, dim=1) for x in (k, v))
+    k, v = (x.nan_to_num().repeat_interleave(groups, dim=1) for x in (k, v))      # unwritten rows are masked
     out = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask,
                                                            scale=scale)
     return out.transpose(1, 2).to(q.dtype)                            # [1, Q, Hq, D]

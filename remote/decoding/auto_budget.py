@@ -2,41 +2,54 @@
 
 Two inputs. (a) What a tree of each candidate size would accept: under the drafter's surrogate (a node's path holds
 with its path probability, the product of its tokens' drafter probabilities), a tree's expected accepted length is
-the sum of its nodes' path probabilities, and a best-first tree of n nodes is the first n of the best-first order, so
-a step's own tree gives E(c) exactly for every size c up to its own (`predictions`, on the device, inside the step).
-Larger sizes are scaled from it by the ratio E(c) / E(own) that steps of size >= c measured (a running mean per
-pair of sizes; calibration runs every size, and a step one size up is explored when a ratio grew stale). (b) What a
-step of each size costs: every candidate size is its own captured step (as a fixed budget's is), timed on the device
-during warm-up (`AutoBudget.timing`).
+the sum of its nodes' path probabilities, and a best-first tree of n nodes is the first n of the best-first order,
+so a step's own tree gives E(c) exactly for every size c up to its own (`predictions`, on the device, inside the
+step). Larger sizes are scaled from it by the ratio E(c) / E(own) that steps of size >= c measured (a running mean
+per pair of sizes; calibration runs every size, and a step one size up is explored when a ratio grew stale). What
+the surrogate promises is checked against what was accepted, size by size: the accepted path's nodes are numbered
+best first, so a step of size b also tells what every tree of size c <= b would have accepted (its path nodes
+numbered <= c: ancestors come first, so they are a prefix of the path); what each size's extra nodes over the next
+smaller size accepted, against what E said they would, scales E's increments (`accepted`: a drafter is often surer
+of its deep, unlikely nodes than it should be). (b) What a step of each size costs: every candidate size is its own
+captured step (as a fixed budget's is), timed on the device around each launch (CUDA events, read once the step is:
+no synchronisation), T(c) the median of its recent steps; calibration launches every size in turn until each has
+TIMED_STEPS timed steps (a size's first launch captures it and is not counted).
 
-The choice, on the host, for each step it queues: the budget b maximising 1 + s E(b) - rate * T(b) (a renewal
-reward argument: at rate = the best achievable tokens per ms this per-step rule maximises the long-run rate; the
-running rate of the steps so far stands in for it), with E from the newest step read back, s = accepted / predicted
-so far (the surrogate's calibration) and T the measured cost. Why not on the device: a verify's row count is fixed
-in its graph, and choosing among graphs on the device needs conditional graph nodes (torch >= 2.13; the GPU image
-has torch 2.11). So the choice uses the drafts of the steps already read (the step in flight is not), and adds no
-host read: each step's predictions ride in the read it has anyway.
+The choice, on the host, for each step it queues: the budget b maximising 1 + A(b) - rate * T(b), A the calibrated
+expectation (`accepted`) (a renewal reward argument: at rate = the best achievable tokens per ms this per-step rule
+maximises the long-run rate; the running rate of the steps so far stands in for it). E is a running mean over the
+steps read back: the step in flight is not read (a verify's row count is fixed in its graph, and choosing among
+graphs on the device needs conditional graph nodes: torch >= 2.13, the GPU image has 2.11), so the newest tree the
+host knows is two steps old and tells the next step's little on its own (measured on the H200: choosing from it
+alone accepted no more than a fixed mixture of the same sizes, at more cost); the mean follows the text as it
+changes. No host read is added: each step's predictions ride in the read it has anyway.
 
 Contract: `buckets(max_budget)` -> the candidate budgets, 2^k - 1 from 7 up to `max_budget`. `predictions(path_lp,
 budget, buckets)` -> [K] long: E(c) in thousandths per bucket, -1 where c is larger than the step's tree.
-`AutoBudget(buckets, cuda)`: `pick()` the next step's budget, `timing(budget)` around its launch,
-`observe(budget, predicted, accepted, committed)` once it is read; `costs` (ms a step per bucket) once measured,
-`calibrating` until then. Lossless by construction: every step verifies a best-first tree of some size, as a fixed
-budget does.
+`AutoBudget(buckets, cuda)`: `pick()` the next step's budget; `with timing(budget) as span:` around its launch;
+`observe(budget, predicted, nodes, committed, span)` once it is read (`nodes`: the accepted path's node indices
+below the root); `costs` (ms a step per bucket) once measured, `calibrating` until then. Lossless by construction:
+every step verifies a best-first tree of some size, as a fixed budget does.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import statistics
+import time
+from collections import deque
 from contextlib import contextmanager
 
 import torch
 
-from ..timing import PhaseTimer
 
-TIMED_STEPS = 3          # timed steps per bucket for the cost model (after each bucket's first, which captures it)
+TIMED_STEPS = 4          # timed steps per bucket before the first choice (after each bucket's capture)
+COST_WINDOW = 32         # a bucket's cost: the median of its newest timed steps
 EXPLORE_AFTER = 32       # steps without one of the next size up before one is taken
 RATIO_WEIGHT = 0.1       # of the newest step in the running ratios
+SMOOTHING = 0.15         # of the newest step in the running mean of E
+PRIOR = 8.0              # predicted tokens' weight of the overall calibration in a size's own
+EVENTS = 16              # CUDA events in turn: two a step, at most two steps queued and one being read
 MAX_BUCKETS = 17         # buckets() of any budget below 2^20: what a step's read has room for
 
 
@@ -49,13 +62,23 @@ def buckets(max_budget: int) -> list[int]:
 def predictions(path_lp: torch.Tensor, budget: int, sizes: list[int]) -> torch.Tensor:
     """Expected accepted drafted tokens (thousandths, long) of a best-first tree of each of `sizes` up to `budget`,
     -1 past it, from one step's tree of `budget` nodes whose path log-probs, best first, are `path_lp` [n] (n <
-    budget: the tree holds every prefix there is, and no larger tree adds any). Static shapes: capturable."""
-    n = path_lp.shape[0]
-    cum = torch.cumsum(path_lp.float().exp(), 0)                                        # [n]: E(1..n)
-    known = [c for c in sizes if c <= budget or n < budget]
-    # views stacked, not an index tensor: a host list copied to the device cannot be captured
-    out = (torch.stack([cum[min(c, n) - 1] for c in known]) * 1000).round().long()
-    return torch.cat([out, out.new_full((len(sizes) - len(known),), -1)])
+    budget: the tree holds every prefix there is, and no larger tree adds any). Static shapes: capturable; three
+    kernels (each small kernel costs a captured step ~2 us, and these ride in every step of an auto run)."""
+    weights, bias = _selector(path_lp.shape[0], budget, tuple(sizes), path_lp.device)
+    return torch.addmv(bias, weights, path_lp.float().exp()).long()
+
+
+@functools.lru_cache(maxsize=64)
+def _selector(n: int, budget: int, sizes: tuple[int, ...], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """[K, n] float32: 1000 where node i counts towards bucket k's E, and [K]: 0.5 (truncation rounds) or -1 past
+    the tree. Built on the step's first, uncaptured run (a host list copied to the device cannot be captured)."""
+    weights, bias = torch.zeros(len(sizes), n), torch.full((len(sizes),), 0.5)
+    for k, c in enumerate(sizes):
+        if c <= budget or n < budget:
+            weights[k, :min(c, n)] = 1000.0
+        else:
+            bias[k] = -1.0
+    return weights.to(device), bias.to(device)
 
 
 class AutoBudget:
@@ -63,15 +86,20 @@ class AutoBudget:
 
     def __init__(self, sizes: list[int], cuda: bool, timed_steps: int = TIMED_STEPS):
         self.sizes, self.cuda, self.timed_steps = list(sizes), cuda, timed_steps
-        self._clock = PhaseTimer(torch.device("cuda" if cuda else "cpu"))   # its marks: events on CUDA
-        self.costs: dict[int, float] | None = None         # ms a step, per budget, once measured
-        self._launched = dict.fromkeys(self.sizes, 0)     # steps launched per budget while calibrating
-        self._marks: dict[int, list] = {b: [] for b in self.sizes}
-        self._latest: list[float] | None = None           # E per bucket from the newest step read (-1: past its tree)
+        self._events: list = []          # CUDA: timing events, reused in turn (a step's span is read within 3 steps)
+        self._marked = 0
+        self.costs: dict[int, float] | None = None         # ms a step, per budget, once every budget is timed
+        self._launched = dict.fromkeys(self.sizes, 0)
+        self._timed: dict[int, deque] = {b: deque(maxlen=COST_WINDOW) for b in self.sizes}
+        self._mean: list[float] | None = None              # running mean of E per bucket (past a tree: by ratio)
         self._ratio: dict[tuple[int, int], float] = {}    # (i, j), i < j: running E(sizes[j]) / E(sizes[i])
         self._stale = [0] * len(self.sizes)               # steps read since one of at least sizes[j] was
-        self._predicted = self._accepted = 0.0            # calibration of the surrogate, over every step read
-        self._tokens = self._time = 0.0                    # committed tokens and their predicted ms, since measured
+        # per bucket j, over the steps of at least its size: what growing the tree from bucket j-1's size to j's
+        # added to E and to what was accepted (j = 0: E and the accepted of the smallest tree)
+        self._gain_predicted = [0.0] * len(self.sizes)
+        self._gain_accepted = [0.0] * len(self.sizes)
+        self._predicted = self._accepted = 0.0            # the same at the budgets chosen: the overall calibration
+        self._tokens = self._time = 0.0                    # committed tokens and their measured ms, since calibrated
 
     @property
     def calibrating(self) -> bool:
@@ -79,61 +107,91 @@ class AutoBudget:
 
     def pick(self) -> int:
         """The budget of the next step to launch."""
-        if self.costs is None:
-            return next(b for b in self.sizes if self._launched[b] < 1 + self.timed_steps)
-        if self._latest is None:
+        if self.costs is None:         # every bucket in turn (the least launched first), so drift touches all alike
+            return min(self.sizes, key=lambda b: self._launched[b])
+        if self._mean is None:
             return self.sizes[-1]
-        scale = self._accepted / self._predicted if self._predicted > 0 else 1.0
         rate = self._tokens / self._time if self._time > 0 else 0.0
-        gains = [1 + scale * e - rate * self.costs[b] for b, e in zip(self.sizes, self.expected())]
+        gains = [1 + a - rate * self.costs[b] for b, a in zip(self.sizes, self.accepted())]
         best = max(range(len(gains)), key=lambda i: (gains[i], -i))      # ties: the smaller tree
         if best + 1 < len(self.sizes) and self._stale[best + 1] >= EXPLORE_AFTER:
             best += 1                      # one size up now and then, so that its ratio follows the text
             self._stale[best] = 0
         return self.sizes[best]
 
-    def expected(self) -> list[float]:
-        """E per bucket for the next step: the newest step's own, scaled by the running ratios past its tree."""
-        known = max(j for j, e in enumerate(self._latest) if e >= 0)
-        base = self._latest[known]
-        return [e if e >= 0 else base * self._ratio.get((known, j), 1.0) for j, e in enumerate(self._latest)]
+    def accepted(self) -> list[float]:
+        """Drafted tokens a tree of each bucket's size is expected to accept next: the running mean of E, each size's
+        increment over the next smaller scaled by what such increments were seen to accept (accepted / predicted,
+        pulled towards the next smaller increment's factor while it has little data). Increments, not totals: a
+        size's figures then come from the same steps as its increment's, never from other texts than its neighbour's
+        (total accepted / predicted per size, over different steps, once ranked 15 above 31), and more nodes never
+        accept less."""
+        out, factor, total, below = [], 1.0, 0.0, 0.0
+        for mean, predicted, accepted in zip(self._mean, self._gain_predicted, self._gain_accepted):
+            factor = (accepted + PRIOR * factor) / (predicted + PRIOR)
+            total += factor * max(mean - below, 0.0)
+            below = mean
+            out.append(total)
+        return out
 
     @contextmanager
     def timing(self, budget: int):
-        """Around one step's launch: while calibrating, every step of a budget after its first is timed (on CUDA
-        with events, on the device's timeline; elsewhere on the wall clock, the step having run by then)."""
-        timed = self.costs is None and 1 <= self._launched.get(budget, 0) <= self.timed_steps
-        if budget in self._launched:
-            self._launched[budget] += 1
-        start = self._clock.mark() if timed else None
-        yield
-        if timed:
-            self._marks[budget].append((start, self._clock.mark()))
-            if all(len(marks) == self.timed_steps for marks in self._marks.values()):
-                self._measure()
+        """Around one step's launch; yields the span to hand to `observe` (on CUDA events on the device's timeline,
+        elsewhere the wall clock, the step having run by then). A budget's first launch captures its graph: its span
+        is None, so that no capture counts as a step's cost."""
+        first = self._launched[budget] == 0
+        self._launched[budget] += 1
+        span = [None if first else self._mark()]
+        yield span
+        span.append(self._mark())
 
-    def observe(self, budget: int, predicted: list[int], accepted: int, committed: int) -> None:
-        """One step read back: its budget, its `predictions` (thousandths), drafted tokens accepted, committed."""
-        self._latest = [p / 1000 if p >= 0 else -1.0 for p in predicted]
-        known = [j for j, e in enumerate(self._latest) if e >= 0]
+    def _mark(self):
+        """Now, on the device's timeline (CUDA) or the wall clock."""
+        if not self.cuda:
+            return time.perf_counter()
+        if len(self._events) < EVENTS:
+            self._events.append(torch.cuda.Event(enable_timing=True))
+        event = self._events[self._marked % EVENTS]
+        self._marked += 1
+        event.record()
+        return event
+
+    def observe(self, budget: int, predicted: list[int], nodes: list[int], committed: int, span=None) -> None:
+        """One step read back: its budget, its `predictions` (thousandths), the accepted path's node indices below
+        the root (best-first numbers: node c is the c-th best), tokens committed, and its `timing` span."""
+        latest = [p / 1000 if p >= 0 else -1.0 for p in predicted]
+        known = [j for j, e in enumerate(latest) if e >= 0]
         for i, j in itertools.combinations(known, 2):
-            if self._latest[i] > 0:
-                seen = self._latest[j] / self._latest[i]
+            if latest[i] > 0:
+                seen = latest[j] / latest[i]
                 old = self._ratio.get((i, j))
                 self._ratio[i, j] = seen if old is None else old + RATIO_WEIGHT * (seen - old)
+        reached = [sum(1 for n in nodes if n <= self.sizes[j]) for j in known]     # what each smaller tree accepted
+        for j in known:
+            self._gain_predicted[j] += latest[j] - (latest[j - 1] if j else 0.0)
+            self._gain_accepted[j] += reached[j] - (reached[j - 1] if j else 0)
         self._stale = [0 if j <= known[-1] else n + 1 for j, n in enumerate(self._stale)]
-        self._predicted += self._latest[self.sizes.index(budget)]
-        self._accepted += accepted
+        full = [e if e >= 0 else latest[known[-1]] * self._ratio.get((known[-1], j), 1.0) for j, e in enumerate(latest)]
+        self._mean = full if self._mean is None else [m + SMOOTHING * (f - m) for m, f in zip(self._mean, full)]
+        self._predicted += latest[self.sizes.index(budget)]
+        self._accepted += len(nodes)
+        ms = self._elapsed(span)
+        if ms is not None:
+            self._timed[budget].append(ms)
+            if self.costs is not None:
+                self.costs[budget] = statistics.median(self._timed[budget])
+            elif all(len(t) >= self.timed_steps for t in self._timed.values()):
+                self.costs = {b: statistics.median(t) for b, t in self._timed.items()}
         if self.costs is not None:
             self._tokens += committed
-            self._time += self.costs[budget]
+            self._time += self.costs[budget] if ms is None else ms
 
-    def _measure(self) -> None:
-        """The cost model from the timed steps, once the last is launched (one synchronisation a run)."""
-        def ms(start, end) -> float:
-            if self.cuda:
-                end.synchronize()
-                return start.elapsed_time(end)
+    def _elapsed(self, span) -> float | None:
+        if not span or span[0] is None:
+            return None
+        start, end = span
+        if not self.cuda:
             return 1000.0 * (end - start)
-        self.costs = {b: statistics.median(ms(s, e) for s, e in marks) for b, marks in self._marks.items()}
-        self._marks = {}
+        if not end.query():            # the eager loop's commit runs past its read; a graphed step's read follows it
+            end.synchronize()
+        return start.elapsed_time(end)

@@ -343,7 +343,7 @@ class GraphDecoder:
             verified = self._prefill(input_ids, featured=True)
             self._absorb(verified.features)
             done = gen.extend(to_host(self.root), max_new, stop_ids)
-        length, queued = input_ids.shape[1], []       # committed rows as the host knows them; budgets of steps unread
+        length, queued = input_ids.shape[1], []       # committed rows as the host knows them; steps unread
         with timer.phase("decode") as span:
             while not done:
                 # The next step is queued before this one is read, so the GPU works through the host's read and
@@ -352,17 +352,17 @@ class GraphDecoder:
                     if length + height * len(queued) + width > self.capacity:
                         raise RuntimeError(f"static cache of {self.capacity} rows is full at {length}")
                     size = auto.pick() if auto else budget
-                    with auto.timing(size) if auto else nullcontext():
+                    with auto.timing(size) if auto else nullcontext() as launch:
                         out = self._replay(("spec", method, size, sizes, self.temperature), lambda: self._spec_step(
                             self.context, self.context_rows, method, size, sizes=sizes))
                     self._reads.put(out, timer)
-                    queued.append(size)
+                    queued.append((size, launch))
                 read, ended = self._reads.take()
                 tokens, stats, expected = read_step(read, len(sizes))
                 done = gen.extend_step(tokens, max_new, stop_ids, stats)
-                read_size = queued.pop(0)          # the budget of the step just read (the oldest queued)
-                if auto:
-                    gen.chose(auto, read_size, expected)
+                read_size, launch = queued.pop(0)   # the budget and launch of the step just read (the oldest)
+                if auto:           # the read begins with the path, root first: its nodes below the root follow it
+                    gen.chose(auto, read_size, expected, read[1:len(tokens)], launch)
                 length += len(tokens)
                 span.end = ended if done else None   # a step queued after a stop token runs out unread, untimed
         self._reads.clear()

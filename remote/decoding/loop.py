@@ -89,10 +89,11 @@ class Generation:
             self.stats.append(stats)
         return done
 
-    def chose(self, auto: AutoBudget, budget: int, predicted: list[int]) -> None:
-        """tree_budget=auto: the last step's `budget` and its `predicted` (remote.decoding.auto_budget.predictions)
-        go to the policy, with what the step accepted and committed, and to this generation."""
-        auto.observe(budget, predicted, self.accepted[-1], self.committed[-1])
+    def chose(self, auto: AutoBudget, budget: int, predicted: list[int], nodes: list[int], span) -> None:
+        """tree_budget=auto: the last step's `budget`, its `predicted` (remote.decoding.auto_budget.predictions), the
+        accepted path's `nodes` below the root and its timing `span` go to the policy, with what the step committed,
+        and to this generation."""
+        auto.observe(budget, predicted, nodes, self.committed[-1], span)
         self.budgets.append(budget)
         self.predicted.append(predicted[auto.sizes.index(budget)] / 1000)
 
@@ -164,6 +165,7 @@ class Accepted:
     tokens: list[int]       # the L-1 accepted drafted tokens, then the bonus token
     stats: StepStats | None  # the step's tree facts, from the same read (given the draft logits)
     extra: list[int] = field(default_factory=list)   # what `walk` was given to read along
+    nodes: list[int] = field(default_factory=list)   # the accepted nodes' verify indices (given the draft logits)
 
 
 def accept(tree: Ancestry, nodes: torch.Tensor, samples: torch.Tensor, draft_logits: torch.Tensor | None = None):
@@ -226,8 +228,10 @@ def walk(tree: Ancestry, nodes: torch.Tensor, samples: torch.Tensor,
         return Accepted(path=path[:len(tokens)], bonus=bonus, tokens=tokens, stats=None)
     if extra is not None:
         read = torch.cat([read, extra.to(read.device)])
-    tokens, stats, rest = read_step(to_host(read), 0 if extra is None else extra.shape[0])
-    return Accepted(path=path[:len(tokens)], bonus=bonus, tokens=tokens, stats=stats, extra=rest)
+    host = to_host(read)
+    tokens, stats, rest = read_step(host, 0 if extra is None else extra.shape[0])
+    return Accepted(path=path[:len(tokens)], bonus=bonus, tokens=tokens, stats=stats, extra=rest,
+                    nodes=host[1:len(tokens)])
 
 
 @torch.inference_mode()
@@ -245,7 +249,7 @@ def generate_spec(target: Target, drafter: DFlashDrafter, model, input_ids: torc
     with timer.phase("decode"):
         while not done:
             size = auto.pick() if auto else budget
-            with auto.timing(size) if auto else nullcontext():
+            with auto.timing(size) if auto else nullcontext() as launch:
                 with timer.phase("draft"):
                     logits = draft(drafter, model, cache, context, root, target.length)
                 with timer.phase("tree_build"):
@@ -264,5 +268,5 @@ def generate_spec(target: Target, drafter: DFlashDrafter, model, input_ids: torc
                     root = step.bonus
             done = gen.extend_step(step.tokens, max_new, stop_ids, step.stats)
             if auto:
-                gen.chose(auto, size, step.extra)
+                gen.chose(auto, size, step.extra, step.nodes, launch)
     return gen

@@ -59,28 +59,34 @@ if triton is not None:
         for start in range(0, kv_len, BN):
             n = start + tl.arange(0, BN)
             inside = n < kv_len
-            ks = tl.load(k + head * sk_h + n[:, None] * sk_n + d[None, :], mask=inside[:, None], other=0.0)
-            if IEEE:
-                s = tl.dot(qs, tl.trans(ks), input_precision="ieee") * scale
-            else:
-                s = tl.dot(qs, tl.trans(ks)) * scale
             where = live[:, None] & inside[None, :]
             m = tl.load(mask + query[:, None] * sm_m + n[None, :] * sm_n, mask=where, other=0)
             if ADDITIVE:
-                s = s + m.to(tl.float32)
-                s = tl.where(where, s, float("-inf"))
+                seen = where & (m.to(tl.float32) > -1.0e30)
             else:
-                s = tl.where(where & (m != 0), s, float("-inf"))
-            now = tl.maximum(best, tl.max(s, 1))
-            p = tl.exp(s - now[:, None])
-            fade = tl.exp(best - now)
-            total = total * fade + tl.sum(p, 1)
-            vs = tl.load(v + head * sv_h + n[:, None] * sv_n + d[None, :], mask=inside[:, None], other=0.0)
-            if IEEE:
-                acc = acc * fade[:, None] + tl.dot(p.to(vs.dtype), vs, input_precision="ieee")
-            else:
-                acc = acc * fade[:, None] + tl.dot(p.to(vs.dtype), vs)
-            best = now
+                seen = where & (m != 0)
+            # A block no query sees adds exactly nothing (its weights are exp(-inf) = 0, or exp of < -1e30 past a
+            # running max >= -1e30): skipped, a static cache's unwritten rows cost a mask read, not K/V reads.
+            if tl.max(seen.to(tl.int32)) > 0:
+                ks = tl.load(k + head * sk_h + n[:, None] * sk_n + d[None, :], mask=inside[:, None], other=0.0)
+                if IEEE:
+                    s = tl.dot(qs, tl.trans(ks), input_precision="ieee") * scale
+                else:
+                    s = tl.dot(qs, tl.trans(ks)) * scale
+                if ADDITIVE:
+                    s = tl.where(where, s + m.to(tl.float32), float("-inf"))
+                else:
+                    s = tl.where(seen, s, float("-inf"))
+                now = tl.maximum(best, tl.max(s, 1))
+                p = tl.exp(s - now[:, None])
+                fade = tl.exp(best - now)
+                total = total * fade + tl.sum(p, 1)
+                vs = tl.load(v + head * sv_h + n[:, None] * sv_n + d[None, :], mask=inside[:, None], other=0.0)
+                if IEEE:
+                    acc = acc * fade[:, None] + tl.dot(p.to(vs.dtype), vs, input_precision="ieee")
+                else:
+                    acc = acc * fade[:, None] + tl.dot(p.to(vs.dtype), vs)
+                best = now
         acc = acc / total[:, None]
         tl.store(out + query[:, None] * so_m + qh[:, None] * so_h + d[None, :], acc.to(out.dtype.element_ty),
                  mask=live[:, None])
