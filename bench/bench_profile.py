@@ -25,9 +25,10 @@ not counted. Per R also: wall_ms (eager, no hooks or profiler, synchronize aroun
 (every parameter once, embedding table included), floor_ms = weight bytes / copy bandwidth, floor_read_ms = summed
 class bytes / copy bandwidth. Copy bandwidth: a device-to-device copy of --copy-mib (1 GiB on CUDA), median of 5 by
 CUDA events, as bytes moved / time (a copy of N bytes reads N and writes N: 2N, the memory's throughput, which a
-weight-reading GEMV can at best reach); on CPU a 64 MiB copy timed by the clock, only so the number exists. Output: markdown tables on stdout and in
-OUT/profile_<preset>.md, {"meta", "passes"} in OUT/profile_<preset>.json, last stdout line compact JSON; --trace adds
-per R a chrome trace and a key_averages table. Non-goals: the drafter, commit, CUDA-graph replay: eager launches only.
+weight-reading GEMV can at best reach); on CPU a 64 MiB copy timed by the clock, only so the number exists.
+Output: markdown tables on stdout and in OUT/profile_<preset>.md, {"meta", "passes"} in OUT/profile_<preset>.json,
+last stdout line compact JSON; --trace adds per R a chrome trace and a key_averages table. Non-goals: the drafter,
+commit, CUDA-graph replay (eager launches only: the captured steps' norms are a fused kernel, not transformers').
 """
 from __future__ import annotations
 

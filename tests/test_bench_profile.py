@@ -61,7 +61,8 @@ def test_files_and_summary_line(run):
     assert data["meta"]["time_basis"] == "CPU self time of ops" and data["meta"]["copy_gbps"] > 0
     for p in data["passes"]:
         assert p["context"] == PROMPT + p["rows"] and p["wall_ms"] > 0 and p["floor_ms"] > 0
-        assert f"### {p['rows']} rows" in stdout and f"### {p['rows']} rows" in (out / f"profile_{preset}.md").read_text()
+        heading = f"### {p['rows']} rows"
+        assert heading in stdout and heading in (out / f"profile_{preset}.md").read_text()
     # the run-time wrappers are gone afterwards: the transformers module holds its own function again
     module = sys.modules["transformers.models.qwen3.modeling_qwen3" if preset == "tiny-qwen3"
                          else "transformers.models.qwen3_5.modeling_qwen3_5"]

@@ -68,7 +68,7 @@ def runs(tmp_path_factory):
                 "--random", json.dumps(TINY_QWEN3), "--random-drafter", json.dumps(TINY_DRAFTER),
                 "--num-prompts", "1", "--max-new-tokens", "6", "--budgets", "4", "--dtype", "float32",
                 "--device", "cpu", "--out", str(root / "methods"), "--profile", str(root / "methods" / "prof"),
-                "--phase-kernels"],      # graphed runs only: nothing to split on the CPU
+                "--phase-kernels", "--floor"],      # graphed runs only: nothing to split on the CPU
                 root / "methods.stdout")),
         }
         hybrid.wait(timeout=300)
@@ -135,3 +135,30 @@ def test_methods_profile_writes_traces(runs):
     if trace.suffix == ".gz":
         text = gzip.decompress(text)
     assert b'"verify"' in text and b'"tree_build"' in text          # decode phases appear as named ranges
+
+
+def test_methods_floor_is_the_weights_over_the_measured_copy(runs):
+    out, _ = runs["methods"]
+    rows = json.loads((out / "rows.json").read_text())
+    weights = sum(p.numel() * p.element_size() for p in _tiny_target().parameters())
+    for r in rows:
+        assert r["weight_gb"] == pytest.approx(weights / 1e9) and r["copy_gbps"] > 0
+        assert r["floor_ms"] == pytest.approx(weights / r["copy_gbps"] / 1e6)
+        assert r["step_vs_floor"] == pytest.approx(r["step_ms"] / r["floor_ms"])
+
+
+def _tiny_target():
+    from remote.models.loading import load_target
+    from remote.spec import ModelSpec
+
+    return load_target(ModelSpec(random=TINY_QWEN3, dtype="float32"), 0, torch.device("cpu"))
+
+
+def test_auto_policy_replays_auto_against_a_cost_table(tmp_path):
+    """bench_auto_policy prices every step from the table: a table where 15 costs as much as 7 leaves auto no
+    reason to take 7 once calibrated, so its mean budget is 15's side of the two and its rate is at least 7's."""
+    last = _in_process("bench_auto_policy", ["--pair", "demo-qwen3", "--costs", '{"7": 1.0, "15": 1.0}',
+                                             "--max", "15", "--num-prompts", "1", "--max-new-tokens", "16"],
+                       tmp_path / "policy.stdout")
+    assert set(last["rates"]) == {"7", "15", "auto"}
+    assert last["rates"]["auto"] >= last["rates"]["7"] and last["auto_vs_best_fixed"] > 0.9

@@ -48,7 +48,7 @@ COST_WINDOW = 32         # a bucket's cost: the median of its newest timed steps
 EXPLORE_AFTER = 32       # steps without one of the next size up before one is taken
 RATIO_WEIGHT = 0.1       # of the newest step in the running ratios
 SMOOTHING = 0.15         # of the newest step in the running mean of E
-PRIOR = 8.0              # predicted tokens' weight of the overall calibration in a size's own
+PRIOR = 8.0              # predicted tokens' weight of the next smaller increment's factor in a size's own
 EVENTS = 16              # CUDA events in turn: two a step, at most two steps queued and one being read
 MAX_BUCKETS = 17         # buckets() of any budget below 2^20: what a step's read has room for
 
@@ -98,7 +98,6 @@ class AutoBudget:
         # added to E and to what was accepted (j = 0: E and the accepted of the smallest tree)
         self._gain_predicted = [0.0] * len(self.sizes)
         self._gain_accepted = [0.0] * len(self.sizes)
-        self._predicted = self._accepted = 0.0            # the same at the budgets chosen: the overall calibration
         self._tokens = self._time = 0.0                    # committed tokens and their measured ms, since calibrated
 
     @property
@@ -173,8 +172,6 @@ class AutoBudget:
         self._stale = [0 if j <= known[-1] else n + 1 for j, n in enumerate(self._stale)]
         full = [e if e >= 0 else latest[known[-1]] * self._ratio.get((known[-1], j), 1.0) for j, e in enumerate(latest)]
         self._mean = full if self._mean is None else [m + SMOOTHING * (f - m) for m, f in zip(self._mean, full)]
-        self._predicted += latest[self.sizes.index(budget)]
-        self._accepted += len(nodes)
         ms = self._elapsed(span)
         if ms is not None:
             self._timed[budget].append(ms)

@@ -301,9 +301,8 @@ class GraphDecoder:
         samples = self._choose(verified.logits)
         if until == "verify":
             return samples
-        path, bonus, length, read = accept(tree, nodes, samples, logits)      # read: tokens, then StepStats
-        if sizes:
-            read = torch.cat([read, predictions(built.path_lp, budget, list(sizes)).to(read.device)])
+        expected = predictions(built.path_lp, budget, list(sizes)) if sizes else None
+        path, bonus, length, read = accept(tree, nodes, samples, logits, expected)   # tokens, StepStats, predictions
         commit(path, length)
         self.context[0, :path.shape[0]] = verified.features.index_select(0, path)
         self.context_rows.copy_(length)

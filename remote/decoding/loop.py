@@ -168,7 +168,8 @@ class Accepted:
     nodes: list[int] = field(default_factory=list)   # the accepted nodes' verify indices (given the draft logits)
 
 
-def accept(tree: Ancestry, nodes: torch.Tensor, samples: torch.Tensor, draft_logits: torch.Tensor | None = None):
+def accept(tree: Ancestry, nodes: torch.Tensor, samples: torch.Tensor, draft_logits: torch.Tensor | None = None,
+           extra: torch.Tensor | None = None):
     """Acceptance rule: the target's own token at a node (argmax at T=0, a sample at T>0, drawn at every node)
     is the next output token. If that token is a child of the node, the child is accepted and the walk goes on
     from it; otherwise it is the bonus token and the step ends. Every emitted token is therefore a target token
@@ -179,17 +180,20 @@ def accept(tree: Ancestry, nodes: torch.Tensor, samples: torch.Tensor, draft_log
     from the root and the deepest of them ends the walk. nodes, samples [N] (verify index space, one root at 0).
     Returns device tensors: the path [H] (root first, padded with its last node), the bonus token [1], the path
     length [] and `read` [2H + 1] = path, its tokens, bonus: what the host needs (`accepted_tokens`). With the
-    step's `draft_logits` [D, V], `read` also ends with the step's `StepStats` [STATS_SIZE] (`miss_stats`)."""
+    step's `draft_logits` [D, V], `read` goes on with the step's `StepStats` [STATS_SIZE] (`miss_stats`), then
+    `extra` [K] long if given (one concatenation: each kernel costs a captured step ~2 us)."""
     matched = nodes == samples.index_select(0, tree.parents.clamp(min=0))                   # [N] (root: unused)
     reached = torch.take(matched, tree.ancestors[:, 1:]).all(dim=1)                         # [N] path below the root
     last = (tree.depth * reached).argmax().view(1)        # deepest reached node; none reached: all 0, the root
     path = tree.ancestors.index_select(0, last).view(tree.height)     # [H]: the path, then `last` repeated
     bonus = samples.index_select(0, last)
     depth = tree.depth.index_select(0, last)[0]
-    read = torch.cat([path, nodes.index_select(0, path), bonus])
+    parts = [path, nodes.index_select(0, path), bonus]
     if draft_logits is not None:
-        read = torch.cat([read, miss_stats(samples, path, depth, draft_logits).to(read.device)])
-    return path, bonus, depth + 1, read
+        parts.append(miss_stats(samples, path, depth, draft_logits).to(path.device))
+        if extra is not None:
+            parts.append(extra.to(path.device))
+    return path, bonus, depth + 1, torch.cat(parts)
 
 
 def miss_stats(samples: torch.Tensor, path: torch.Tensor, accepted: torch.Tensor,
@@ -222,12 +226,10 @@ def walk(tree: Ancestry, nodes: torch.Tensor, samples: torch.Tensor,
          draft_logits: torch.Tensor | None = None, extra: torch.Tensor | None = None) -> Accepted:
     """`accept`, with the step's one host read (its `StepStats` too, given the step's `draft_logits`; and `extra`
     [K] long, read along, given draft logits)."""
-    path, bonus, _, read = accept(tree, nodes, samples, draft_logits)
+    path, bonus, _, read = accept(tree, nodes, samples, draft_logits, extra)
     if draft_logits is None:
         tokens = accepted_tokens(to_host(read), tree.height)
         return Accepted(path=path[:len(tokens)], bonus=bonus, tokens=tokens, stats=None)
-    if extra is not None:
-        read = torch.cat([read, extra.to(read.device)])
     host = to_host(read)
     tokens, stats, rest = read_step(host, 0 if extra is None else extra.shape[0])
     return Accepted(path=path[:len(tokens)], bonus=bonus, tokens=tokens, stats=stats, extra=rest,

@@ -1,0 +1,89 @@
+"""tree_budget=auto's choices replayed against a given cost table, with a real pair's drafts: tokens per GPU-ms of
+auto and of every fixed budget, on any device (the CPU included).
+
+    python bench/bench_auto_policy.py --pair demo-qwen3 \
+        --costs '{"7":0.70,"15":0.7011,"31":0.7091,"63":0.7455,"127":0.8175}'
+    python bench/bench_auto_policy.py --pair demo-qwen3_5 \
+        --costs '{"7":1.08,"15":1.1184,"31":1.1607,"63":1.2946,"127":1.4208}'
+
+The costs are ms a step per budget as measured on a GPU (bench_methods.py's step_ms of each fixed budget). The
+runner decodes the prompts (fp32, the graph decoder stepped eagerly) once per fixed budget and once under auto,
+whose cost model is the table instead of its own timings (its choices, calibration and exploration are the real
+ones); each generation's steps are then priced from the table. What it separates: the policy's choices from what
+a GPU run adds (graph launch costs, host gaps). Non-goal: wall time (the CPU's own costs are ignored).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from remote.decoding.auto_budget import AutoBudget, buckets  # noqa: E402
+from remote.runner import Run  # noqa: E402
+from remote.spec import DatasetSpec, DecodingSpec, DrafterSpec, ModelSpec, RunSpec  # noqa: E402
+
+MODELS = Path(__file__).resolve().parent.parent / "remote" / "assets" / "models"
+
+
+class PricedAuto(AutoBudget):
+    """AutoBudget whose timed steps cost what `table` says (by budget), not what the device took."""
+
+    def __init__(self, sizes: list[int], table: dict[int, float]):
+        super().__init__(sizes, cuda=False)
+        self.table = table
+
+    def observe(self, budget, predicted, nodes, committed, span=None):
+        super().observe(budget, predicted, nodes, committed, None if not span or span[0] is None else budget)
+
+    def _elapsed(self, span):
+        return None if span is None else self.table[span]
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--pair", default="demo-qwen3", help="a target under remote/assets/models (its -dflash drafter)")
+    p.add_argument("--costs", required=True, help='JSON {"budget": ms a step}, every bucket of --max included')
+    p.add_argument("--max", type=int, default=127, help="tree_budget_max of the auto run")
+    p.add_argument("--dataset", default=f"jsonl:{MODELS / 'heldout_prompts.jsonl'}")
+    p.add_argument("--num-prompts", type=int, default=12)
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    args = p.parse_args(argv)
+    table = {int(b): float(ms) for b, ms in json.loads(args.costs).items()}
+    missing = [b for b in buckets(args.max) if b not in table]
+    if missing:
+        raise SystemExit(f"--costs has no cost for budget(s) {missing} (auto up to {args.max} needs them)")
+    name, path = args.dataset.split(":", 1) if ":" in args.dataset else (args.dataset, None)
+    run = Run(RunSpec(
+        run_id="policy", seed=0, device="cpu",
+        model=ModelSpec(path=str(MODELS / args.pair), dtype="float32"),
+        drafter=DrafterSpec(path=str(MODELS / f"{args.pair}-dflash")),
+        decoding=DecodingSpec(method="ddtree", max_new_tokens=args.max_new_tokens, warmup=0, cuda_graphs=False),
+        dataset=DatasetSpec(name=name, path=path, num_prompts=args.num_prompts)))
+    rates = {}
+    for budget in [b for b in sorted(table) if b <= args.max] + ["auto"]:
+        d = run.spec.decoding
+        if budget == "auto":
+            d.tree_budget, d.tree_budget_max = "auto", args.max
+            run.auto = PricedAuto(buckets(args.max), table)
+            run.calibrate(args.max_new_tokens)
+        else:
+            d.tree_budget, run.auto = budget, None
+        tokens = ms = 0.0
+        chosen: list[int] = []
+        for i in range(len(run.inputs)):
+            gen = run.generate("ddtree", i)
+            steps = gen.budgets if budget == "auto" else [budget] * len(gen.committed)
+            tokens, ms, chosen = tokens + sum(gen.committed), ms + sum(table[b] for b in steps), chosen + steps
+        rates[budget] = tokens / ms
+        print(f"{budget!s:>5}: {rates[budget]:.3f} tokens per GPU-ms, mean budget {sum(chosen) / len(chosen):.1f}, "
+              f"{tokens / len(chosen):.3f} tokens a step", flush=True)
+    best = max(v for b, v in rates.items() if b != "auto")
+    print(json.dumps({"pair": args.pair, "auto_vs_best_fixed": rates["auto"] / best,
+                      "rates": {str(b): v for b, v in rates.items()}}))
+
+
+if __name__ == "__main__":
+    main()
