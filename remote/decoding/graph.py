@@ -49,7 +49,7 @@ from ..models.static_cache import StaticDrafterKV, StaticKV, visibility_mask
 from ..timing import PhaseTimer
 from ..tree import Ancestry
 from .auto_budget import MAX_BUCKETS, AutoBudget, predictions
-from .loop import STATS_SIZE, Generation, accept, draft, read_step, to_host
+from .loop import STATS_SIZE, Generation, accept, accepted_nodes, draft, read_step, to_host
 from .sampling import sample
 from .tree_build import argmax_chain, best_first_tree
 
@@ -360,8 +360,8 @@ class GraphDecoder:
                 tokens, stats, expected = read_step(read, len(sizes))
                 done = gen.extend_step(tokens, max_new, stop_ids, stats)
                 read_size, launch = queued.pop(0)   # the budget and launch of the step just read (the oldest)
-                if auto:           # the read begins with the path, root first: its nodes below the root follow it
-                    gen.chose(auto, read_size, expected, read[1:len(tokens)], launch)
+                if auto:
+                    gen.chose(auto, read_size, expected, accepted_nodes(read, tokens), launch)
                 length += len(tokens)
                 span.end = ended if done else None   # a step queued after a stop token runs out unread, untimed
         self._reads.clear()

@@ -214,6 +214,12 @@ def accepted_tokens(read: list[int], height: int) -> list[int]:
     return read[height + 1:height + length] + [read[2 * height]]         # the bonus; `StepStats` may follow
 
 
+def accepted_nodes(read: list[int], tokens: list[int]) -> list[int]:
+    """The accepted drafted nodes' verify indices (best-first numbers for a best-first tree), from `accept`'s `read`
+    on the host and its `accepted_tokens`: the read begins with the path, root first."""
+    return read[1:len(tokens)]
+
+
 def read_step(read: list[int], extra: int = 0) -> tuple[list[int], StepStats, list[int]]:
     """The accepted tokens, the `StepStats` and the `extra` entries appended after them (tree_budget=auto's
     predictions) of a `read` that `accept` made with `draft_logits`."""
@@ -233,7 +239,7 @@ def walk(tree: Ancestry, nodes: torch.Tensor, samples: torch.Tensor,
     host = to_host(read)
     tokens, stats, rest = read_step(host, 0 if extra is None else extra.shape[0])
     return Accepted(path=path[:len(tokens)], bonus=bonus, tokens=tokens, stats=stats, extra=rest,
-                    nodes=host[1:len(tokens)])
+                    nodes=accepted_nodes(host, tokens))
 
 
 @torch.inference_mode()
