@@ -5,10 +5,12 @@
         --max-new-tokens 128 --budgets 16,32,64,128,256,512 --temperatures 0,1 --dtype bfloat16 --out OUT
 
 One model load per temperature; every method decodes the same prompts with the same per-prompt seeds, after a
-warm-up per method and budget (each budget is a new shape). `--stock-generate` adds transformers' own
-`generate` as a row, to keep our AR honest. Writes summary.csv and the sweep plots (same functions as the
-orchestrator's sweep summary) to --out; every row is printed as one JSON line and saved to rows.json as soon as
-it is measured (a run stopped at a time limit keeps them), and the last stdout line is compact JSON.
+warm-up per method and budget (each budget is a new shape). `--stock-generate` adds transformers' own `generate` as
+a row, to keep our AR honest; `--methods` measures fewer (AR always); `--floor` gives every row's step against the
+floor (the target's weight bytes / a device copy's bandwidth, measured in the run). Writes summary.csv and the sweep
+plots (same functions as the orchestrator's sweep summary) to --out; every row is printed as one JSON line and saved
+to rows.json as soon as it is measured (a run stopped at a time limit keeps them), and the last stdout line is
+compact JSON.
 `--profile DIR` adds, after the timed runs of the first temperature (so no reported time is taken under the
 profiler), a torch.profiler chrome trace and a key_averages table of --profile-gens generations per method (ar,
 dflash, ddtree at the budget with the best speedup, stock `generate`), with the decode phases (draft, tree_build,
@@ -207,6 +209,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--budgets", default="16,32,64,128,256,512",
                    help="ddtree budgets; auto (tree_budget=auto up to --auto-max) or auto<N> (up to N) among them")
     p.add_argument("--auto-max", type=int, default=127, help="tree_budget_max of a bare `auto` in --budgets")
+    p.add_argument("--methods", default="ar,dflash,ddtree",
+                   help="methods to measure (AR always: the baseline), e.g. `ar` alone at a wide preset, where each "
+                        "method's capture and compile take a minute")
     p.add_argument("--temperatures", default="0")
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--device", default="auto")
@@ -229,8 +234,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--phase-kernels", action="store_true",
                    help="print (and save to phase_kernels.json) the kernels of each phase of a replayed step")
     args = p.parse_args(argv)
-    budgets = parse_budgets(args.budgets, args.auto_max)
+    methods = set(args.methods.split(",")) | {"ar"}
+    if methods - {"ar", "dflash", "ddtree"}:
+        raise SystemExit(f"--methods: one or more of ar, dflash, ddtree; got {args.methods!r}")
+    budgets = parse_budgets(args.budgets, args.auto_max) if "ddtree" in methods else []
     fixed = [b for b in budgets if isinstance(b, int)]      # what the phase kernels and the profile take
+    if args.profile and not fixed:
+        raise SystemExit("--profile traces ddtree at a fixed budget: give one in --budgets (and ddtree in --methods)")
     if args.no_cudnn_sdpa:
         torch.backends.cuda.enable_cudnn_sdp(False)
     temperatures = [float(t) for t in args.temperatures.split(",")]
@@ -265,8 +275,9 @@ def main(argv: list[str] | None = None) -> None:
             record({"run": "hf_generate-T0", "status": "FINISHED", "model": "", "method": "hf_generate",
                     "tree_budget": None, "temperature": 0.0, "tpot_ms": tpot, "step_ms": tpot,
                     "speedup_vs_ar": ar_metrics["tpot_ms"] / tpot, "accept_by_depth": []})
-        gens, metrics = measure(run, "dflash", 1)
-        record(row("dflash", None, temperature, metrics, ar_metrics, gens, ar_gens))
+        if "dflash" in methods:
+            gens, metrics = measure(run, "dflash", 1)
+            record(row("dflash", None, temperature, metrics, ar_metrics, gens, ar_gens))
         for budget in budgets:
             gens, metrics = measure(run, "ddtree", budget)
             record(row("ddtree", budget, temperature, metrics, ar_metrics, gens, ar_gens))
@@ -276,7 +287,8 @@ def main(argv: list[str] | None = None) -> None:
             record({**again, "run": f"ar-again-T{temperature:g}",
                     "speedup_vs_ar": ar_metrics["tpot_ms"] / metrics["tpot_ms"]})
         if args.phase_kernels:
-            for method, budget in [("ar", 1), ("dflash", 1), *(("ddtree", b) for b in fixed)]:
+            for method, budget in [("ar", 1), *([("dflash", 1)] if "dflash" in methods else []),
+                                   *(("ddtree", b) for b in fixed)]:
                 phase_kernels(run, method, budget, out)
         if args.profile and temperature == temperatures[0]:
             best = max((r for r in rows if r["method"] == "ddtree" and r["temperature"] == temperature

@@ -68,6 +68,8 @@ methods q8b 120 --random "$Q8" --dataset builtin --num-prompts 2 --max-new-token
   --random-drafter "$RANDOM_DRAFTER" --stock-generate --ar-again --floor
 methods q8b_compile 240 --random "$Q8" --dataset builtin --num-prompts 2 --max-new-tokens 48 --budgets 64 \
   --temperatures 0 --random-drafter "$RANDOM_DRAFTER" --compile --floor
+methods q27b_ar 150 --random "$(preset qwen3.6-27b)" --dataset builtin --num-prompts 2 --max-new-tokens 48 \
+  --methods ar --temperatures 0 --floor --stock-generate
 methods q27b 240 --random "$(preset qwen3.6-27b)" --dataset builtin --num-prompts 2 --max-new-tokens 48 \
   --budgets 32,64 --temperatures 0 --random-drafter "$RANDOM_DRAFTER" --floor
 PYTHONPATH= methods q27b_nofla 240 --random "$(preset qwen3.6-27b)" --dataset builtin --num-prompts 2 \

@@ -162,3 +162,12 @@ def test_auto_policy_replays_auto_against_a_cost_table(tmp_path):
                        tmp_path / "policy.stdout")
     assert set(last["rates"]) == {"7", "15", "auto"}
     assert last["rates"]["auto"] >= last["rates"]["7"] and last["auto_vs_best_fixed"] > 0.9
+
+
+def test_methods_measures_only_the_methods_asked(tmp_path):
+    last = _in_process("bench_methods", [
+        "--random", json.dumps(TINY_QWEN3), "--random-drafter", json.dumps(TINY_DRAFTER), "--num-prompts", "1",
+        "--max-new-tokens", "4", "--methods", "ar", "--dtype", "float32", "--device", "cpu", "--out",
+        str(tmp_path)], tmp_path / "ar.stdout")
+    rows = json.loads((tmp_path / "rows.json").read_text())
+    assert [r["method"] for r in rows] == ["ar"] and last["rows"] == 1 and last["best_ddtree"] is None
