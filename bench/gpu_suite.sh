@@ -42,9 +42,9 @@ methods() {  # name seconds args...
 }
 
 date +%T
-step tests 240 python3 -m pytest -q -p no:cacheprovider --durations=8 -k "cuda or phase_split or graphed or compiled_drafter" \
-  tests/test_tree_kernel.py tests/test_attention_kernel.py tests/test_graph_decode.py tests/test_runner_syncs.py \
-  tests/test_runner_e2e.py tests/test_auto_budget.py
+step tests 240 python3 -m pytest -q -p no:cacheprovider --durations=8 \
+  -k "cuda or phase_split or graphed or compiled_drafter" tests/test_tree_kernel.py tests/test_attention_kernel.py \
+  tests/test_graph_decode.py tests/test_runner_syncs.py tests/test_runner_e2e.py tests/test_auto_budget.py
 step kernels 40 python3 bench/bench_kernels.py --preset demo-qwen3 --caps 1024 --kinds attention,norm,select \
   --out "$OUT/kernels.json"
 step tree 120 python3 bench/bench_kernels.py --kinds tree,gdn --budgets 31,63,127 --out "$OUT/tree.json"

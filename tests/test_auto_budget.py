@@ -52,7 +52,7 @@ def test_a_tree_holding_every_prefix_predicts_larger_trees_too():
     assert got[-1] == got[-2] > got[0] > 0
 
 
-def accepted_nodes(logits: torch.Tensor, budget: int, g: torch.Generator) -> list[int]:
+def sampled_path(logits: torch.Tensor, budget: int, g: torch.Generator) -> list[int]:
     """The path a target that draws each token from the drafter's own distribution accepts through the best-first
     tree of `budget` nodes (a calibrated drafter): its nodes' verify indices below the root."""
     children, node, path = build_tree(logits, budget).children, 0, []
@@ -74,7 +74,7 @@ def _settle(costs: dict[int, float], logits: torch.Tensor, steps: int = 80) -> l
     for _ in range(steps):
         budget = auto.pick()
         expected = predictions(best_first_tree(logits, budget).path_lp, budget, auto.sizes).tolist()
-        nodes = accepted_nodes(logits, budget, g)
+        nodes = sampled_path(logits, budget, g)
         auto.observe(budget, expected, nodes, len(nodes) + 1)
         chosen.append(budget)
     return chosen[steps // 2:]
