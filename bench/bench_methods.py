@@ -45,7 +45,6 @@ from remote.decoding.phase_split import split_kernels  # noqa: E402
 from remote.errors import first_line  # noqa: E402
 from remote.metrics import aggregate, compare  # noqa: E402
 from remote.models.placement import describe  # noqa: E402
-from remote.decoding.auto_budget import AutoBudget, buckets  # noqa: E402
 from remote.runner import Run, peak_memory_gb, reset_peak_memory, step_figures  # noqa: E402
 from remote.spec import DatasetSpec, DecodingSpec, DrafterSpec, ModelSpec, RunSpec  # noqa: E402
 from remote.timing import PhaseTimer  # noqa: E402
@@ -78,9 +77,9 @@ def prepare(run: Run, method: str, budget: int | str) -> None:
     d = run.spec.decoding
     if isinstance(budget, str):
         d.tree_budget, d.tree_budget_max = "auto", int(budget.removeprefix("auto"))
-        run.auto = AutoBudget(buckets(d.tree_budget_max), run.device.type == "cuda")
     else:
-        d.tree_budget, run.auto = budget, None
+        d.tree_budget = budget
+    run.reset_auto()
     if run.graphed:
         run.graphed.reserve(max(ids.shape[1] for ids in run.inputs), d.max_new_tokens, method, d.widest_budget,
                             exact=True)

@@ -93,9 +93,7 @@ class Run:
             self.graphed.reserve(max(ids.shape[1] for ids in self.inputs), spec.decoding.max_new_tokens,
                                  spec.decoding.method, spec.decoding.widest_budget)  # AR's rows: within any method's
         self._eager_because = why_not
-        # tree_budget=auto: one policy for the run, so that the cost model measured in warm-up serves every prompt
-        self.auto = AutoBudget(buckets(spec.decoding.tree_budget_max), self.device.type == "cuda") \
-            if spec.decoding.auto_budget else None
+        self.reset_auto()
         self.stop_ids = set() if spec.model.random else _stop_ids(self.model, self.tokenizer)
 
     @property
@@ -124,6 +122,12 @@ class Run:
         if path is not None:
             path.add(self.path_facts(method))
         return gen
+
+    def reset_auto(self) -> None:
+        """tree_budget=auto: a fresh policy for the spec's decoding (its cost model measured anew), else None. One
+        policy serves the run, so that the cost model measured in warm-up serves every prompt."""
+        d = self.spec.decoding
+        self.auto = AutoBudget(buckets(d.tree_budget_max), self.device.type == "cuda") if d.auto_budget else None
 
     def calibrate(self, max_new: int) -> None:
         """tree_budget=auto measures its cost model in warm-up: ddtree generations of `max_new` tokens until it

@@ -62,7 +62,6 @@ class DecodingSpec:
     compile_steps: bool = False            # also torch.compile each graphed step (kernel fusion; compiles per shape)
     compile_drafter: bool = True           # torch.compile the graphed steps' drafter forward (one compile per run)
 
-
     @property
     def auto_budget(self) -> bool:
         return self.method == "ddtree" and self.tree_budget == "auto"
