@@ -10,6 +10,7 @@ What is timed (microseconds per call: --calls calls captured in one graph, media
   C rows with an additive [Q, C] mask, shaped as the preset's attention layers:
     repeat-<backend>   transformers' SDPA path with a mask: K/V repeated to every query head, then SDPA
     packed-<backend>   the query heads of one K/V head stacked along the query axis (one K/V read, no copy)
+    kernel-default     remote.kernels.attention (one Triton kernel, bool mask), whatever the head size
   with <backend> default (torch's choice), cudnn, efficient or math.
 - `norm/<variant>` over [Q, hidden]: transformers' Qwen3RMSNorm (six kernels) vs F.rms_norm.
 - `select/<variant>`: one level of the best-first tree build (remote.decoding.tree_build): top-`budget` of the
@@ -18,6 +19,9 @@ What is timed (microseconds per call: --calls calls captured in one graph, media
 - `tree/<variant>`: a whole tree from [15, --vocab] draft logits, spread or a confident spine (`tree_fns`): `torch`
   (remote.decoding.tree_build's torch ops), `kernel` (the runner's: remote.kernels.tree_search's top-k and search),
   `search-w<N>` (the search kernel alone at N warps).
+- `proj/<group>-<separate|fused>`: the projections that share an input (q/k/v, gate/up, a GDN layer's in_proj_*)
+  of --proj-preset's first layers, each member its own GEMM against one GEMM over the concatenated weight
+  (remote.kernels.fused_linear), for --queries rows; `gbps` is the weights' bytes read per second.
 - `gdn/v<BV>-w<W>`: one GDN layer's tree recurrence (remote.kernels.gdn_tree, node states kept) for a DFlash chain
   of 16 and best-first trees of --budgets + 1 nodes with a 15-deep spine, at the value-head shapes of --gdn-preset,
   with BV value columns a program and W warps.
@@ -32,13 +36,14 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm  # noqa: E402
 
-from remote.kernels import tree_search  # noqa: E402
+from remote.kernels import attention as attention_kernel, tree_search  # noqa: E402
 from remote.decoding.tree_build import _plan, kernel_tree, ranked, torch_tree  # noqa: E402
 
 SHAPES = {   # (query heads, K/V heads, head dim, hidden size)
@@ -101,7 +106,10 @@ def attention_fns(heads: int, kv_heads: int, dim: int, q: int, cap: int, backend
             out = F.scaled_dot_product_attention(stacked, key, value, attn_mask=tiled)
         return out.view(1, heads, q, dim)
 
-    return {"repeat": repeat, "packed": packed}
+    fns = {"repeat": repeat, "packed": packed}
+    if backend is None:      # the runner's Triton kernel, also past the head sizes `available` admits
+        fns["kernel"] = lambda: attention_kernel.attention(query, key, value, visible, dim ** -0.5)
+    return fns
 
 
 class _null:
@@ -176,6 +184,30 @@ def gdn_fns(preset: str, nodes: int) -> dict:
     return {f"v{bv}-w{w}": variant(bv, w) for bv in (8, 16, 32) for w in (1, 2) if bv <= dv}
 
 
+def proj_fns(preset: str, q: int) -> dict:
+    """{variant: (fn, weight bytes)} for each distinct projection group of `preset` (bench_verify.PRESETS)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from bench_verify import model_config
+    from remote.kernels.fused_linear import fuse
+
+    fields = model_config(preset, 4, {})       # a hybrid's first four: three GDN layers and one attention layer
+    with torch.device("cuda"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.for_model(fields.pop("model_type"), **fields),
+                                                 torch_dtype=torch.bfloat16)
+    x = torch.randn(1, q, model.config.hidden_size, device="cuda", dtype=torch.bfloat16)
+    fns = {}
+    for group in fuse(model):
+        name = "+".join(n.removesuffix("_proj") for n in group.names)
+        if f"{name}-fused" in fns:
+            continue
+        size = group.weight.numel() * group.weight.element_size()
+        members = [(m.weight, m.bias) for m in group.members]
+        fns[f"{name}-separate"] = (lambda ms=members: [F.linear(x, w, b) for w, b in ms], size)
+        fns[f"{name}-fused"] = (lambda g=group: F.linear(x, g.weight, g.bias), size)
+    return fns
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--preset", default="demo-qwen3", choices=sorted(SHAPES))
@@ -186,6 +218,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--kinds", default="attention,norm,select,tree", help="which blocks to time")
     p.add_argument("--vocab", type=int, default=4096, help="draft vocabulary of the `tree` kind")
+    p.add_argument("--proj-preset", default="qwen3-8b", help="widths of the `proj` kind (bench_verify.PRESETS)")
     p.add_argument("--gdn-preset", default="demo-qwen3_5", choices=sorted(GDN_SHAPES))
     p.add_argument("--out")
     args = p.parse_args(argv)
@@ -216,6 +249,10 @@ def main(argv: list[str]) -> int:
                 for name, fn in tree_fns(args.vocab, budget, draft).items():
                     record("tree", name, graph_us(fn, args.calls, args.repeats), budget=budget, vocab=args.vocab,
                            draft=draft)
+        for q in map(int, args.queries.split(",")) if "proj" in kinds else ():
+            for name, (fn, size) in proj_fns(args.proj_preset, q).items():
+                us = graph_us(fn, args.calls, args.repeats)
+                record("proj", name, us, q=q, preset=args.proj_preset, gbps=us and round(size / us / 1e3))
         for nodes in [16, *(b + 1 for b in map(int, args.budgets.split(",")))] if "gdn" in kinds else ():
             for name, fn in gdn_fns(args.gdn_preset, nodes).items():
                 record("gdn", name, graph_us(fn, args.calls, args.repeats), nodes=nodes, preset=args.gdn_preset)

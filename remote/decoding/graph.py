@@ -21,9 +21,10 @@ transformers versions HybridTarget supports; a step that
 fails to capture turns graphs off for the rest of the run (`fallback`). Timer phases: ttft and decode only (a
 replayed step has no inner boundaries).
 
-While a step is warmed up and captured, it uses remote.kernels.step (one-kernel RMSNorm, the attention kernel);
-with `compiled=True` each step is also torch.compile'd first (inductor fuses the rest), with `compiled_drafter=True`
-(the runner's default) only the draft (half the drafter's kernels, the target as AR runs it); a compile failure
+While a step is warmed up and captured, it uses remote.kernels.step (one-kernel RMSNorm, the attention kernel, one
+GEMM per group of projections sharing an input); with `compiled=True` each step is also torch.compile'd first
+(inductor fuses the rest), with `compiled_drafter=True` (the runner's default) only the draft (half the drafter's
+kernels) and the target's rotary embedding (in every method, AR included: remote.kernels.rotary); a compile failure
 falls back to the plain step and `compile_failed` says why. Hybrid targets get `HybridGraphDecoder`: the same
 steps through HybridTarget's layer loop on reserved state (a tree's GDN recurrence is one kernel call per layer,
 with no host value: remote.models.gdn). tree_budget=auto: each candidate budget is a captured step of its own,
@@ -104,6 +105,7 @@ class GraphDecoder:
         if compiled:
             _compile_steps(self)
         self.compiled_drafter = compiled_drafter and not compiled and drafter is not None
+        self.compiled_rotary = compiled_drafter and not compiled     # AR too: every method the same target kernels
         self._draft = torch.compile(draft, dynamic=False) if self.compiled_drafter else draft
         self._graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         as_long = dict(dtype=torch.long, device=self.device)
@@ -175,7 +177,7 @@ class GraphDecoder:
             graph, out = self._graphs[key]
             graph.replay()
             return out
-        with step_kernels(self.model, self.drafter):   # the captured step keeps these kernels
+        with self.kernels():                           # the captured step keeps these kernels
             try:
                 result = self._warm_up(step)
             except Exception as exc:                 # noqa: BLE001 - a compile failure: the plain step instead
@@ -192,6 +194,10 @@ class GraphDecoder:
                 self.graphs, self._graphs = False, {}
                 self.fallback = first_line(exc)
         return result
+
+    def kernels(self):
+        """The kernels of the captured steps (remote.kernels.step)."""
+        return step_kernels(self.model, self.drafter, rotary=self.compiled_rotary)
 
     @staticmethod
     def _warm_up(step) -> torch.Tensor:

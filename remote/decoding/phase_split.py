@@ -31,7 +31,6 @@ from statistics import median
 
 import torch
 
-from ..kernels.step import step_kernels
 from ..timing import PHASES
 from .graph import GraphDecoder
 
@@ -96,7 +95,7 @@ def _prefix_graphs(decoder: GraphDecoder, method: str, budget: int):
     that phase, captured from the measured state, which `restore()` puts back (before each replay)."""
     with measured_state(decoder, method, budget) as restore:
         for phase, fn in prefix_steps(decoder, method, budget):
-            with step_kernels(decoder.model, decoder.drafter):
+            with decoder.kernels():
                 decoder._warm_up(fn)
                 restore()
                 graph, _ = decoder._capture(fn)

@@ -16,13 +16,15 @@ Why, measured inside CUDA graphs on an H200 (bench/bench_kernels.py, docs/PERFOR
   copies at all, 10.8 us a layer for a 33-node verify of the demo target against ~15 through cuDNN, session 8);
   the stacking stays for CPUs, larger heads and the drafter.
 
-Contract: inside `step_kernels(model, drafter)` every RMSNorm of the known classes computes `F.rms_norm(x,
-weight, eps)` (the same normalisation in float32 with the weight applied before the one rounding to the input
-dtype, where transformers rounds and then multiplies: equal up to one rounding; Qwen3.5 / Qwen3-Next's
-zero-centred and gated norms round where transformers does, only their reduction is fused), and a model on
+Contract: inside `step_kernels(model, drafter, rotary)` every RMSNorm of the known classes computes
+`F.rms_norm(x, weight, eps)` (the same normalisation in float32 with the weight applied before the one rounding to
+the input dtype, where transformers rounds and then multiplies: equal up to one rounding; Qwen3.5 / Qwen3-Next's
+zero-centred and gated norms round where transformers does, only their reduction is fused); a model on
 transformers' SDPA attends through remote.kernels.attention (CUDA) or `grouped_attention` whenever a mask is given
-for batch 1; on exit both are undone, so prefill, the eager loop and stock `generate` run transformers' own code.
-Other attention implementations are left alone. `grouped_attention` is also the drafter's attention.
+for batch 1; the target's projections that share an input run as one GEMM each (remote.kernels.fused_linear); with
+`rotary`, the target's rotary embedding is one compiled kernel (remote.kernels.rotary). On exit all are undone, so
+prefill, the eager loop and stock `generate` run transformers' own code (on the fused weights' views: the same
+values). Other attention implementations are left alone. `grouped_attention` is also the drafter's attention.
 """
 from __future__ import annotations
 
@@ -34,6 +36,8 @@ import torch
 from torch.nn import functional as F
 
 from . import attention as attention_kernel
+from .fused_linear import grouped
+from .rotary import compiled_rotary
 
 FUSABLE = ("Qwen3RMSNorm", "Qwen2RMSNorm", "LlamaRMSNorm", "MistralRMSNorm")
 ZERO_CENTRED = ("Qwen3_5RMSNorm", "Qwen3_5MoeRMSNorm", "Qwen3NextRMSNorm")     # x_normed * (1 + weight)
@@ -108,8 +112,8 @@ def _patch(norm: torch.nn.Module) -> None:
 
 
 @contextlib.contextmanager
-def step_kernels(model: torch.nn.Module, drafter: torch.nn.Module | None = None):
-    """Yields the number of norms replaced."""
+def step_kernels(model: torch.nn.Module, drafter: torch.nn.Module | None = None, rotary: bool = False):
+    """Yields the number of norms replaced. `rotary`: the target's rotary compiled too (remote.kernels.rotary)."""
     norms = [m for root in (model, drafter) if root is not None for m in root.modules()
              if type(m).__name__ in FUSABLE + ZERO_CENTRED + GATED and getattr(m, "activation", "silu") == "silu"]
     for norm in norms:
@@ -119,7 +123,8 @@ def step_kernels(model: torch.nn.Module, drafter: torch.nn.Module | None = None)
     if swap:
         config._attn_implementation = GROUPED
     try:
-        yield len(norms)
+        with grouped(model), compiled_rotary(model) if rotary else contextlib.nullcontext():
+            yield len(norms)
     finally:
         for norm in norms:
             del norm.forward                     # back to the class's own forward

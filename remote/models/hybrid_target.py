@@ -145,7 +145,7 @@ class HybridTarget(Target):
         self.model = model.eval()
         # Qwen3.5's rotary is multimodal (mrope): it takes [3, B, T] positions; text positions are the same in all 3.
         self._mrope = hasattr(self.decoder.rotary_emb, "mrope_section")
-        self._rotary_fn = sys.modules[type(self.decoder).__module__].apply_rotary_pos_emb
+        self._modeling = sys.modules[type(self.decoder).__module__]     # its apply_rotary_pos_emb, looked up per call
         gdn_layers = [i for i, t in enumerate(self.layer_types) if t == "linear_attention"]
         if not gdn_layers:
             raise SpecError("model has no linear_attention layers: use the plain attention target")
@@ -339,7 +339,7 @@ class HybridTarget(Target):
         q = attn.q_norm(q).transpose(1, 2)                                            # [1, Hq, T, D]
         k = attn.k_norm(attn.k_proj(h).view(1, t, -1, d)).transpose(1, 2)             # [1, Hkv, T, D]
         v = attn.v_proj(h).view(1, t, -1, d).transpose(1, 2)
-        q, k = self._rotary_fn(q, k, *rope)                                           # partial rotary handled there
+        q, k = self._modeling.apply_rotary_pos_emb(q, k, *rope)                       # partial rotary handled there
         if i not in self._kv:
             self._kv[i] = _KV.for_layer(attn, capacity=max(2 * (self._len + t), 256))
         kv = self._kv[i]

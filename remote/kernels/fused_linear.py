@@ -1,0 +1,112 @@
+"""Projections that read the same input (q/k/v, gate/up, a GDN layer's in_proj_*) as one GEMM in captured steps.
+
+Why: at decode sizes (1 to 65 rows) a projection is a read of its weight, and a small weight reads slower than a
+large one. At Qwen3-8B widths the separate q/k/v GEMVs read 2240 GB/s where the MLP's read 3762 and lm_head 4389
+(bench/bench_profile.py, H200, session 14); each is also one more launch a layer, which on the demo targets is
+most of a projection's time.
+
+How: `fuse(model)` concatenates each group's weights (and biases) into one tensor and makes every member's
+weight a view of its rows, so memory is unchanged and every other caller (prefill, the eager loop, stock
+`generate`) reads the same values. Inside `grouped(model)` a member's forward runs the whole group's GEMM once
+for an input and hands the other members their slices when they are called with that same input tensor; called
+with another input, a member computes its own. So the modules' own forwards (transformers' attention and MLP,
+remote.models.gdn's projections) need no change, whatever order they call the members in.
+
+Contract: a group is fused only where its members are plain `nn.Linear` of one dtype and device with the same
+input size, all with biases or none. Outputs equal the members' own up to GEMM rounding (another blocking of the
+same dot products). `fuse` is idempotent and re-fuses a group whose weights were replaced (a `.to()`, a reload).
+"""
+from __future__ import annotations
+
+import contextlib
+import itertools
+import types
+import weakref
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"),
+          ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a"), ("in_proj_qkvz", "in_proj_ba"))
+
+
+class Group:
+    """Linears of one owner sharing their input, their weights views of one [sum(out), in] tensor."""
+
+    def __init__(self, names: tuple[str, ...], members: list[nn.Linear]):
+        self.names, self.members = names, members
+        self.sizes = [m.out_features for m in members]
+        with torch.inference_mode(False), torch.no_grad():
+            self.weight = torch.cat([m.weight for m in members])
+            self.bias = None if members[0].bias is None else torch.cat([m.bias for m in members])
+            for i, (m, w) in enumerate(zip(members, self.weight.split(self.sizes))):
+                m.weight = nn.Parameter(w, requires_grad=False)
+                if self.bias is not None:
+                    m.bias = nn.Parameter(self.bias.split(self.sizes)[i], requires_grad=False)
+        self._stash: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}    # member -> (input, its output)
+
+    def current(self) -> bool:
+        """Whether every member still reads this group's tensor (nothing replaced its weight since)."""
+        row = self.weight.stride(0) * self.weight.element_size()
+        starts = itertools.accumulate([0, *self.sizes[:-1]])
+        return all(m.weight.data_ptr() == self.weight.data_ptr() + s * row for m, s in zip(self.members, starts))
+
+    def output(self, index: int, x: torch.Tensor) -> torch.Tensor:
+        held = self._stash.pop(index, None)
+        if held is not None and held[0] is x:
+            return held[1]
+        outs = F.linear(x, self.weight, self.bias).split(self.sizes, dim=-1)
+        self._stash = {i: (x, out) for i, out in enumerate(outs) if i != index}
+        return outs[index]
+
+    def clear(self) -> None:
+        self._stash = {}
+
+
+_FUSED: "weakref.WeakKeyDictionary[nn.Module, list[Group]]" = weakref.WeakKeyDictionary()
+
+
+def _eligible(members: list) -> bool:
+    if not all(type(m) is nn.Linear for m in members):
+        return False
+    first = members[0].weight
+    return all(m.weight.dtype == first.dtype and m.weight.device == first.device and
+               m.in_features == members[0].in_features and (m.bias is None) == (members[0].bias is None)
+               for m in members)
+
+
+def fuse(model: nn.Module) -> list[Group]:
+    """Every eligible group of `model`, fused (once; again where a group's weights were replaced)."""
+    groups = _FUSED.get(model)
+    if groups is not None and all(g.current() for g in groups):
+        return groups
+    groups = []
+    for owner in model.modules():
+        for names in GROUPS:
+            members = [getattr(owner, n, None) for n in names]
+            if all(m is not None for m in members) and _eligible(members):
+                groups.append(Group(names, members))
+    _FUSED[model] = groups
+    return groups
+
+
+def _member_forward(group: Group, index: int):
+    return lambda self, x: group.output(index, x)
+
+
+@contextlib.contextmanager
+def grouped(model: nn.Module):
+    """Inside, each fused group of `model` runs as one GEMM per input (see the module docstring). Yields the
+    number of groups."""
+    groups = fuse(model)
+    for group in groups:
+        for i, member in enumerate(group.members):
+            member.forward = types.MethodType(_member_forward(group, i), member)
+    try:
+        yield len(groups)
+    finally:
+        for group in groups:
+            group.clear()
+            for member in group.members:
+                del member.forward           # back to nn.Linear's own
