@@ -35,11 +35,8 @@ class PricedAuto(AutoBudget):
         super().__init__(sizes, cuda=False)
         self.table = table
 
-    def observe(self, budget, predicted, nodes, committed, span=None):
-        super().observe(budget, predicted, nodes, committed, None if not span or span[0] is None else budget)
-
-    def _elapsed(self, span):
-        return None if span is None else self.table[span]
+    def _elapsed(self, budget, span):
+        return None if not span or span[0] is None else self.table[budget]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -89,9 +89,9 @@ DEFINITIONS = {
                           "max_new_tokens cap): what auto_predicted_accept_mean predicted",
     "auto_calibration": "tree_budget=auto: auto_accepted_mean / auto_predicted_accept_mean (1 = calibrated; "
                         "below 1 the surrogate is overconfident)",
-    "auto_cost_ms_<b>": "tree_budget=auto: the cost model at the run's end, the median device time of the last "
-                        "steps of budget b (up to 32, warm-up included; graphed: a replayed step; eager: the whole "
-                        "step)",
+    "auto_cost_ms_<b>": "tree_budget=auto: the cost model at the run's end, the median device time of budget b's "
+                        "last steps in rounds (every budget once in turn; up to 32, warm-up included; graphed: a "
+                        "replayed step; eager: the whole step)",
     "new_tokens_mean": "mean generated tokens per prompt",
     "verify_steps": "total verify steps over all prompts (and repeats)",
     "num_prompts": "prompts decoded",

@@ -104,6 +104,34 @@ def test_calibration_times_every_bucket_in_turn_before_choosing():
     assert sorted(auto.costs) == [7, 15, 31] and all(ms >= 0 for ms in auto.costs.values())
 
 
+def test_only_rounds_time_the_buckets():
+    """After calibration, a round (every bucket once, in turn) comes every ROUND_EVERY steps, and only the steps of
+    rounds time their bucket: a step the policy chose for its text says nothing of another size's cost."""
+    from remote.decoding.auto_budget import ROUND_EVERY
+
+    auto = AutoBudget([7, 15], cuda=False, timed_steps=1)
+    read = lambda budget, span: auto.observe(budget, [1000, 1500], [1], 2, span)  # noqa: E731
+    while auto.calibrating:
+        budget = auto.pick()
+        with auto.timing(budget) as span:
+            pass
+        if span[0] is not None:  # not a capture: 1 ms
+            span[:2] = [0.0, 0.001]
+        read(budget, span)
+    assert auto.costs == {7: 1.0, 15: 1.0}
+    picks = []
+    for _ in range(ROUND_EVERY + 1):
+        budget = auto.pick()
+        with auto.timing(budget) as span:
+            pass
+        picks.append((budget, span[2]))
+        span[:2] = [0.0, 0.002 if span[2] else 0.009]   # a round's step 2 ms; a chosen one 9 ms
+        read(budget, span)
+    assert all(not timed for _, timed in picks[:ROUND_EVERY - 1])
+    assert picks[ROUND_EVERY - 1:] == [(7, True), (15, True)]
+    assert auto.costs == {7: 1.5, 15: 1.5}      # medians of the calibration's 1 ms and the round's 2 ms
+
+
 def test_a_size_is_judged_by_what_its_extra_nodes_accepted():
     """A drafter that promises twice as much of the large tree as of the small one, while only the small tree's
     nodes are ever accepted: what the larger size's extra nodes accepted (the accepted nodes' best-first numbers

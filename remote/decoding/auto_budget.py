@@ -12,8 +12,12 @@ numbered <= c: ancestors come first, so they are a prefix of the path); what eac
 smaller size accepted, against what E said they would, scales E's increments (`accepted`: a drafter is often surer
 of its deep, unlikely nodes than it should be). (b) What a step of each size costs: every candidate size is its own
 captured step (as a fixed budget's is), timed on the device around each launch (CUDA events, read once the step is:
-no synchronisation), T(c) the median of its recent steps; calibration launches every size in turn until each has
-TIMED_STEPS timed steps (a size's first launch captures it and is not counted).
+no synchronisation). T(c) is the median of its steps in rounds, where every size runs once, one after the other:
+calibration launches the sizes in turn until each has TIMED_STEPS timed steps (a size's first launch captures it and
+is not counted), and a round runs again every ROUND_EVERY steps. Only rounds time the sizes, because a step's cost
+follows its text (the GDN tree kernel walks each node's ancestors, commit moves the accepted rows): the steps a
+size was chosen for are not the texts of another's (on the H200 such medians put 31 within 4.6% of 63 on the hybrid
+demo pair, whose fixed runs are 9.6% apart, and auto then chose 63 where 31 was the faster budget).
 
 The choice, on the host, for each step it queues: the budget b maximising 1 + A(b) - rate * T(b), A the calibrated
 expectation (`accepted`) (a renewal reward argument: at rate = the best achievable tokens per ms this per-step rule
@@ -44,7 +48,8 @@ import torch
 
 
 TIMED_STEPS = 4          # timed steps per bucket before the first choice (after each bucket's capture)
-COST_WINDOW = 32         # a bucket's cost: the median of its newest timed steps
+COST_WINDOW = 32         # a bucket's cost: the median of its newest steps in rounds
+ROUND_EVERY = 96         # steps between rounds (a round: each bucket once; ~1 step in 20 is a round's)
 EXPLORE_AFTER = 32       # steps without one of the next size up before one is taken
 RATIO_WEIGHT = 0.1       # of the newest step in the running ratios
 SMOOTHING = 0.15         # of the newest step in the running mean of E
@@ -99,6 +104,9 @@ class AutoBudget:
         self._gain_predicted = [0.0] * len(self.sizes)
         self._gain_accepted = [0.0] * len(self.sizes)
         self._tokens = self._time = 0.0                    # committed tokens and their measured ms, since calibrated
+        self._round: list[int] = []                        # the current round's buckets still to launch
+        self._timing = True                                # the last pick is calibration's or a round's
+        self._since_round = 0                              # steps picked since the last round began
 
     @property
     def calibrating(self) -> bool:
@@ -106,8 +114,15 @@ class AutoBudget:
 
     def pick(self) -> int:
         """The budget of the next step to launch."""
+        self._timing = True            # whether this step times its bucket (`timing`)
         if self.costs is None:         # every bucket in turn (the least launched first), so drift touches all alike
             return min(self.sizes, key=lambda b: self._launched[b])
+        self._since_round += 1
+        if not self._round and self._since_round >= ROUND_EVERY:
+            self._round, self._since_round = list(self.sizes), 0
+        if self._round:
+            return self._round.pop(0)
+        self._timing = False
         if self._mean is None:
             return self.sizes[-1]
         rate = self._tokens / self._time if self._time > 0 else 0.0
@@ -136,13 +151,14 @@ class AutoBudget:
     @contextmanager
     def timing(self, budget: int):
         """Around one step's launch; yields the span to hand to `observe` (on CUDA events on the device's timeline,
-        elsewhere the wall clock, the step having run by then). A budget's first launch captures its graph: its span
-        is None, so that no capture counts as a step's cost."""
+        elsewhere the wall clock, the step having run by then), and whether the step is a round's (calibration's
+        included): only those time their bucket. A budget's first launch captures its graph: its span starts at
+        None, so that no capture counts as a step's cost."""
         first = self._launched[budget] == 0
         self._launched[budget] += 1
         span = [None if first else self._mark()]
         yield span
-        span.append(self._mark())
+        span += [self._mark(), self._timing]
 
     def _mark(self):
         """Now, on the device's timeline (CUDA) or the wall clock."""
@@ -172,8 +188,8 @@ class AutoBudget:
         self._stale = [0 if j <= known[-1] else n + 1 for j, n in enumerate(self._stale)]
         full = [e if e >= 0 else latest[known[-1]] * self._ratio.get((known[-1], j), 1.0) for j, e in enumerate(latest)]
         self._mean = full if self._mean is None else [m + SMOOTHING * (f - m) for m, f in zip(self._mean, full)]
-        ms = self._elapsed(span)
-        if ms is not None:
+        ms = self._elapsed(budget, span)
+        if ms is not None and span[2]:
             self._timed[budget].append(ms)
             if self.costs is not None:
                 self.costs[budget] = statistics.median(self._timed[budget])
@@ -183,10 +199,10 @@ class AutoBudget:
             self._tokens += committed
             self._time += self.costs[budget] if ms is None else ms
 
-    def _elapsed(self, span) -> float | None:
+    def _elapsed(self, budget: int, span) -> float | None:
         if not span or span[0] is None:
             return None
-        start, end = span
+        start, end = span[:2]
         if not self.cuda:
             return 1000.0 * (end - start)
         if not end.query():            # the eager loop's commit runs past its read; a graphed step's read follows it
