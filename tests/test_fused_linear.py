@@ -87,7 +87,7 @@ def test_a_group_fuses_q_k_v_of_transformers_attention_and_refuses_after_a_cast(
     assert all(g.current() and g.weight.dtype == torch.float64 for g in fuse(model))
 
 
-def test_only_plain_linears_of_one_shape_family_are_fused():
+def test_only_plain_linears_are_fused_and_each_member_gets_its_own_rows():
     class Owner(nn.Module):
         def __init__(self, bias_k: bool, k_type=nn.Linear):
             super().__init__()
@@ -97,9 +97,8 @@ def test_only_plain_linears_of_one_shape_family_are_fused():
     class MyLinear(nn.Linear):
         pass
 
-    assert fuse(Owner(bias_k=True)) == []                      # a bias on one member only
     assert fuse(Owner(bias_k=False, k_type=MyLinear)) == []    # a subclass (e.g. a quantised linear)
-    owner = Owner(bias_k=False)
+    owner = Owner(bias_k=True)                                 # a bias on one member only: zeros for the others
     x = torch.randn(3, 8)
     with torch.no_grad():
         want = [owner.q_proj(x), owner.k_proj(x), owner.v_proj(x)]
@@ -109,7 +108,7 @@ def test_only_plain_linears_of_one_shape_family_are_fused():
     assert count == 1
     for a, b in zip([got_q, got_k, got_v], want):
         assert torch.allclose(a, b, atol=1e-6)
-    assert torch.allclose(other_k, x.add(1) @ owner.k_proj.weight.T, atol=1e-6)
+    assert torch.allclose(other_k, owner.k_proj.bias + x.add(1) @ owner.k_proj.weight.T, atol=1e-6)
 
 
 def test_the_compiled_rotary_is_the_models_own_and_is_undone():

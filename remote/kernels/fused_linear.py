@@ -13,8 +13,9 @@ with another input, a member computes its own. So the modules' own forwards (tra
 remote.models.gdn's projections) need no change, whatever order they call the members in.
 
 Contract: a group is fused only where its members are plain `nn.Linear` of one dtype and device with the same
-input size, all with biases or none. Outputs equal the members' own up to GEMM rounding (another blocking of the
-same dot products). `fuse` is idempotent and re-fuses a group whose weights were replaced (a `.to()`, a reload).
+input size (a member without a bias gets zeros in the group's). Outputs equal the members' own up to GEMM rounding
+(another blocking of the same dot products). `fuse` is idempotent and re-fuses a group whose weights were replaced
+(a `.to()`, a reload). `concatenate` is the weight side alone (the drafter's projections use it directly).
 """
 from __future__ import annotations
 
@@ -31,19 +32,31 @@ GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"),
           ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a"), ("in_proj_qkvz", "in_proj_ba"))
 
 
+def concatenate(linears: list[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One weight (and bias: zeros for a member without) for linears that read the same input, their rows stacked;
+    each linear's weight (and bias) becomes a view of it, so nothing is held twice. Not for training (detached)."""
+    weight = torch.cat([lin.weight.detach() for lin in linears])
+    has_bias = any(lin.bias is not None for lin in linears)
+    bias = torch.cat([lin.bias.detach() if lin.bias is not None else weight.new_zeros(lin.out_features)
+                      for lin in linears]) if has_bias else None
+    start = 0
+    for lin in linears:
+        rows = slice(start, start + lin.out_features)
+        lin.weight = nn.Parameter(weight[rows], requires_grad=False)
+        if has_bias:
+            lin.bias = nn.Parameter(bias[rows], requires_grad=False)
+        start += lin.out_features
+    return weight, bias
+
+
 class Group:
     """Linears of one owner sharing their input, their weights views of one [sum(out), in] tensor."""
 
     def __init__(self, names: tuple[str, ...], members: list[nn.Linear]):
         self.names, self.members = names, members
         self.sizes = [m.out_features for m in members]
-        with torch.inference_mode(False), torch.no_grad():
-            self.weight = torch.cat([m.weight for m in members])
-            self.bias = None if members[0].bias is None else torch.cat([m.bias for m in members])
-            for i, (m, w) in enumerate(zip(members, self.weight.split(self.sizes))):
-                m.weight = nn.Parameter(w, requires_grad=False)
-                if self.bias is not None:
-                    m.bias = nn.Parameter(self.bias.split(self.sizes)[i], requires_grad=False)
+        with torch.inference_mode(False):
+            self.weight, self.bias = concatenate(members)
         self._stash: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}    # member -> (input, its output)
 
     def current(self) -> bool:
@@ -72,8 +85,7 @@ def _eligible(members: list) -> bool:
         return False
     first = members[0].weight
     return all(m.weight.dtype == first.dtype and m.weight.device == first.device and
-               m.in_features == members[0].in_features and (m.bias is None) == (members[0].bias is None)
-               for m in members)
+               m.in_features == members[0].in_features for m in members)
 
 
 def fuse(model: nn.Module) -> list[Group]:

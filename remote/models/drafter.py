@@ -22,6 +22,7 @@ from torch import nn
 from torch.nn import functional as F
 from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP, Qwen3RMSNorm, Qwen3RotaryEmbedding, rotate_half
 
+from ..kernels.fused_linear import concatenate
 from ..kernels.step import grouped_attention
 
 
@@ -65,23 +66,6 @@ class DrafterCache:
         return None
 
 
-def _fuse(linears: list[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """One weight (and bias) for linears that read the same input, their rows stacked; each linear's weight
-    becomes a view of it, so the parameters stay as published and nothing is held twice."""
-    weight = torch.cat([lin.weight.detach() for lin in linears])
-    has_bias = any(lin.bias is not None for lin in linears)
-    bias = torch.cat([lin.bias.detach() if lin.bias is not None else weight.new_zeros(lin.out_features)
-                      for lin in linears]) if has_bias else None
-    start = 0
-    for lin in linears:
-        rows = slice(start, start + lin.out_features)
-        lin.weight = nn.Parameter(weight[rows], requires_grad=False)
-        if has_bias:
-            lin.bias = nn.Parameter(bias[rows], requires_grad=False)
-        start += lin.out_features
-    return weight, bias
-
-
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     # x [1, H, L, D]; cos/sin [1, L, D]
     return x * cos.unsqueeze(1) + rotate_half(x) * sin.unsqueeze(1)
@@ -110,7 +94,7 @@ class DrafterAttention(nn.Module):
         self.register_buffer("qkv_bias", None, persistent=False)
 
     def fuse(self) -> None:
-        self.qkv_weight, self.qkv_bias = _fuse([self.q_proj, self.k_proj, self.v_proj])
+        self.qkv_weight, self.qkv_bias = concatenate([self.q_proj, self.k_proj, self.v_proj])
 
     def _heads(self, x: torch.Tensor, n: int) -> torch.Tensor:
         return x.view(1, x.shape[1], n, self.head_dim)                # [1, L, n, D]
@@ -169,7 +153,7 @@ class DrafterLayer(nn.Module):
 
     def fuse(self) -> None:
         self.self_attn.fuse()
-        self.gate_up_weight, _ = _fuse([self.mlp.gate_proj, self.mlp.up_proj])     # Qwen3MLP has no biases
+        self.gate_up_weight, _ = concatenate([self.mlp.gate_proj, self.mlp.up_proj])     # Qwen3MLP has no biases
 
     def _mlp(self, x: torch.Tensor) -> torch.Tensor:
         if self.gate_up_weight is None:
