@@ -127,7 +127,7 @@ def run_job(cfg: DictConfig, console: Console | None = None) -> Outcome:
             pre_tags, answer = _survey(host, host_cfg, sync, gpus, bool(cfg.get("force", False)), console)
             tags = {"method": cfg.method.name, "host": host.name, "run_dir": str(run_dir), "run_id_local": run_id,
                     "gpus": ",".join(map(str, gpus)), "host_kind": str(host_cfg.get("kind", "local")), **pre_tags}
-            open_run = functools.partial(_open_run, tracker, cfg, resolved, tags)
+            open_run = functools.partial(_record_and_open, tracker, cfg, resolved, tags)
             script = _user_script(cfg)
             job.prepare(spec.to_json(), secrets=_secrets(host_cfg), files=[script] if script else [])
             job.stage = Stage.SYNC
@@ -138,12 +138,16 @@ def run_job(cfg: DictConfig, console: Console | None = None) -> Outcome:
             stages.show("launching runner…")
             job.launch(bundle=bundle, gpus=gpus, env=env, argv=argv)
             stages.close()
-            # MLflow opens the run once the runner is started, not while the job is placed (its import holds the
-            # GIL, and the placement's round trips took 2-3x longer beside it), and in the background: its import,
-            # database work and an unreachable server's timeouts never delay the tail; report() waits for it,
-            # bounded. job.json is written once the MLflow run is open (or failed to), so that it names the run.
-            opening = tracker.open_async(functools.partial(open_run, then=functools.partial(
-                _save_job, run_dir, host_cfg, run_id, tracker, needs_results=not script)))
+            # A kill from here on must leave the run findable and loggable: job.json (attach, reap) and what its
+            # MLflow run is to show (tracking.json: sync) are written now, before MLflow is touched. MLflow opens
+            # the run once the runner is started, not while the job is placed (its import holds the GIL, and the
+            # placement's round trips took 2-3x longer beside it), and in the background: its import, database
+            # work and an unreachable server's timeouts never delay the tail; report() waits for it, bounded.
+            # job.json is written again once the MLflow run is open (or failed to), so that it names the run.
+            save_job = functools.partial(_save_job, run_dir, host_cfg, run_id, tracker, needs_results=not script)
+            _record_start(tracker, cfg, resolved, tags)
+            save_job()
+            opening = tracker.open_async(functools.partial(_open_run, tracker, tags, then=save_job))
             console.print(f"[cyan]run {run_id} on {host.name} (gpus {gpus}): {cfg.method.name}, "
                           f"model {cfg.model.name}; local dir {run_dir}[/]")
             if (note := unused_gpus_note(cfg, gpus)) is not None:
@@ -169,23 +173,34 @@ def run_job(cfg: DictConfig, console: Console | None = None) -> Outcome:
     return outcome
 
 
-def _open_run(tracker: Tracker, cfg: DictConfig, resolved: dict, tags: dict[str, str], then=None) -> None:
-    """Open the MLflow run, then call `then`; in the background once the runner is started, so git's two calls
-    (and nvidia-smi's, for the `gpu` tag of a local run) do not delay it either. The name says method, budget or
-    block size, model and, in a sweep, the job's other swept values (orchestrator.naming)."""
-    from .naming import gpu_label, run_name, swept_from_env
+def _record_start(tracker: Tracker, cfg: DictConfig, resolved: dict, tags: dict[str, str]) -> None:
+    """Record the MLflow run to open, locally (no subprocess, no MLflow). The name says method, budget or block
+    size, model and, in a sweep, the job's other swept values (orchestrator.naming)."""
+    from .naming import run_name, swept_from_env
 
     try:
         overrides = list(HydraConfig.get().overrides.task)
     except ValueError:   # called outside a Hydra app (no HydraConfig)
         overrides = []
+    tracker.record_start(run_name=run_name(cfg, overrides, swept_from_env()), params=flatten(_params(resolved)),
+                         tags=tags, parent_run_id=os.environ.get(PARENT_ENV))
+
+
+def _open_run(tracker: Tracker, tags: dict[str, str], then=None) -> None:
+    """Open the recorded run in MLflow, then call `then`; in the background once the runner is started, so git's two
+    calls (and nvidia-smi's, for the `gpu` tag of a local run) do not delay it either."""
+    from .naming import gpu_label
+
     gpus = [int(g) for g in tags.get("gpus", "").split(",") if g.strip().isdigit()]
     gpu = gpu_label(tags, gpus, local=tags.get("host_kind", "local") == "local")
-    tracker.start(run_name=run_name(cfg, overrides, swept_from_env()), params=flatten(_params(resolved)),
-                  tags={**tags, "gpu": gpu, "project_commit": project_commit()},
-                  parent_run_id=os.environ.get(PARENT_ENV))
+    tracker.send(tags={"gpu": gpu, "project_commit": project_commit()})
     if then is not None:
         then()
+
+
+def _record_and_open(tracker: Tracker, cfg: DictConfig, resolved: dict, tags: dict[str, str]) -> None:
+    _record_start(tracker, cfg, resolved, tags)
+    _open_run(tracker, tags)
 
 
 def unused_gpus_note(cfg: DictConfig, gpus: list[int]) -> str | None:

@@ -1,8 +1,8 @@
 """`python -m orchestrator reap`: close the runs an orchestrator left RUNNING when it died.
 
-A run is orphaned when its MLflow run is RUNNING and nobody follows it: `locks.try_following(run_dir)` is an OS file lock
-that run_job and attach hold while they follow a run, so it is free once their process is gone (`kill -9`, a
-closed laptop), whatever it did before. Orphans are settled by what the host says, not remembered: one whose
+A run is orphaned when its MLflow run is RUNNING (or was never opened: its orchestrator died first) and nobody
+follows it: `locks.try_following(run_dir)` is an OS file lock that run_job and attach hold while they follow a run,
+so it is free once their process is gone (`kill -9`, a closed laptop), whatever it did before. Orphans are settled by what the host says, not remembered: one whose
 runner ended (exit code, or its process group gone) is finished as attach would finish it (the rest of its log,
 its results, its status from the exit code, or FAILED runner_vanished); one still running is left, with the
 command that follows it. A sweep parent whose sweep process is gone (its lock free, orchestrator.sweep) gets its
@@ -19,6 +19,7 @@ from rich.console import Console
 from .attach import JOB_FILE, attach
 from .locks import FOLLOW_LOCK, SWEEP_LOCK, free
 from .paths import runs_dir
+from .tracking import RECORD
 
 
 def orphans(root: Path) -> list[Path]:
@@ -35,13 +36,17 @@ def reap(root: Path, console: Console) -> int:
     closed, uris = 0, set()
     for run_dir in orphans(root):
         meta = json.loads((run_dir / JOB_FILE).read_text())
-        if not meta.get("mlflow_run_id"):
+        record = json.loads((run_dir / RECORD).read_text()) if (run_dir / RECORD).is_file() else {}
+        mlflow_run_id = meta.get("mlflow_run_id") or record.get("mlflow_run_id")
+        if mlflow_run_id:
+            uris.add(meta["tracking_uri"])
+            if mlflow_client(meta["tracking_uri"]).get_run(mlflow_run_id).info.status != "RUNNING":
+                continue
+        elif record.get("final") is not None:   # its orchestrator reported it; only MLflow missed it
             console.print(f"[yellow]{meta['run_id']}: never reached MLflow; `python -m orchestrator sync {run_dir}` "
                           f"logs what it kept[/]")
             continue
-        uris.add(meta["tracking_uri"])
-        if mlflow_client(meta["tracking_uri"]).get_run(meta["mlflow_run_id"]).info.status != "RUNNING":
-            continue
+        # else: its orchestrator died before MLflow had the run (it opens in the background): settled like the rest
         try:
             with make_host(meta["host"]) as host:
                 alive = Job(host, meta["run_id"], run_dir).running()

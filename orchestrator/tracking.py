@@ -192,8 +192,21 @@ class Tracker:
               parent_run_id: str | None = None) -> None:
         """Record what the run is, then open it in MLflow (the run and its params). Never raises: tracking must
         never cost the run; `warning` says what went wrong."""
+        self.record_start(run_name, params, tags, parent_run_id)
+        self.send()
+
+    def record_start(self, run_name: str, params: Mapping[str, str], tags: Mapping[str, str],
+                     parent_run_id: str | None = None) -> None:
+        """Record what the run is, locally only: from here on `sync` (or `attach`'s end) can open it in MLflow."""
         self._update(start={"run_name": run_name, "start_time": _now_ms(), "params": dict(params),
                             "tags": dict(tags), "parent_run_id": parent_run_id})
+
+    def send(self, tags: Mapping[str, str] | None = None) -> None:
+        """Open the recorded run in MLflow, with `tags` added to the recorded ones. Never raises (as `start`)."""
+        if tags:
+            with self._lock:
+                start = self.record["start"]
+                self._update(start={**start, "tags": {**start["tags"], **tags}})
         try:
             self.replay()
         except Exception as exc:

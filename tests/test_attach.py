@@ -11,9 +11,11 @@ import time
 from mlflow.tracking import MlflowClient
 
 
-def _first(pattern: str, root, deadline: float) -> list:
+def _first(pattern: str, root, deadline: float, opened: bool = False) -> list:
+    """Files under `root` matching `pattern` (non-empty); `opened`: job files that name their MLflow run."""
     found = []
-    while time.time() < deadline and not (found := [p for p in root.rglob(pattern) if p.stat().st_size]):
+    while time.time() < deadline and not (found := [p for p in root.rglob(pattern) if p.stat().st_size and (
+            not opened or json.loads(p.read_text()).get("mlflow_run_id"))]):
         time.sleep(0.1)
     return found
 
@@ -25,14 +27,14 @@ def test_attach_after_the_orchestrator_died(tmp_path):
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 120
     # The runner's process group is held stopped until the orchestrator is gone, so the run cannot finish first
-    # (MLflow opens the run, seconds of import and database work, before the job file is written).
+    # (MLflow opens the run, seconds of import and database work, before the job file names it).
     pid_files = _first("pid", tmp_path / "runs" / ".host", deadline)
     assert pid_files, "the runner never started"
     group = int(pid_files[0].read_text())
     os.killpg(group, signal.SIGSTOP)
     try:
-        job_files = _first("job.json", tmp_path / "runs", deadline)
-        assert job_files, "the run never launched"
+        job_files = _first("job.json", tmp_path / "runs", deadline, opened=True)
+        assert job_files, "the run never reached MLflow"
         proc.send_signal(signal.SIGKILL)      # like a closed terminal: no cleanup of ours runs
         proc.wait()
     finally:

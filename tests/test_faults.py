@@ -187,8 +187,8 @@ def test_a_sweep_killed_with_kill_9_never_shares_its_gpus_with_the_next(tmp_path
         runners = [int((d / "pid").read_text()) for d in started_runs(workdir)]
         for pgid in runners:
             os.killpg(pgid, signal.SIGSTOP)    # they live on, and cannot finish before the second sweep tries
-        # MLflow opens each run in the background once its runner started: killed before that, a run is kept
-        # locally only (`sync` logs it); this test is about runs MLflow holds RUNNING.
+        # MLflow opens each run in the background once its runner started; this test is about runs MLflow holds
+        # RUNNING (one killed before that: tests/test_tracking_outage.py).
         wait_for(lambda: len(_in_mlflow(tmp_path / "first")) == 2, "both runs of the first sweep in MLflow")
         os.killpg(first.pid, signal.SIGKILL)   # the sweep, its joblib workers and nothing else (runners: setsid)
         first.wait()

@@ -151,6 +151,18 @@ def wait_file(root: Path, pattern: str, within: float) -> tuple[Path, float]:
     return found[0], time.monotonic()
 
 
+def wait_opened(root: Path, within: float) -> Path:
+    """The first job.json under `root` that names its MLflow run (it is written at launch, again once MLflow has
+    the run)."""
+    deadline = time.monotonic() + within
+    while True:
+        for job_file in sorted(root.glob("*/*/job.json")):   # written atomically: never half of one
+            if json.loads(job_file.read_text()).get("mlflow_run_id"):
+                return job_file
+        assert time.monotonic() < deadline, f"no job.json naming an MLflow run under {root} within {within} s"
+        time.sleep(0.05)
+
+
 def stop_group(pid_file: Path) -> None:
     """What a failed test leaves running: the runner's process group (it runs detached, in its own session)."""
     with contextlib.suppress(OSError, ValueError):
@@ -203,8 +215,7 @@ def test_a_server_stopped_mid_run_ends_the_run_and_sync_completes_it(tmp_path):
         os.killpg(group, signal.SIGSTOP)   # the runner goes on only once the server is gone: the stop is mid-run
         try:
             cli.wait_line("run ", until=launched + 120)
-            job_file, _ = wait_file(tmp_path / "runs", "*/*/job.json", within=120)   # once the MLflow run is open
-            assert json.loads(job_file.read_text())["mlflow_run_id"], "the server was up: the run should be open"
+            job_file = wait_opened(tmp_path / "runs", within=120)   # the server is up: the run opens
             server.stop()
         finally:
             os.killpg(group, signal.SIGCONT)
@@ -232,5 +243,51 @@ def test_a_server_stopped_mid_run_ends_the_run_and_sync_completes_it(tmp_path):
         again = sync(str(job_file.parent))
         assert again.returncode == 0, again.stdout + again.stderr
         assert [r.info.run_id for r in server.runs(run_id_local)] == [run.info.run_id]
+    finally:
+        server.stop()
+
+
+def test_an_orchestrator_killed_before_mlflow_had_its_run_is_reaped_and_synced(tmp_path):
+    """kill -9 while the MLflow run is still opening (in the background; here it never can, the server a black
+    hole): the run dir already names the run (job.json) and what its MLflow run is to show (tracking.json), so
+    `reap` finds it once its runner ended, collects it, and `sync` logs it whole to a server that answers."""
+    host_runs = tmp_path / "runs" / ".host" / "runs"
+    pid_file = None
+    try:
+        with black_hole() as url:
+            cli = Cli([*SMALL, f"tracking.uri={url}"], cwd=tmp_path)
+            pid_file, launched = wait_file(host_runs, "*/pid", within=300)
+            group = int(pid_file.read_text())
+            os.killpg(group, signal.SIGSTOP)      # the runner cannot end before its orchestrator is killed
+            try:
+                cli.wait_line("run ", until=launched + 120)
+                cli.proc.kill()
+                cli.proc.wait()
+            finally:
+                os.killpg(group, signal.SIGCONT)
+        # the black hole is gone too: reap meets a refused port, as after a server that went away
+        (job_file,) = (tmp_path / "runs").glob("*/*/job.json")
+        run_dir = job_file.parent
+        assert json.loads(job_file.read_text())["mlflow_run_id"] is None
+        assert json.loads((run_dir / "tracking.json").read_text())["start"]["tags"]["run_id_local"] == \
+            pid_file.parent.name
+        wait_file(pid_file.parent, "exit_code", within=300)
+        reaped = subprocess.run([sys.executable, "-m", "orchestrator", "reap"], cwd=tmp_path, capture_output=True,
+                                text=True, timeout=300, env={**os.environ, "COLUMNS": "1000"})   # lines unwrapped
+    finally:
+        if pid_file:
+            stop_group(pid_file)
+    out = reaped.stdout + reaped.stderr
+    assert reaped.returncode == 0 and "its runner ended: closing it" in out, out[-3000:]
+    assert f"python -m orchestrator sync {run_dir}" in out, out[-3000:]
+    assert "tau" in kept_results(run_dir)
+
+    server = MlflowServer(tmp_path / "server")
+    try:
+        synced = sync(str(run_dir), "--tracking-uri", server.url)
+        assert synced.returncode == 0, synced.stdout + synced.stderr
+        (run,) = server.runs(pid_file.parent.name)
+        assert run.info.status == "FINISHED" and run.data.metrics["tau"] == kept_results(run_dir)["tau"]
+        assert run.data.params["method.name"] == "ddtree"
     finally:
         server.stop()
