@@ -2,11 +2,11 @@
 
 A run is orphaned when its MLflow run is RUNNING (or was never opened: its orchestrator died first) and nobody
 follows it: `locks.try_following(run_dir)` is an OS file lock that run_job and attach hold while they follow a run,
-so it is free once their process is gone (`kill -9`, a closed laptop), whatever it did before. Orphans are settled by what the host says, not remembered: one whose
-runner ended (exit code, or its process group gone) is finished as attach would finish it (the rest of its log,
-its results, its status from the exit code, or FAILED runner_vanished); one still running is left, with the
-command that follows it. A sweep parent whose sweep process is gone (its lock free, orchestrator.sweep) gets its
-summary and status once no child of it is left RUNNING.
+so it is free once their process is gone (`kill -9`, a closed laptop), whatever it did before. Orphans are settled
+by what the host says, not remembered: one whose runner ended (exit code, or its process group gone) is finished as
+attach would finish it (the rest of its log, its results, its status from the exit code, or FAILED
+runner_vanished); one still running is left, with the command that follows it. A sweep parent whose sweep process
+is gone (its lock free, orchestrator.sweep) gets its summary and status once no child of it is left RUNNING.
 """
 from __future__ import annotations
 
