@@ -60,7 +60,7 @@ class DecodingSpec:
     repeats: int = 1                       # timed passes over every prompt (all methods); spread across them reported
     cuda_graphs: bool = True               # replay each step as a CUDA graph where supported (remote.decoding.graph)
     compile_steps: bool = False            # also torch.compile each graphed step (kernel fusion; compiles per shape)
-    compile_drafter: bool = True           # torch.compile the graphed steps' drafter forward and the target's rotary
+    compile_drafter: bool = True           # torch.compile the graphed steps' drafter and the target's glue
 
     @property
     def auto_budget(self) -> bool:

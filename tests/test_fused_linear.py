@@ -10,6 +10,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from remote.kernels.fused_linear import fuse, grouped
+from remote.kernels.glue import _CACHE, compiled_glue, gated_norm, silu_mul
 from remote.kernels.step import step_kernels
 from tests.test_hybrid_models import plain_forward, real_token_ids, tiny_model
 
@@ -111,13 +112,12 @@ def test_only_plain_linears_are_fused_and_each_member_gets_its_own_rows():
     assert torch.allclose(other_k, owner.k_proj.bias + x.add(1) @ owner.k_proj.weight.T, atol=1e-6)
 
 
-def test_the_compiled_rotary_is_the_models_own_and_is_undone():
-    """remote.kernels.rotary: inside, transformers' attention reaches the compiled function (inductor on the CPU
-    here), with the same q/k; on exit the module's own function is back."""
+def test_the_compiled_glue_is_the_models_own_and_is_undone():
+    """remote.kernels.glue: inside, transformers' attention reaches the compiled rotary and each MLP the compiled
+    silu_mul (inductor on the CPU here), with the model's logits; on exit the module's own function and forwards are
+    back."""
     import transformers.models.qwen3.modeling_qwen3 as modeling
     from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    from remote.kernels.rotary import compiled_rotary
 
     torch.manual_seed(0)
     model = Qwen3ForCausalLM(Qwen3Config(vocab_size=1024, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
@@ -126,8 +126,22 @@ def test_the_compiled_rotary_is_the_models_own_and_is_undone():
     own = modeling.apply_rotary_pos_emb
     with torch.no_grad():
         plain = model(ids).logits
-        with compiled_rotary(model) as count:
+        with compiled_glue(model) as count:
             swapped = modeling.apply_rotary_pos_emb
             fused = model(ids).logits
-    assert count == 1 and swapped is not own and swapped.compiled is not None      # it compiled and ran
-    assert modeling.apply_rotary_pos_emb is own and (fused - plain).abs().max() < 1e-5
+    assert count == 1 + 2 and swapped is not own                               # one rotary, two MLPs
+    assert swapped.compiled is not None and _CACHE[silu_mul].compiled is not None     # both compiled and ran
+    assert modeling.apply_rotary_pos_emb is own
+    assert all("forward" not in vars(layer.mlp) for layer in model.model.layers)
+    assert (fused - plain).abs().max() < 1e-5
+
+
+def test_the_compiled_gated_norm_is_the_models_own():
+    """The hybrids' gated norm inside `step_kernels(compiled=True)` (compiled) and outside (transformers')."""
+    model = copy.deepcopy(tiny_model("qwen3_5-3to1"))
+    ids = real_token_ids()[0][:12]
+    plain, _ = _forward(model, ids)
+    with step_kernels(model, compiled=True):
+        fused, _ = _forward(model, ids)
+    assert _CACHE[gated_norm].compiled is not None
+    assert (fused - plain).abs().max() < 1e-5

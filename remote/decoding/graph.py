@@ -24,8 +24,9 @@ replayed step has no inner boundaries).
 While a step is warmed up and captured, it uses remote.kernels.step (one-kernel RMSNorm, the attention kernel, one
 GEMM per group of projections sharing an input); with `compiled=True` each step is also torch.compile'd first
 (inductor fuses the rest), with `compiled_drafter=True` (the runner's default) only the draft (half the drafter's
-kernels) and the target's rotary embedding (in every method, AR included: remote.kernels.rotary); a compile failure
-falls back to the plain step and `compile_failed` says why. Hybrid targets get `HybridGraphDecoder`: the same
+kernels) and the target's elementwise glue (rotary, MLP activation, gated norms; in every method, AR included:
+remote.kernels.glue); a compile failure falls back to the plain step and `compile_failed` says why. Hybrid targets
+get `HybridGraphDecoder`: the same
 steps through HybridTarget's layer loop on reserved state (a tree's GDN recurrence is one kernel call per layer,
 with no host value: remote.models.gdn). tree_budget=auto: each candidate budget is a captured step of its own,
 and the host picks the graph of each step it queues (remote.decoding.auto_budget); the predictions it picks from
@@ -105,7 +106,7 @@ class GraphDecoder:
         if compiled:
             _compile_steps(self)
         self.compiled_drafter = compiled_drafter and not compiled and drafter is not None
-        self.compiled_rotary = compiled_drafter and not compiled     # AR too: every method the same target kernels
+        self.compiled_glue = compiled_drafter and not compiled       # AR too: every method the same target kernels
         self._draft = torch.compile(draft, dynamic=False) if self.compiled_drafter else draft
         self._graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         as_long = dict(dtype=torch.long, device=self.device)
@@ -197,7 +198,7 @@ class GraphDecoder:
 
     def kernels(self):
         """The kernels of the captured steps (remote.kernels.step)."""
-        return step_kernels(self.model, self.drafter, rotary=self.compiled_rotary)
+        return step_kernels(self.model, self.drafter, compiled=self.compiled_glue)
 
     @staticmethod
     def _warm_up(step) -> torch.Tensor:

@@ -16,15 +16,16 @@ Why, measured inside CUDA graphs on an H200 (bench/bench_kernels.py, docs/PERFOR
   copies at all, 10.8 us a layer for a 33-node verify of the demo target against ~15 through cuDNN, session 8);
   the stacking stays for CPUs, larger heads and the drafter.
 
-Contract: inside `step_kernels(model, drafter, rotary)` every RMSNorm of the known classes computes
+Contract: inside `step_kernels(model, drafter, compiled)` every RMSNorm of the known classes computes
 `F.rms_norm(x, weight, eps)` (the same normalisation in float32 with the weight applied before the one rounding to
 the input dtype, where transformers rounds and then multiplies: equal up to one rounding; Qwen3.5 / Qwen3-Next's
 zero-centred and gated norms round where transformers does, only their reduction is fused); a model on
 transformers' SDPA attends through remote.kernels.attention (CUDA) or `grouped_attention` whenever a mask is given
 for batch 1; the target's projections that share an input run as one GEMM each (remote.kernels.fused_linear); with
-`rotary`, the target's rotary embedding is one compiled kernel (remote.kernels.rotary). On exit all are undone, so
-prefill, the eager loop and stock `generate` run transformers' own code (on the fused weights' views: the same
-values). Other attention implementations are left alone. `grouped_attention` is also the drafter's attention.
+`compiled`, the target's rotary, MLP activation and gated norms are compiled kernels (remote.kernels.glue). On exit
+all are undone, so prefill, the eager loop and stock `generate` run transformers' own code (on the fused weights'
+views: the same values). Other attention implementations are left alone. `grouped_attention` is also the drafter's
+attention.
 """
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ from torch.nn import functional as F
 
 from . import attention as attention_kernel
 from .fused_linear import grouped
-from .rotary import compiled_rotary
+from .glue import compiled_glue, norm_function
 
 FUSABLE = ("Qwen3RMSNorm", "Qwen2RMSNorm", "LlamaRMSNorm", "MistralRMSNorm")
 ZERO_CENTRED = ("Qwen3_5RMSNorm", "Qwen3_5MoeRMSNorm", "Qwen3NextRMSNorm")     # x_normed * (1 + weight)
@@ -97,8 +98,7 @@ def _fused_zero_centred_norm(self, x: torch.Tensor) -> torch.Tensor:
 
 
 def _fused_gated_norm(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
-    normed = F.rms_norm(x.float(), (x.shape[-1],), None, self.variance_epsilon).to(x.dtype)
-    return (self.weight * normed * F.silu(gate.float())).to(x.dtype)
+    return norm_function()(x, gate, self.weight, self.variance_epsilon)
 
 
 def _patch(norm: torch.nn.Module) -> None:
@@ -112,8 +112,9 @@ def _patch(norm: torch.nn.Module) -> None:
 
 
 @contextlib.contextmanager
-def step_kernels(model: torch.nn.Module, drafter: torch.nn.Module | None = None, rotary: bool = False):
-    """Yields the number of norms replaced. `rotary`: the target's rotary compiled too (remote.kernels.rotary)."""
+def step_kernels(model: torch.nn.Module, drafter: torch.nn.Module | None = None, compiled: bool = False):
+    """Yields the number of norms replaced. `compiled`: the target's elementwise glue compiled too
+    (remote.kernels.glue)."""
     norms = [m for root in (model, drafter) if root is not None for m in root.modules()
              if type(m).__name__ in FUSABLE + ZERO_CENTRED + GATED and getattr(m, "activation", "silu") == "silu"]
     for norm in norms:
@@ -123,7 +124,7 @@ def step_kernels(model: torch.nn.Module, drafter: torch.nn.Module | None = None,
     if swap:
         config._attn_implementation = GROUPED
     try:
-        with grouped(model), compiled_rotary(model) if rotary else contextlib.nullcontext():
+        with grouped(model), compiled_glue(model) if compiled else contextlib.nullcontext():
             yield len(norms)
     finally:
         for norm in norms:

@@ -1,0 +1,99 @@
+"""The elementwise glue of the captured steps, torch.compile'd: the target's rotary embedding, silu(gate) * up in its
+MLPs, and the gated RMSNorm of its GDN layers, one fused kernel each.
+
+Why: at the widths users deploy a small kernel costs a captured step ~2.5 us, and these are many of a step's kernels.
+transformers' `apply_rotary_pos_emb` is five kernels for q and five for k (multiply, negate, cat, multiply, add),
+every attention layer and step: in the eager profile of one Qwen3-8B AR pass they were 0.59 ms of 7.3
+(bench/bench_profile.py, H200, session 14). An MLP's silu and multiply are two, the gated norm seven (casts, the
+norm, silu, two multiplies), in each of Qwen3.6-27B's 48 GDN layers.
+
+Contract: inside `compiled_glue(model)` the `apply_rotary_pos_emb` of every modeling module `model`'s layers come
+from is its compiled self (the same function: partial rotary and mrope stay the model's), every SiLU MLP of the
+known shape (gate_proj, up_proj, down_proj, act_fn) computes `down_proj(silu(gate) * up)` through a compiled
+`silu_mul`, and `gated_norm` (remote.kernels.step's gated norm) is compiled; all undone on exit. Compiled code
+computes in float32 and rounds once where transformers rounds after each op (equal up to that rounding). A function
+that fails to compile runs plain from then on, so a step never fails here. Callers look the rotary function up in its
+module at each call (as transformers' attention does).
+"""
+from __future__ import annotations
+
+import contextlib
+import sys
+import types
+
+import torch
+from torch.nn import functional as F
+
+SILU = ("SiLUActivation", "SiLU")           # transformers' ACT2FN["silu"] and torch's
+
+
+class _Compiled:
+    """`fn` compiled (dynamic row counts after the second), or `fn` itself once compiling it failed."""
+
+    def __init__(self, fn):
+        self.fn, self.compiled = fn, torch.compile(fn, dynamic=None)
+
+    def __call__(self, *args, **kwargs):
+        if self.compiled is not None:
+            try:
+                return self.compiled(*args, **kwargs)
+            except Exception:       # noqa: BLE001 - inductor unavailable or failing here: the plain function
+                self.compiled = None
+        return self.fn(*args, **kwargs)
+
+
+_CACHE: dict = {}       # function -> its _Compiled (compiled once per process)
+
+
+def _compiled(fn) -> _Compiled:
+    return _CACHE.setdefault(fn, _Compiled(fn))
+
+
+def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    return F.silu(gate) * up
+
+
+def gated_norm(x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """Qwen3.5 / Qwen3-Next's gated RMSNorm: weight * rms_norm(x) * silu(gate), rounding where transformers does."""
+    normed = F.rms_norm(x.float(), (x.shape[-1],), None, eps).to(x.dtype)
+    return (weight * normed * F.silu(gate.float())).to(x.dtype)
+
+
+_ACTIVE = [0]           # compiled_glue contexts open: gated_norm's callers pick the compiled one then
+
+
+def norm_function():
+    """`gated_norm`, compiled inside `compiled_glue`."""
+    return _compiled(gated_norm) if _ACTIVE[0] else gated_norm
+
+
+def _mlp_forward(self, x: torch.Tensor) -> torch.Tensor:
+    return self.down_proj(_compiled(silu_mul)(self.gate_proj(x), self.up_proj(x)))
+
+
+def _silu_mlps(model: torch.nn.Module) -> list[torch.nn.Module]:
+    return [m for m in model.modules() if type(m).__name__.endswith("MLP") and type(getattr(m, "act_fn", None)).__name__
+            in SILU and all(hasattr(m, n) for n in ("gate_proj", "up_proj", "down_proj"))]
+
+
+@contextlib.contextmanager
+def compiled_glue(model: torch.nn.Module):
+    """Yields the number of rotary functions and MLPs swapped."""
+    modules = {sys.modules.get(type(m).__module__) for m in model.modules()}
+    modules = [m for m in modules if m is not None and callable(getattr(m, "apply_rotary_pos_emb", None))
+               and not isinstance(m.apply_rotary_pos_emb, _Compiled)]
+    originals = [m.apply_rotary_pos_emb for m in modules]
+    mlps = _silu_mlps(model)
+    for module, fn in zip(modules, originals):
+        module.apply_rotary_pos_emb = _compiled(fn)
+    for mlp in mlps:
+        mlp.forward = types.MethodType(_mlp_forward, mlp)
+    _ACTIVE[0] += 1
+    try:
+        yield len(modules) + len(mlps)
+    finally:
+        _ACTIVE[0] -= 1
+        for module, fn in zip(modules, originals):
+            module.apply_rotary_pos_emb = fn
+        for mlp in mlps:
+            del mlp.forward
