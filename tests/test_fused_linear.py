@@ -136,12 +136,22 @@ def test_the_compiled_glue_is_the_models_own_and_is_undone():
     assert (fused - plain).abs().max() < 1e-5
 
 
-def test_the_compiled_gated_norm_is_the_models_own():
-    """The hybrids' gated norm inside `step_kernels(compiled=True)` (compiled) and outside (transformers')."""
+def test_the_compiled_gated_norm_and_gates_are_the_models_own():
+    """A hybrid's gated norm and GDN gates inside `step_kernels(compiled=True)` (compiled) give the verify's logits
+    of transformers' own (outside)."""
+    from remote.models.gdn import gates
+    from remote.models.hybrid_target import HybridTarget
+
     model = copy.deepcopy(tiny_model("qwen3_5-3to1"))
-    ids = real_token_ids()[0][:12]
-    plain, _ = _forward(model, ids)
+    target, ids = HybridTarget(model, [0]), torch.tensor(real_token_ids()[0][:12])
+    parents = [-1, 0, 0, 1]
+
+    def verify():
+        target.prefill(ids[None, :8])
+        return target.verify(ids[8:], parents).logits
+
+    plain = verify()
     with step_kernels(model, compiled=True):
-        fused, _ = _forward(model, ids)
-    assert _CACHE[gated_norm].compiled is not None
+        fused = verify()
+    assert _CACHE[gated_norm].compiled is not None and _CACHE[gates].compiled is not None     # compiled, ran
     assert (fused - plain).abs().max() < 1e-5

@@ -4,13 +4,13 @@ MLPs, and the gated RMSNorm of its GDN layers, one fused kernel each.
 Why: at the widths users deploy a small kernel costs a captured step ~2.5 us, and these are many of a step's kernels.
 transformers' `apply_rotary_pos_emb` is five kernels for q and five for k (multiply, negate, cat, multiply, add),
 every attention layer and step: in the eager profile of one Qwen3-8B AR pass they were 0.59 ms of 7.3
-(bench/bench_profile.py, H200, session 14). An MLP's silu and multiply are two, the gated norm seven (casts, the
-norm, silu, two multiplies), in each of Qwen3.6-27B's 48 GDN layers.
+(bench/bench_profile.py, H200, session 14). An MLP's silu and multiply are two; in each of Qwen3.6-27B's 48 GDN
+layers the gated norm is seven (casts, the norm, silu, two multiplies) and the gates and head repeats about nine.
 
 Contract: inside `compiled_glue(model)` the `apply_rotary_pos_emb` of every modeling module `model`'s layers come
 from is its compiled self (the same function: partial rotary and mrope stay the model's), every SiLU MLP of the
 known shape (gate_proj, up_proj, down_proj, act_fn) computes `down_proj(silu(gate) * up)` through a compiled
-`silu_mul`, and `gated_norm` (remote.kernels.step's gated norm) is compiled; all undone on exit. Compiled code
+`silu_mul`, and `active(fn)` is `fn` compiled (the gated norm, remote.models.gdn's gates); all undone on exit. Compiled code
 computes in float32 and rounds once where transformers rounds after each op (equal up to that rounding). A function
 that fails to compile runs plain from then on, so a step never fails here. Callers look the rotary function up in its
 module at each call (as transformers' attention does).
@@ -59,12 +59,13 @@ def gated_norm(x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, eps: f
     return (weight * normed * F.silu(gate.float())).to(x.dtype)
 
 
-_ACTIVE = [0]           # compiled_glue contexts open: gated_norm's callers pick the compiled one then
+_ACTIVE = [0]           # compiled_glue contexts open: `active` hands out compiled functions then
 
 
-def norm_function():
-    """`gated_norm`, compiled inside `compiled_glue`."""
-    return _compiled(gated_norm) if _ACTIVE[0] else gated_norm
+def active(fn):
+    """`fn` compiled inside `compiled_glue`, `fn` itself elsewhere (for glue the caller calls, as remote.models.gdn's
+    gates and remote.kernels.step's gated norm)."""
+    return _compiled(fn) if _ACTIVE[0] else fn
 
 
 def _mlp_forward(self, x: torch.Tensor) -> torch.Tensor:

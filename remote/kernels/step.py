@@ -38,7 +38,7 @@ from torch.nn import functional as F
 
 from . import attention as attention_kernel
 from .fused_linear import grouped
-from .glue import compiled_glue, norm_function
+from .glue import active, compiled_glue, gated_norm
 
 FUSABLE = ("Qwen3RMSNorm", "Qwen2RMSNorm", "LlamaRMSNorm", "MistralRMSNorm")
 ZERO_CENTRED = ("Qwen3_5RMSNorm", "Qwen3_5MoeRMSNorm", "Qwen3NextRMSNorm")     # x_normed * (1 + weight)
@@ -98,7 +98,7 @@ def _fused_zero_centred_norm(self, x: torch.Tensor) -> torch.Tensor:
 
 
 def _fused_gated_norm(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
-    return norm_function()(x, gate, self.weight, self.variance_epsilon)
+    return active(gated_norm)(x, gate, self.weight, self.variance_epsilon)
 
 
 def _patch(norm: torch.nn.Module) -> None:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from ..kernels.gdn_paths import GdnKernels, activate
+from ..kernels.glue import active
 from ..tree import Ancestry
 
 
@@ -111,18 +112,26 @@ def project(gdn: torch.nn.Module, h: torch.Tensor):
 
 
 def _qkv_gates(gdn: torch.nn.Module, conv_out: torch.Tensor, b: torch.Tensor, a: torch.Tensor):
-    """conv_out [B, T, C] -> q, k [B, T, HV, Dk] (repeated to value heads), v [B, T, HV, Dv], g, beta [B, T, HV]."""
+    """conv_out [B, T, C] -> q, k [B, T, HV, Dk] (repeated to value heads), v [B, T, HV, Dv], g, beta [B, T, HV]
+    (compiled in captured steps: remote.kernels.glue)."""
+    shape = (gdn.key_dim, gdn.value_dim, gdn.head_k_dim, gdn.head_v_dim, gdn.num_v_heads // gdn.num_k_heads)
+    return active(gates)(conv_out, b, a, gdn.A_log, gdn.dt_bias, shape)
+
+
+def gates(conv_out: torch.Tensor, b: torch.Tensor, a: torch.Tensor, a_log: torch.Tensor, dt_bias: torch.Tensor,
+          shape: tuple[int, int, int, int, int]):
+    """`_qkv_gates` on plain tensors; `shape`: key_dim, value_dim, head_k_dim, head_v_dim, value heads per key head."""
+    key_dim, value_dim, head_k, head_v, rep = shape
     bsz, t, _ = conv_out.shape
-    q, k, v = torch.split(conv_out, [gdn.key_dim, gdn.key_dim, gdn.value_dim], dim=-1)
-    q = q.reshape(bsz, t, -1, gdn.head_k_dim)
-    k = k.reshape(bsz, t, -1, gdn.head_k_dim)
-    v = v.reshape(bsz, t, -1, gdn.head_v_dim)
-    rep = gdn.num_v_heads // gdn.num_k_heads
+    q, k, v = torch.split(conv_out, [key_dim, key_dim, value_dim], dim=-1)
+    q = q.reshape(bsz, t, -1, head_k)
+    k = k.reshape(bsz, t, -1, head_k)
+    v = v.reshape(bsz, t, -1, head_v)
     if rep > 1:  # each key head serves `rep` consecutive value heads
         q, k = q.repeat_interleave(rep, dim=2), k.repeat_interleave(rep, dim=2)
     beta = b.sigmoid()
     # float32 so exp(A_log) cannot overflow in half precision (as the model does)
-    g = -gdn.A_log.float().exp() * torch.nn.functional.softplus(a.float() + gdn.dt_bias)
+    g = -a_log.float().exp() * torch.nn.functional.softplus(a.float() + dt_bias)
     return q, k, v, g, beta
 
 
