@@ -22,6 +22,8 @@ What is timed (microseconds per call: --calls calls captured in one graph, media
 - `proj/<group>-<separate|fused>`: the projections that share an input (q/k/v, gate/up, a GDN layer's in_proj_*)
   of --proj-preset's first layers, each member its own GEMM against one GEMM over the concatenated weight
   (remote.kernels.fused_linear), for --queries rows; `gbps` is the weights' bytes read per second.
+- `glue/<piece>-<eager|compiled>`: each piece of remote.kernels.glue (rotary, silu_mul; on a hybrid preset also
+  the gated norm and the GDN gates) at --proj-preset's widths for --queries rows, plain against torch.compile'd.
 - `gdn/v<BV>-w<W>`: one GDN layer's tree recurrence (remote.kernels.gdn_tree, node states kept) for a DFlash chain
   of 16 and best-first trees of --budgets + 1 nodes with a 15-deep spine, at the value-head shapes of --gdn-preset,
   with BV value columns a program and W warps.
@@ -184,6 +186,42 @@ def gdn_fns(preset: str, nodes: int) -> dict:
     return {f"v{bv}-w{w}": variant(bv, w) for bv in (8, 16, 32) for w in (1, 2) if bv <= dv}
 
 
+def glue_fns(preset: str, q: int) -> dict:
+    """{variant: fn}: each piece of remote.kernels.glue at `preset`'s widths (bench_verify.PRESETS) for q rows, eager
+    (transformers' / our plain function) against compiled."""
+    import importlib
+
+    from bench_verify import model_config
+    from remote.kernels import glue
+    from remote.models.gdn import gates
+
+    c = model_config(preset, 4, {})
+    bf16 = dict(device="cuda", dtype=torch.bfloat16)
+    heads, kv, dim = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
+    hybrid = "linear_num_value_heads" in c
+    modeling = importlib.import_module("transformers.models.qwen3_5.modeling_qwen3_5" if hybrid else
+                                       "transformers.models.qwen3.modeling_qwen3")
+    rot = int(dim * c.get("rope_parameters", {}).get("partial_rotary_factor", 1.0))
+    qs, ks = torch.randn(1, heads, q, dim, **bf16), torch.randn(1, kv, q, dim, **bf16)
+    cos, sin = torch.randn(1, q, rot, **bf16), torch.randn(1, q, rot, **bf16)
+    gate, up = torch.randn(1, q, c["intermediate_size"], **bf16), torch.randn(1, q, c["intermediate_size"], **bf16)
+    pieces = {"rotary": (modeling.apply_rotary_pos_emb, (qs, ks, cos, sin)), "silu_mul": (glue.silu_mul, (gate, up))}
+    if hybrid:
+        hv, hk, dk, dv = (c[f"linear_{n}"] for n in ("num_value_heads", "num_key_heads", "key_head_dim",
+                                                       "value_head_dim"))
+        x, z = torch.randn(q * hv, dv, **bf16), torch.randn(q * hv, dv, **bf16)
+        conv = torch.randn(1, q, 2 * hk * dk + hv * dv, **bf16)
+        b, a = torch.randn(1, q, hv, **bf16), torch.randn(1, q, hv, **bf16)
+        a_log, dt_bias = torch.randn(hv, device="cuda"), torch.randn(hv, device="cuda")
+        pieces["gated_norm"] = (glue.gated_norm, (x, z, torch.randn(dv, **bf16), 1e-6))
+        pieces["gates"] = (gates, (conv, b, a, a_log, dt_bias, (hk * dk, hv * dv, dk, dv, hv // hk)))
+    fns = {}
+    for name, (fn, args) in pieces.items():
+        fns[f"{name}-eager"] = lambda fn=fn, args=args: fn(*args)
+        fns[f"{name}-compiled"] = lambda fn=glue._compiled(fn), args=args: fn(*args)
+    return fns
+
+
 def proj_fns(preset: str, q: int) -> dict:
     """{variant: (fn, weight bytes)} for each distinct projection group of `preset` (bench_verify.PRESETS)."""
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -218,7 +256,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--kinds", default="attention,norm,select,tree", help="which blocks to time")
     p.add_argument("--vocab", type=int, default=4096, help="draft vocabulary of the `tree` kind")
-    p.add_argument("--proj-preset", default="qwen3-8b", help="widths of the `proj` kind (bench_verify.PRESETS)")
+    p.add_argument("--proj-preset", default="qwen3-8b", help="widths of the proj and glue kinds (bench_verify.PRESETS)")
     p.add_argument("--gdn-preset", default="demo-qwen3_5", choices=sorted(GDN_SHAPES))
     p.add_argument("--out")
     args = p.parse_args(argv)
@@ -253,6 +291,9 @@ def main(argv: list[str]) -> int:
             for name, (fn, size) in proj_fns(args.proj_preset, q).items():
                 us = graph_us(fn, args.calls, args.repeats)
                 record("proj", name, us, q=q, preset=args.proj_preset, gbps=us and round(size / us / 1e3))
+        for q in map(int, args.queries.split(",")) if "glue" in kinds else ():
+            for name, fn in glue_fns(args.proj_preset, q).items():
+                record("glue", name, graph_us(fn, args.calls, args.repeats), q=q, preset=args.proj_preset)
         for nodes in [16, *(b + 1 for b in map(int, args.budgets.split(",")))] if "gdn" in kinds else ():
             for name, fn in gdn_fns(args.gdn_preset, nodes).items():
                 record("gdn", name, graph_us(fn, args.calls, args.repeats), nodes=nodes, preset=args.gdn_preset)

@@ -52,10 +52,10 @@ step tests_graph 150 python3 -m pytest -q -p no:cacheprovider -k "cuda or graphe
   tests/test_phase_split.py tests/test_auto_budget.py
 step kernels 40 python3 bench/bench_kernels.py --preset demo-qwen3 --caps 1024 --kinds attention,norm,select \
   --out "$OUT/kernels.json"
-# projections sharing an input, separate against one GEMM (remote.kernels.fused_linear), and the attention kernel
-# at head size 128, at the widths users deploy
-step proj 120 sh -c "python3 bench/bench_kernels.py --kinds proj --queries 1,33,65 --out $OUT/proj_8b.json &&
-  python3 bench/bench_kernels.py --kinds proj --queries 1,33,65 --proj-preset qwen3.6-27b --out $OUT/proj_27b.json"
+# projections sharing an input, separate against one GEMM (remote.kernels.fused_linear), the compiled glue against
+# the plain ops (remote.kernels.glue), and the attention kernel at head size 128, at the widths users deploy
+step proj 180 sh -c "python3 bench/bench_kernels.py --kinds proj,glue --queries 1,33,65 --out $OUT/proj_8b.json &&
+  python3 bench/bench_kernels.py --kinds proj,glue --queries 1,33,65 --proj-preset qwen3.6-27b --out $OUT/proj_27b.json"
 step attn_8b 60 python3 bench/bench_kernels.py --preset qwen3-8b --kinds attention --caps 1024 --queries 1,33,65 \
   --out "$OUT/attn_8b.json"
 step tree 120 python3 bench/bench_kernels.py --kinds tree,gdn --budgets 31,63,127 --out "$OUT/tree.json"
