@@ -111,7 +111,8 @@ def _member_forward(group: Group, index: int):
 def grouped(model: nn.Module):
     """Inside, each fused group of `model` runs as one GEMM per input (see the module docstring). Yields the
     number of groups."""
-    groups = fuse(model)
+    # a member whose forward is already wrapped (accelerate's device hooks set an instance `forward`) keeps it
+    groups = [g for g in fuse(model) if not any("forward" in vars(m) for m in g.members)]
     for group in groups:
         for i, member in enumerate(group.members):
             member.forward = types.MethodType(_member_forward(group, i), member)

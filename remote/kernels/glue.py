@@ -73,8 +73,9 @@ def _mlp_forward(self, x: torch.Tensor) -> torch.Tensor:
 
 
 def _silu_mlps(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """SiLU MLPs of the known shape whose forward is the class's own (accelerate's hooks wrap it per instance)."""
     return [m for m in model.modules() if type(m).__name__.endswith("MLP") and type(getattr(m, "act_fn", None)).__name__
-            in SILU and all(hasattr(m, n) for n in ("gate_proj", "up_proj", "down_proj"))]
+            in SILU and all(hasattr(m, n) for n in ("gate_proj", "up_proj", "down_proj")) and "forward" not in vars(m)]
 
 
 @contextlib.contextmanager
