@@ -30,9 +30,9 @@ _HYDRA_INFO = ("--cfg", "-c", "--info", "-i", "--hydra-help", "--version", "--re
 
 
 def main() -> None:
-    from .signals import install
+    from . import signals
 
-    install()   # SIGTERM / SIGHUP stop the runner and close the run as Ctrl-C does
+    signals.install()   # SIGTERM / SIGHUP stop the runner and close the run as Ctrl-C does
     from .commands import COMMANDS, dispatch
     from .paths import foreign_remote
 
@@ -67,6 +67,8 @@ def main() -> None:
     from .app import hydra_main
 
     multirun = bool({"-m", "--multirun"} & set(argv))
+    if multirun:
+        signals.forward_to_workers()     # a parallel launcher's workers run the jobs
     code = 0
     try:
         hydra_main()
@@ -78,6 +80,8 @@ def main() -> None:
         close_orphan_parent()
     if not multirun:
         _exit_now(code)
+    if signals.pending:                  # the workers stopped their runs on it: exit as a signalled run does
+        raise SystemExit(128 + signals.pending[0])   # Python's own exit: the launcher's workers are stopped
     raise SystemExit(code)
 
 

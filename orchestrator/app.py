@@ -35,7 +35,7 @@ from .paths import CONF_DIR, PROJECT_ROOT, SOURCE_CHECKOUT
 from .locks import try_following
 from .progress import StageLine
 from .runspec import build_spec
-from .signals import describe
+from .signals import describe, install
 from .sweep import PARENT_ENV
 from .tracking import Tracker, flatten
 from .validate import ConfigError, validate
@@ -253,6 +253,8 @@ class JobFailed(Exception):
 def hydra_main(cfg: DictConfig) -> float | None:
     """One job; returns `cfg.objective` of its results as a plain float, which is what sweepers optimise."""
     hydra_cfg = HydraConfig.get()
+    if threading.current_thread() is threading.main_thread():
+        install()        # in a parallel sweep's worker process too: SIGTERM there stops this job's runner
     run_dir = Path(hydra_cfg.runtime.output_dir)
     following = try_following(run_dir)   # held until the run is reported, so `reap` leaves it alone
     try:

@@ -4,12 +4,22 @@ Contract: `install()` (main thread, once) makes both, and SIGINT unless it was i
 KeyboardInterrupt, so every place that stops the runner on Ctrl-C does so for them too; `exit_code(exc)` is what the
 CLI then exits with (128 + the signal: 130, 143, 129). A second signal while the first is handled is ignored: stopping
 the runner is bounded (monitor.STOP_BOUND), and breaking it off halfway would leave the run RUNNING.
+
+A parallel sweep's main process (`forward_to_workers()`) runs no job itself: its joblib workers do. `timeout` and many
+schedulers signal that one process, and a worker killed by a default SIGTERM would leave its runner going. So the
+first signal is passed on to the workers (each installs these handlers when its job starts) and the main process
+waits for them to stop their runners and close their runs; `pending` holds it, for the CLI's exit code. A second
+signal raises there as anywhere.
 """
 from __future__ import annotations
 
+import multiprocessing
+import os
 import signal
 
 HANDLED = (signal.SIGTERM, signal.SIGHUP)
+pending: list[int] = []        # the signal a sweep's main process passed on to its workers
+_forwarding = [False]
 
 
 class Interrupted(KeyboardInterrupt):
@@ -19,6 +29,9 @@ class Interrupted(KeyboardInterrupt):
 
 
 def _raise(signum, frame) -> None:
+    if _forwarding[0] and not pending and _forward(signum):
+        pending.append(signum)
+        return
     for sig in (*HANDLED, signal.SIGINT):
         signal.signal(sig, signal.SIG_IGN)
     raise Interrupted(signum)
@@ -29,6 +42,21 @@ def install() -> None:
         signal.signal(sig, _raise)
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:   # a background job may ignore it
         signal.signal(signal.SIGINT, _raise)
+
+
+def forward_to_workers() -> None:
+    """This process is a parallel sweep's main process (see the module docstring)."""
+    _forwarding[0] = True
+
+
+def _forward(signum: int) -> bool:
+    workers = multiprocessing.active_children()        # joblib's loky workers are among them
+    for worker in workers:
+        try:
+            os.kill(worker.pid, signum)
+        except OSError:     # ended meanwhile
+            pass
+    return bool(workers)
 
 
 def exit_code(exc: BaseException) -> int:

@@ -221,3 +221,30 @@ def test_a_sweep_killed_with_kill_9_never_shares_its_gpus_with_the_next(tmp_path
     runs = runs_of(tmp_path / "first")
     assert [r.info.status for r in runs] == ["FINISHED"] * 3, reaped.stdout[-3000:]
     assert all("tokens_per_s" in r.data.metrics for r in runs if r.data.tags.get("sweep") != "parent")
+
+
+def test_sigterm_to_a_sweeps_main_process_stops_every_job(tmp_path):
+    """`timeout` (and a scheduler that signals one process) TERMs the sweep's main process only, not its joblib
+    workers: every runner must still be stopped, every run closed KILLED, and the sweep exit 143."""
+    workdir = tmp_path / "hostwork"
+    sweep = _sweep(tmp_path, "first", "0,1")
+    runners: list[int] = []
+    try:
+        wait_for(lambda: len(started_runs(workdir)) == 2, "both runners of the sweep starting")
+        runners = [int((d / "pid").read_text()) for d in started_runs(workdir)]
+        wait_for(lambda: len(_in_mlflow(tmp_path / "first")) == 2, "both runs of the sweep in MLflow")
+        sweep.send_signal(signal.SIGTERM)                    # the main process alone
+        sent = time.monotonic()
+        out = finish(sweep, timeout=180)
+        took = time.monotonic() - sent
+        print(f"SIGTERM to the sweep's main process: exit {took:.1f} s later")
+    finally:
+        for pgid in runners:
+            if group_alive(pgid):
+                os.killpg(pgid, signal.SIGKILL)
+    assert sweep.returncode == 143, out[-3000:]
+    assert not any(group_alive(pgid) for pgid in runners), out[-3000:]
+    runs = runs_of(tmp_path / "first")
+    parent = [r.info.status for r in runs if r.data.tags.get("sweep") == "parent"]
+    children = [r.info.status for r in runs if r.data.tags.get("sweep") != "parent"]
+    assert children == ["KILLED", "KILLED"] and parent == ["FAILED"], (parent, children, out[-3000:])
