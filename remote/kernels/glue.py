@@ -10,10 +10,10 @@ layers the gated norm is seven (casts, the norm, silu, two multiplies) and the g
 Contract: inside `compiled_glue(model)` the `apply_rotary_pos_emb` of every modeling module `model`'s layers come
 from is its compiled self (the same function: partial rotary and mrope stay the model's), every SiLU MLP of the
 known shape (gate_proj, up_proj, down_proj, act_fn) computes `down_proj(silu(gate) * up)` through a compiled
-`silu_mul`, and `active(fn)` is `fn` compiled (the gated norm, remote.models.gdn's gates); all undone on exit. Compiled code
-computes in float32 and rounds once where transformers rounds after each op (equal up to that rounding). A function
-that fails to compile runs plain from then on, so a step never fails here. Callers look the rotary function up in its
-module at each call (as transformers' attention does).
+`silu_mul`, and `active(fn)` is `fn` compiled (the gated norm, remote.models.gdn's gates); all undone on exit.
+Compiled code computes in float32 and rounds once where transformers rounds after each op (equal up to that
+rounding). A function that fails to compile runs plain from then on, so a step never fails here. Callers look the
+rotary function up in its module at each call (as transformers' attention does).
 """
 from __future__ import annotations
 
