@@ -46,7 +46,9 @@ _CACHE: dict = {}       # function -> its _Compiled (compiled once per process)
 
 
 def _compiled(fn) -> _Compiled:
-    return _CACHE.setdefault(fn, _Compiled(fn))
+    if fn not in _CACHE:            # not setdefault: that would build a torch.compile wrapper at every call
+        _CACHE[fn] = _Compiled(fn)
+    return _CACHE[fn]
 
 
 def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
