@@ -161,6 +161,12 @@ def _sweep(tmp_path: Path, name: str, seeds: str) -> subprocess.Popen:
                      cwd=tmp_path, env={"SPECBENCH_RUNS_DIR": str(tmp_path / name)})
 
 
+def _sweep_runners(workdir: Path) -> list[int]:
+    """Once both runners of a 2-job sweep decode: their process groups."""
+    wait_for(lambda: len(started_runs(workdir)) == 2, "both runners of the sweep starting")
+    return [int((d / "pid").read_text()) for d in started_runs(workdir)]
+
+
 def _in_mlflow(runs_dir: Path) -> list[Path]:
     """Local run dirs whose job file names their MLflow run (written once MLflow opened it)."""
     return [f for f in runs_dir.rglob("job.json") if json.loads(f.read_text()).get("mlflow_run_id")]
@@ -183,8 +189,7 @@ def test_a_sweep_killed_with_kill_9_never_shares_its_gpus_with_the_next(tmp_path
     first = _sweep(tmp_path, "first", "0,1")
     runners: list[int] = []
     try:
-        wait_for(lambda: len(started_runs(workdir)) == 2, "both runners of the first sweep starting")
-        runners = [int((d / "pid").read_text()) for d in started_runs(workdir)]
+        runners = _sweep_runners(workdir)
         for pgid in runners:
             os.killpg(pgid, signal.SIGSTOP)    # they live on, and cannot finish before the second sweep tries
         # MLflow opens each run in the background once its runner started; this test is about runs MLflow holds
@@ -230,8 +235,7 @@ def test_sigterm_to_a_sweeps_main_process_stops_every_job(tmp_path):
     sweep = _sweep(tmp_path, "first", "0,1")
     runners: list[int] = []
     try:
-        wait_for(lambda: len(started_runs(workdir)) == 2, "both runners of the sweep starting")
-        runners = [int((d / "pid").read_text()) for d in started_runs(workdir)]
+        runners = _sweep_runners(workdir)
         wait_for(lambda: len(_in_mlflow(tmp_path / "first")) == 2, "both runs of the sweep in MLflow")
         sweep.send_signal(signal.SIGTERM)                    # the main process alone
         sent = time.monotonic()
