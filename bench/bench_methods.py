@@ -41,6 +41,7 @@ import remote.runner  # noqa: E402
 from bench_profile import copy_bandwidth  # noqa: E402
 from bench_verify import save_profile  # noqa: E402
 from orchestrator.compare import render_table, summarize  # noqa: E402
+from remote.decoding.auto_budget import AutoBudget  # noqa: E402
 from remote.decoding.phase_split import split_kernels  # noqa: E402
 from remote.errors import first_line  # noqa: E402
 from remote.metrics import aggregate, compare  # noqa: E402
@@ -75,11 +76,17 @@ def prepare(run: Run, method: str, budget: int | str) -> None:
     longer sequences (allocator growth, new shapes) inside the first timed generations, which made the first method
     measured (AR) look 1.4-3x slower."""
     d = run.spec.decoding
-    if isinstance(budget, str):
+    sizes = None
+    if isinstance(budget, str) and budget.startswith("only"):
+        size, _, widest = budget.removeprefix("only").partition("@")
+        d.tree_budget, d.tree_budget_max, sizes = "auto", int(widest or size), [int(size)]
+    elif isinstance(budget, str):
         d.tree_budget, d.tree_budget_max = "auto", int(budget.removeprefix("auto"))
     else:
         d.tree_budget = budget
     run.reset_auto()
+    if sizes:
+        run.auto = AutoBudget(sizes, run.device.type == "cuda")
     if run.graphed:
         run.graphed.reserve(max(ids.shape[1] for ids in run.inputs), d.max_new_tokens, method, d.widest_budget,
                             exact=True)
@@ -97,8 +104,11 @@ def measure(run: Run, method: str, budget: int | str) -> tuple[list, dict]:
 
 
 def parse_budgets(text: str, auto_max: int) -> list[int | str]:
-    """`15,31,auto,auto63` -> [15, 31, "auto127", "auto63"] (auto alone: up to `auto_max`)."""
-    return [f"auto{b.removeprefix('auto') or auto_max}" if b.startswith("auto") else int(b) for b in text.split(",")]
+    """`15,31,auto,auto63,only15@127` -> [15, 31, "auto127", "auto63", "only15@127"] (auto alone: up to
+    `auto_max`). `only<b>[@<max>]`: auto's machinery (its steps, their timing: auto_cost_ms_<b>) with one bucket,
+    b, and caches sized for `max` (default b): a fixed budget measured as auto measures its buckets."""
+    return [f"auto{b.removeprefix('auto') or auto_max}" if b.startswith("auto") else b if b.startswith("only")
+            else int(b) for b in text.split(",")]
 
 
 def phase_kernels(run: Run, method: str, budget: int, out: Path, top: int = 12) -> None:

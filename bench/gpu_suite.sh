@@ -66,6 +66,11 @@ methods q35 150 $Q35 --temperatures 0 --num-prompts 24 --budgets 31,32 --phase-k
 # tree_budget=auto beside every fixed budget (issue 27's acceptance: >= 97% of the best, above the median)
 methods q3_auto 150 $Q3 --temperatures 0 --num-prompts 24 --budgets 15,31,63,127,255,auto,auto63
 methods q35_auto 200 $Q35 --temperatures 0 --num-prompts 24 --budgets 15,31,63,127,255,auto,auto63
+# a fixed budget's steps run as auto runs them (its steps, timing, caches for 127: only<b>@127), against its own
+# fixed run and auto's: where auto's per-budget cost differs from the fixed runs', and why
+DIAG=15,31,63,only15,only15@127,only31@127,only63@127,auto127
+methods q3_diag 150 $Q3 --temperatures 0 --num-prompts 24 --budgets $DIAG
+methods q35_diag 200 $Q35 --temperatures 0 --num-prompts 24 --budgets $DIAG
 # T=1 beside T=0 (issue 26: sampled steps graphed, each within 1.15x of its T=0 step); q35_temp is also the
 # heldout command that once died after the DFlash row (a phase split indexing past the reserved cache)
 methods q3_temp 120 $Q3 --temperatures 0,1 --num-prompts 12 --budgets 63

@@ -90,8 +90,8 @@ DEFINITIONS = {
     "auto_calibration": "tree_budget=auto: auto_accepted_mean / auto_predicted_accept_mean (1 = calibrated; "
                         "below 1 the surrogate is overconfident)",
     "auto_cost_ms_<b>": "tree_budget=auto: the cost model at the run's end, the median device time of budget b's "
-                        "last steps in rounds (every budget once in turn; up to 32, warm-up included; graphed: a "
-                        "replayed step; eager: the whole step)",
+                        "last warm steps in rounds (each budget twice in a row, the second timed; up to 32, warm-up "
+                        "included; graphed: a replayed step; eager: the whole step)",
     "new_tokens_mean": "mean generated tokens per prompt",
     "verify_steps": "total verify steps over all prompts (and repeats)",
     "num_prompts": "prompts decoded",

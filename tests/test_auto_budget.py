@@ -92,43 +92,54 @@ def test_expensive_rows_make_smaller_trees_than_flat_costs():
     assert any(e < f for e, f in means.values()), means
 
 
-def test_calibration_times_every_bucket_in_turn_before_choosing():
+def test_calibration_times_each_bucket_in_a_row_of_its_own_before_choosing():
     auto = AutoBudget([7, 15, 31], cuda=False, timed_steps=2)
     launched = []
     while auto.calibrating:
         budget = auto.pick()
         with auto.timing(budget) as span:
-            launched.append(budget)
+            pass
+        launched.append((budget, span[2]))
         auto.observe(budget, [1000, 1500, -1] if budget < 31 else [1000, 1500, 1800], [1], 2, span)
-    assert launched == [7, 15, 31] * 3          # each bucket's first step (its capture) is not timed
+    # per bucket: its capture and its first replay (not timed), then two warm steps timed
+    assert launched == [(b, timed) for b in (7, 15, 31) for timed in (False, False, True, True)]
     assert sorted(auto.costs) == [7, 15, 31] and all(ms >= 0 for ms in auto.costs.values())
 
 
-def test_only_rounds_time_the_buckets():
-    """After calibration, a round (every bucket once, in turn) comes every ROUND_EVERY steps, and only the steps of
-    rounds time their bucket: a step the policy chose for its text says nothing of another size's cost."""
-    from remote.decoding.auto_budget import ROUND_EVERY
-
-    auto = AutoBudget([7, 15], cuda=False, timed_steps=1)
-    read = lambda budget, span: auto.observe(budget, [1000, 1500], [1], 2, span)  # noqa: E731
+def _calibrated(sizes: list[int], ms: float) -> tuple[AutoBudget, object]:
+    """An AutoBudget calibrated with every step taking `ms`, and a `read(budget, span)` that observes a step."""
+    auto = AutoBudget(sizes, cuda=False, timed_steps=1)
+    read = lambda budget, span: auto.observe(budget, [1000, 1500][:len(sizes)], [1], 2, span)  # noqa: E731
     while auto.calibrating:
         budget = auto.pick()
         with auto.timing(budget) as span:
             pass
-        if span[0] is not None:  # not a capture: 1 ms
-            span[:2] = [0.0, 0.001]
+        if span[2]:
+            span[:2] = [0.0, ms / 1000]
         read(budget, span)
+    return auto, read
+
+
+def test_only_warm_steps_of_rounds_time_the_buckets():
+    """After calibration, a round (each bucket twice in a row) comes every ROUND_EVERY chosen steps, and only a
+    round's second step of a bucket times it (no other step has a span): a step right after another bucket's costs
+    more than one in a row (as a chosen bucket runs), and a step the policy chose for its text says nothing of
+    another size's cost."""
+    from remote.decoding.auto_budget import ROUND_EVERY
+
+    auto, read = _calibrated([7, 15], ms=1.0)
     assert auto.costs == {7: 1.0, 15: 1.0}
     picks = []
-    for _ in range(ROUND_EVERY + 1):
+    for _ in range(ROUND_EVERY + 4):
         budget = auto.pick()
         with auto.timing(budget) as span:
             pass
         picks.append((budget, span[2]))
-        span[:2] = [0.0, 0.002 if span[2] else 0.009]   # a round's step 2 ms; a chosen one 9 ms
+        if span[2]:
+            span[:2] = [0.0, 0.002]
         read(budget, span)
     assert all(not timed for _, timed in picks[:ROUND_EVERY - 1])
-    assert picks[ROUND_EVERY - 1:] == [(7, True), (15, True)]
+    assert picks[ROUND_EVERY - 1:ROUND_EVERY + 3] == [(7, False), (7, True), (15, False), (15, True)]
     assert auto.costs == {7: 1.5, 15: 1.5}      # medians of the calibration's 1 ms and the round's 2 ms
 
 

@@ -12,14 +12,16 @@ numbered <= c: ancestors come first, so they are a prefix of the path); what eac
 smaller size accepted, against what E said they would, scales E's increments (`accepted`: a drafter is often surer
 of its deep, unlikely nodes than it should be). (b) What a step of each size costs: every candidate size is its own
 captured step (as a fixed budget's is), timed on the device around each launch (CUDA events, read once the step is:
-no synchronisation). T(c) is the median of its steps in rounds, where every size runs once, one after the other:
-calibration launches the sizes in turn until each has TIMED_STEPS timed steps (a size's first launch captures it and
-is not counted), and a round runs again every ROUND_EVERY steps. Only rounds time the sizes, because a step's cost
-follows its text (the GDN tree kernel walks each node's ancestors, commit moves the accepted rows): the steps a
-size was chosen for are not the texts of another's (on the H200 such medians put 31 within 4.6% of 63 on the hybrid
-demo pair, whose fixed runs are 9.6% apart, and auto then chose 63 where 31 was the faster budget).
+no synchronisation). T(c) is the median of its warm steps in rounds: calibration runs each size TIMED_STEPS + 2
+times in a row, a round (every ROUND_EVERY steps) each size twice in a row, and a step counts only when the step
+before it was of its size and its graph had been replayed before. Warm, because a size's step costs more right
+after another size's (on the H200, demo-qwen3_5: budget 15 took 0.870 ms a step right after budget 7, 0.811 ms in a
+run of its own, while budget 63, chosen in a row, took what its fixed run took), and a size chosen runs in a row;
+cold medians compressed the sizes' differences, and auto then chose 63 where 31 was the faster budget. Rounds,
+because they time every size on the same texts.
 
-The choice, on the host, for each step it queues: the budget b maximising 1 + A(b) - rate * T(b), A the calibrated
+The choice, on the host, for each step it queues (a step is observed after the next one is queued, so that its
+bookkeeping overlaps the GPU's work): the budget b maximising 1 + A(b) - rate * T(b), A the calibrated
 expectation (`accepted`) (a renewal reward argument: at rate = the best achievable tokens per ms this per-step rule
 maximises the long-run rate; the running rate of the steps so far stands in for it). E is a running mean over the
 steps read back: the step in flight is not read (a verify's row count is fixed in its graph, and choosing among
@@ -47,9 +49,9 @@ from contextlib import contextmanager
 import torch
 
 
-TIMED_STEPS = 4          # timed steps per bucket before the first choice (after each bucket's capture)
-COST_WINDOW = 32         # a bucket's cost: the median of its newest steps in rounds
-ROUND_EVERY = 96         # steps between rounds (a round: each bucket once; ~1 step in 20 is a round's)
+TIMED_STEPS = 4          # timed steps per bucket before the first choice (after its capture and first replay)
+COST_WINDOW = 32         # a bucket's cost: the median of its newest warm steps in rounds
+ROUND_EVERY = 96         # steps between rounds (a round: each bucket twice in a row; ~1 step in 10 is a round's)
 EXPLORE_AFTER = 32       # steps without one of the next size up before one is taken
 RATIO_WEIGHT = 0.1       # of the newest step in the running ratios
 SMOOTHING = 0.15         # of the newest step in the running mean of E
@@ -104,8 +106,10 @@ class AutoBudget:
         self._gain_predicted = [0.0] * len(self.sizes)
         self._gain_accepted = [0.0] * len(self.sizes)
         self._tokens = self._time = 0.0                    # committed tokens and their measured ms, since calibrated
-        self._round: list[int] = []                        # the current round's buckets still to launch
+        # calibration's, then the current round's buckets still to launch, each in a row of its own
+        self._round = [b for b in self.sizes for _ in range(timed_steps + 2)]
         self._timing = True                                # the last pick is calibration's or a round's
+        self._last: int | None = None                      # the bucket launched last
         self._since_round = 0                              # steps picked since the last round began
 
     @property
@@ -115,12 +119,13 @@ class AutoBudget:
     def pick(self) -> int:
         """The budget of the next step to launch."""
         self._timing = True            # whether this step times its bucket (`timing`)
-        if self.costs is None:         # every bucket in turn (the least launched first), so drift touches all alike
-            return min(self.sizes, key=lambda b: self._launched[b])
-        self._since_round += 1
-        if not self._round and self._since_round >= ROUND_EVERY:
-            self._round, self._since_round = list(self.sizes), 0
         if self._round:
+            return self._round.pop(0)
+        if self.costs is None:         # calibration launched, not yet all read: the last bucket stays warm
+            return self.sizes[-1]
+        self._since_round += 1
+        if self._since_round >= ROUND_EVERY:
+            self._round, self._since_round = [b for b in self.sizes for _ in range(2)], 0
             return self._round.pop(0)
         self._timing = False
         if self._mean is None:
@@ -150,15 +155,18 @@ class AutoBudget:
 
     @contextmanager
     def timing(self, budget: int):
-        """Around one step's launch; yields the span to hand to `observe` (on CUDA events on the device's timeline,
-        elsewhere the wall clock, the step having run by then), and whether the step is a round's (calibration's
-        included): only those time their bucket. A budget's first launch captures its graph: its span starts at
-        None, so that no capture counts as a step's cost."""
-        first = self._launched[budget] == 0
+        """Around one step's launch; yields the span to hand to `observe`: for a step that times its bucket, its
+        start and end (CUDA events on the device's timeline, elsewhere the wall clock, the step having run by then),
+        else None. A step times its bucket when it is a round's (calibration's included) and warm: the step before
+        it was of the same bucket, whose graph had been replayed before (a budget's first launch captures its
+        graph, a first replay may upload it). Other steps record no events (on the H200 a run of one bucket with
+        an event pair around every step took 2-3% longer a token than that budget's fixed run)."""
+        timed = self._timing and self._last == budget and self._launched[budget] >= 2
         self._launched[budget] += 1
-        span = [None if first else self._mark()]
+        self._last = budget
+        span = [self._mark() if timed else None]
         yield span
-        span += [self._mark(), self._timing]
+        span += [self._mark() if timed else None, timed]
 
     def _mark(self):
         """Now, on the device's timeline (CUDA) or the wall clock."""
@@ -189,7 +197,7 @@ class AutoBudget:
         full = [e if e >= 0 else latest[known[-1]] * self._ratio.get((known[-1], j), 1.0) for j, e in enumerate(latest)]
         self._mean = full if self._mean is None else [m + SMOOTHING * (f - m) for m, f in zip(self._mean, full)]
         ms = self._elapsed(budget, span)
-        if ms is not None and span[2]:
+        if ms is not None:
             self._timed[budget].append(ms)
             if self.costs is not None:
                 self.costs[budget] = statistics.median(self._timed[budget])

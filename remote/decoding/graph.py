@@ -350,6 +350,7 @@ class GraphDecoder:
             self._absorb(verified.features)
             done = gen.extend(to_host(self.root), max_new, stop_ids)
         length, queued = input_ids.shape[1], []       # committed rows as the host knows them; steps unread
+        observed = None                               # auto: the last step read, for the policy once the next is queued
         with timer.phase("decode") as span:
             while not done:
                 # The next step is queued before this one is read, so the GPU works through the host's read and
@@ -363,14 +364,18 @@ class GraphDecoder:
                             self.context, self.context_rows, method, size, sizes=sizes))
                     self._reads.put(out, timer)
                     queued.append((size, launch))
+                if observed:
+                    gen.chose(auto, *observed)
                 read, ended = self._reads.take()
                 tokens, stats, expected = read_step(read, len(sizes))
                 done = gen.extend_step(tokens, max_new, stop_ids, stats)
                 read_size, launch = queued.pop(0)   # the budget and launch of the step just read (the oldest)
                 if auto:
-                    gen.chose(auto, read_size, expected, accepted_nodes(read, tokens), launch)
+                    observed = (read_size, expected, accepted_nodes(read, tokens), gen.committed[-1], launch)
                 length += len(tokens)
                 span.end = ended if done else None   # a step queued after a stop token runs out unread, untimed
+        if observed:
+            gen.chose(auto, *observed)
         self._reads.clear()
         return gen
 

@@ -89,11 +89,12 @@ class Generation:
             self.stats.append(stats)
         return done
 
-    def chose(self, auto: AutoBudget, budget: int, predicted: list[int], nodes: list[int], span) -> None:
-        """tree_budget=auto: the last step's `budget`, its `predicted` (remote.decoding.auto_budget.predictions), the
-        accepted path's `nodes` below the root and its timing `span` go to the policy, with what the step committed,
-        and to this generation."""
-        auto.observe(budget, predicted, nodes, self.committed[-1], span)
+    def chose(self, auto: AutoBudget, budget: int, predicted: list[int], nodes: list[int], committed: int,
+              span) -> None:
+        """tree_budget=auto: a step's `budget`, its `predicted` (remote.decoding.auto_budget.predictions), the
+        accepted path's `nodes` below the root, the tokens it `committed` and its timing `span` go to the policy and
+        to this generation."""
+        auto.observe(budget, predicted, nodes, committed, span)
         self.budgets.append(budget)
         self.predicted.append(predicted[auto.sizes.index(budget)] / 1000)
 
@@ -276,5 +277,5 @@ def generate_spec(target: Target, drafter: DFlashDrafter, model, input_ids: torc
                     root = step.bonus
             done = gen.extend_step(step.tokens, max_new, stop_ids, step.stats)
             if auto:
-                gen.chose(auto, size, step.extra, step.nodes, launch)
+                gen.chose(auto, size, step.extra, step.nodes, gen.committed[-1], launch)
     return gen
