@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU measurements behind docs/PERFORMANCE.md, over 30 minutes on one H200 if every step runs (pick STEPS for
-# each 10-minute call; session 15 ran "tests q3_auto q35_auto" and "tests_graph proj attn_8b q8b q35_auto"): the
+# each 10-minute call; session 16 ran "tests_graph q35_auto q3_auto", "q35_diag q3_diag" and "q35_auto q3_auto q27b"): the
 # CUDA tests, the step building blocks (projections fused or not, attention at head size 128), demo-qwen3 (graphs,
 # graphs + torch.compile), the hybrid demo pair (graphs), tree_budget=auto beside every fixed budget, T=1 beside
 # T=0, steps at Qwen3-8B and Qwen3.6-27B widths against the floor, the op-class profiles, the hybrid verify at
