@@ -1,13 +1,12 @@
 #!/usr/bin/env bash
-# The GPU measurements behind docs/PERFORMANCE.md, over 30 minutes on one H200 if every step runs (pick STEPS for
-# each 10-minute call; session 16 ran "tests_graph q35_auto q3_auto", "q35_diag q3_diag" and "q35_auto q3_auto q27b"): the
+# The GPU measurements behind docs/PERFORMANCE.md, over 30 minutes on one H200 if every step runs (pick STEPS for each
+# 10-minute call; session 16 ran "tests_graph q35_auto q3_auto", "q35_diag q3_diag" and "q35_auto q3_auto q27b"): the
 # CUDA tests, the step building blocks (projections fused or not, attention at head size 128), demo-qwen3 (graphs,
-# graphs + torch.compile), the hybrid demo pair (graphs), tree_budget=auto beside every fixed budget, T=1 beside
-# T=0, steps at Qwen3-8B and Qwen3.6-27B widths against the floor, the op-class profiles, the hybrid verify at
-# Qwen3.6-27B widths; graphed rows carry the phase split of a replayed step (remote.decoding.phase_split). Each step
-# has its own time limit, so a slow one cannot starve the rest; every log and result lands under OUT. The hybrid
-# CUDA tests come last: on a fresh host fla autotunes its kernels for every new shape, and they took over 100 s
-# (session 5).
+# graphs + torch.compile), the hybrid demo pair (graphs), tree_budget=auto beside every fixed budget, T=1 beside T=0,
+# steps at Qwen3-8B and Qwen3.6-27B widths against the floor, the op-class profiles, the hybrid verify at Qwen3.6-27B
+# widths; graphed rows carry the phase split of a replayed step (remote.decoding.phase_split). Each step has its own
+# time limit, so a slow one cannot starve the rest; every log and result lands under OUT. The hybrid CUDA tests come
+# last: on a fresh host fla autotunes its kernels for every new shape, and they took over 100 s (session 5).
 #
 #   OUT=/tmp/out WHEELS=/path/to/wheels bash bench/gpu_suite.sh
 #
