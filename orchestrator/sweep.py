@@ -82,7 +82,9 @@ def finish_parent(uri: str, parent: str, sweep_dir: Path) -> int:
     for key, value in (("sweep.jobs", len(rows)), ("sweep.compare_url", url), ("sweep.failed", failed),
                        ("sweep.skipped", skipped), (NOTE_TAG, markdown(rows, title, url))):
         client.set_tag(parent, key, str(value))
-    status = Status.FAILED if failed or not rows else Status.FINISHED
+    ended = {r["status"] for r in rows} - {"FINISHED", "SKIPPED"}
+    # a sweep stopped by the user or a scheduler (every job that did not finish was KILLED) is KILLED too
+    status = Status.FINISHED if rows and not ended else Status.KILLED if ended == {"KILLED"} else Status.FAILED
     client.set_terminated(parent, status.value)
     console.print(f"compare the sweep in MLflow: {where(uri, url)}", soft_wrap=True, highlight=False)
     return failed
