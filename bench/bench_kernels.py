@@ -23,7 +23,8 @@ What is timed (microseconds per call: --calls calls captured in one graph, media
   of --proj-preset's first layers, each member its own GEMM against one GEMM over the concatenated weight
   (remote.kernels.fused_linear), for --queries rows; `gbps` is the weights' bytes read per second.
 - `glue/<piece>-<eager|compiled>`: each piece of remote.kernels.glue (rotary, silu_mul; on a hybrid preset also
-  the gated norm and the GDN gates) at --proj-preset's widths for --queries rows, plain against torch.compile'd.
+  the gated norm, the GDN gates, the zero-centred norm and a residual add with it) at --proj-preset's widths for
+  --queries rows, plain against torch.compile'd.
 - `gdn/v<BV>-w<W>`: one GDN layer's tree recurrence (remote.kernels.gdn_tree, node states kept) for a DFlash chain
   of 16 and best-first trees of --budgets + 1 nodes with a 15-deep spine, at the value-head shapes of --gdn-preset,
   with BV value columns a program and W warps.
@@ -215,6 +216,9 @@ def glue_fns(preset: str, q: int) -> dict:
         a_log, dt_bias = torch.randn(hv, device="cuda"), torch.randn(hv, device="cuda")
         pieces["gated_norm"] = (glue.gated_norm, (x, z, torch.randn(dv, **bf16), 1e-6))
         pieces["gates"] = (gates, (conv, b, a, a_log, dt_bias, (hk * dk, hv * dv, dk, dv, hv // hk)))
+        hidden, scale = torch.randn(1, q, c["hidden_size"], **bf16), torch.randn(c["hidden_size"], device="cuda")
+        pieces["norm"] = (glue.zero_centred_norm, (hidden, scale, 1e-6))
+        pieces["add_norm"] = (glue.add_zero_centred_norm, (hidden, hidden.clone(), scale, 1e-6))
     fns = {}
     for name, (fn, args) in pieces.items():
         fns[f"{name}-eager"] = lambda fn=fn, args=args: fn(*args)

@@ -1,16 +1,18 @@
 """The elementwise glue of the captured steps, torch.compile'd: the target's rotary embedding, silu(gate) * up in its
-MLPs, and the gated RMSNorm of its GDN layers, one fused kernel each.
+MLPs, the zero-centred and gated RMSNorms of the hybrids and, in the hybrids' own layer loop, each residual add with
+the norm after it, one fused kernel each.
 
 Why: at the widths users deploy a small kernel costs a captured step ~2.5 us, and these are many of a step's kernels.
 transformers' `apply_rotary_pos_emb` is five kernels for q and five for k (multiply, negate, cat, multiply, add),
 every attention layer and step: in the eager profile of one Qwen3-8B AR pass they were 0.59 ms of 7.3
 (bench/bench_profile.py, H200, session 14). An MLP's silu and multiply are two; in each of Qwen3.6-27B's 48 GDN
-layers the gated norm is seven (casts, the norm, silu, two multiplies) and the gates and head repeats about nine.
+layers the gated norm is seven (casts, the norm, silu, two multiplies) and the gates and head repeats about nine. A
+zero-centred norm is three (casts around `F.rms_norm`), a residual add one more, twice in each of a hybrid's layers.
 
 Contract: inside `compiled_glue(model)` the `apply_rotary_pos_emb` of every modeling module `model`'s layers come
 from is its compiled self (the same function: partial rotary and mrope stay the model's), every SiLU MLP of the
 known shape (gate_proj, up_proj, down_proj, act_fn) computes `down_proj(silu(gate) * up)` through a compiled
-`silu_mul`, and `active(fn)` is `fn` compiled (the gated norm, remote.models.gdn's gates); all undone on exit.
+`silu_mul`, and `active(fn)` is `fn` compiled (the norms here, remote.models.gdn's gates); all undone on exit.
 Compiled code computes in float32 and rounds once where transformers rounds after each op (equal up to that
 rounding). A function that fails to compile runs plain from then on, so a step never fails here. Callers look the
 rotary function up in its module at each call (as transformers' attention does).
@@ -53,6 +55,17 @@ def _compiled(fn) -> _Compiled:
 
 def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     return F.silu(gate) * up
+
+
+def zero_centred_norm(x: torch.Tensor, scale: torch.Tensor, eps: float) -> torch.Tensor:
+    """Qwen3.5 / Qwen3-Next's RMSNorm in float32 with `scale` (1 + weight, float32), rounded once."""
+    return F.rms_norm(x.float(), (x.shape[-1],), scale, eps).type_as(x)
+
+
+def add_zero_centred_norm(x: torch.Tensor, h: torch.Tensor, scale: torch.Tensor, eps: float):
+    """(x + h, zero_centred_norm(x + h)): a residual add and the next zero-centred norm."""
+    s = x + h
+    return s, zero_centred_norm(s, scale, eps)
 
 
 def gated_norm(x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

@@ -16,16 +16,16 @@ Why, measured inside CUDA graphs on an H200 (bench/bench_kernels.py, docs/PERFOR
   copies at all, 10.8 us a layer for a 33-node verify of the demo target against ~15 through cuDNN, session 8);
   the stacking stays for CPUs, larger heads and the drafter.
 
-Contract: inside `step_kernels(model, drafter, compiled)` every RMSNorm of the known classes computes
-`F.rms_norm(x, weight, eps)` (the same normalisation in float32 with the weight applied before the one rounding to
-the input dtype, where transformers rounds and then multiplies: equal up to one rounding; Qwen3.5 / Qwen3-Next's
-zero-centred and gated norms round where transformers does, only their reduction is fused); a model on
-transformers' SDPA attends through remote.kernels.attention (CUDA) or `grouped_attention` whenever a mask is given
-for batch 1; the target's projections that share an input run as one GEMM each (remote.kernels.fused_linear); with
-`compiled`, the target's rotary, MLP activation and gated norms are compiled kernels (remote.kernels.glue). On exit
-all are undone, so prefill, the eager loop and stock `generate` run transformers' own code (on the fused weights'
-views: the same values). Other attention implementations are left alone. `grouped_attention` is also the drafter's
-attention.
+Contract: inside `step_kernels(model, drafter, compiled)` every RMSNorm of the known classes computes `F.rms_norm(x,
+weight, eps)` (the same normalisation in float32 with the weight applied before the one rounding to the input dtype,
+where transformers rounds and then multiplies: equal up to one rounding; Qwen3.5 / Qwen3-Next's zero-centred and
+gated norms round where transformers does, only their reduction is fused), and `residual_norm` adds a residual and
+applies such a norm at once; a model on transformers' SDPA attends through remote.kernels.attention (CUDA) or
+`grouped_attention` whenever a mask is given for batch 1; the target's projections that share an input run as one
+GEMM each (remote.kernels.fused_linear); with `compiled`, the target's rotary, MLP activation, norms and residual
+adds are compiled kernels (remote.kernels.glue). On exit all are undone, so prefill, the eager loop and stock
+`generate` run transformers' own code (on the fused weights' views: the same values). Other attention
+implementations are left alone. `grouped_attention` is also the drafter's attention.
 """
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ from torch.nn import functional as F
 
 from . import attention as attention_kernel
 from .fused_linear import grouped
-from .glue import active, compiled_glue, gated_norm
+from .glue import active, add_zero_centred_norm, compiled_glue, gated_norm, zero_centred_norm
 
 FUSABLE = ("Qwen3RMSNorm", "Qwen2RMSNorm", "LlamaRMSNorm", "MistralRMSNorm")
 ZERO_CENTRED = ("Qwen3_5RMSNorm", "Qwen3_5MoeRMSNorm", "Qwen3NextRMSNorm")     # x_normed * (1 + weight)
@@ -94,11 +94,20 @@ def _fused_norm(self, hidden_states: torch.Tensor) -> torch.Tensor:
 
 
 def _fused_zero_centred_norm(self, x: torch.Tensor) -> torch.Tensor:
-    return F.rms_norm(x.float(), (x.shape[-1],), _SCALES[self], self.eps).type_as(x)
+    return active(zero_centred_norm)(x, _SCALES[self], self.eps)
 
 
 def _fused_gated_norm(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
     return active(gated_norm)(x, gate, self.weight, self.variance_epsilon)
+
+
+def residual_norm(norm: torch.nn.Module, x: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x + h, norm(x + h)) for a layer loop of our own (remote.models.hybrid_target): inside `step_kernels` with a
+    zero-centred norm (the hybrids'), the add and the norm as one function (one kernel when compiled)."""
+    if getattr(norm.forward, "__func__", None) is _fused_zero_centred_norm:
+        return active(add_zero_centred_norm)(x, h, _SCALES[norm], norm.eps)
+    s = x + h
+    return s, norm(s)
 
 
 def _patch(norm: torch.nn.Module) -> None:

@@ -45,6 +45,7 @@ import torch.nn.functional as F
 from ..errors import SpecError
 from ..kernels import attention as attention_kernel
 from ..kernels.gdn_paths import select_gdn_kernels
+from ..kernels.step import residual_norm
 from ..tree import Ancestry
 from .gdn import TreeLayout, gdn_sequence, gdn_step, gdn_tree
 from .placement import devices
@@ -288,23 +289,29 @@ class HybridTarget(Target):
         x = dec.embed_tokens(input_ids)                                               # [1, T, H]
         pos = positions.reshape(1, -1).to(x.device)
         rope = dec.rotary_emb(x, pos.expand(3, 1, -1) if self._mrope else pos)       # cos, sin [1, T, rotary_dim]
+        # Each residual add goes with the norm after it (`residual_norm`: one kernel in captured steps), so a layer's
+        # MLP output (`late`) is added at the next layer's input norm, and layer i's hidden state is known there.
         feats: dict[int, torch.Tensor] = {}
+        late = None
         for i, layer in enumerate(dec.layers[: len(self.layer_types)]):
             dev = layer.input_layernorm.weight.device
             x = x.to(dev)
             with self._on(dev):
-                h = layer.input_layernorm(x)
+                if late is None:
+                    h = layer.input_layernorm(x)
+                else:
+                    x, h = residual_norm(layer.input_layernorm, x, late.to(dev))
+                    feats[i - 1] = x
                 if self.layer_types[i] == "linear_attention":
                     h = self._gdn(i, layer.linear_attn, h, tree)
                 else:
                     h = self._attention(i, layer.self_attn, h, tuple(r.to(dev) for r in rope), tree)
-                x = x + h
-                h = layer.mlp(layer.post_attention_layernorm(x))
-                x = x + (h[0] if isinstance(h, tuple) else h)                         # MoE blocks may return a tuple
-            feats[i] = x
-        x = dec.norm(x.to(dec.norm.weight.device))
-        if len(self.layer_types) - 1 in feats:
-            feats[len(self.layer_types) - 1] = x                                      # HF ties the last hidden state
+                x, h = residual_norm(layer.post_attention_layernorm, x, h)
+                h = layer.mlp(h)
+                late = h[0] if isinstance(h, tuple) else h                            # MoE blocks may return a tuple
+        dev = dec.norm.weight.device
+        _, x = residual_norm(dec.norm, x.to(dev), late.to(dev))
+        feats[len(self.layer_types) - 1] = x                                          # HF ties the last hidden state
         device = self.lm_head.weight.device
         features = torch.cat([feats[i][0].to(device) for i in self.target_layer_ids], dim=-1) \
             if self.target_layer_ids else x.new_zeros(x.shape[1], 0)
