@@ -38,10 +38,10 @@ import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile, record_function  # noqa: E402
 
 import remote.runner  # noqa: E402
+from auto_diagnostics import diagnostic, figures  # noqa: E402
 from bench_profile import copy_bandwidth  # noqa: E402
 from bench_verify import save_profile  # noqa: E402
 from orchestrator.compare import render_table, summarize  # noqa: E402
-from remote.decoding.auto_budget import AutoBudget  # noqa: E402
 from remote.decoding.phase_split import split_kernels  # noqa: E402
 from remote.errors import first_line  # noqa: E402
 from remote.metrics import aggregate, compare  # noqa: E402
@@ -76,17 +76,16 @@ def prepare(run: Run, method: str, budget: int | str) -> None:
     longer sequences (allocator growth, new shapes) inside the first timed generations, which made the first method
     measured (AR) look 1.4-3x slower."""
     d = run.spec.decoding
-    sizes = None
-    if isinstance(budget, str) and budget.startswith("only"):
-        size, _, widest = budget.removeprefix("only").partition("@")
-        d.tree_budget, d.tree_budget_max, sizes = "auto", int(widest or size), [int(size)]
+    special = diagnostic(budget, run.device.type == "cuda")
+    if special:
+        d.tree_budget, d.tree_budget_max = "auto", special[0]
     elif isinstance(budget, str):
         d.tree_budget, d.tree_budget_max = "auto", int(budget.removeprefix("auto"))
     else:
         d.tree_budget = budget
     run.reset_auto()
-    if sizes:
-        run.auto = AutoBudget(sizes, run.device.type == "cuda")
+    if special:
+        run.auto = special[1]
     if run.graphed:
         run.graphed.reserve(max(ids.shape[1] for ids in run.inputs), d.max_new_tokens, method, d.widest_budget,
                             exact=True)
@@ -100,15 +99,14 @@ def measure(run: Run, method: str, budget: int | str) -> tuple[list, dict]:
     gens = [run.generate(method, i) for i in range(len(run.inputs))]
     peak = peak_memory_gb(run.device) if run.device.type == "cuda" else None
     depth = run.drafter.block_size - 1 if method != "ar" else 0
-    return gens, {**aggregate(gens, peak, depth), **step_figures(run, method, gens, print)}
+    return gens, {**aggregate(gens, peak, depth), **step_figures(run, method, gens, print), **figures(run.auto)}
 
 
 def parse_budgets(text: str, auto_max: int) -> list[int | str]:
     """`15,31,auto,auto63,only15@127` -> [15, 31, "auto127", "auto63", "only15@127"] (auto alone: up to
-    `auto_max`). `only<b>[@<max>]`: auto's machinery (its steps, their timing: auto_cost_ms_<b>) with one bucket,
-    b, and caches sized for `max` (default b): a fixed budget measured as auto measures its buckets."""
-    return [f"auto{b.removeprefix('auto') or auto_max}" if b.startswith("auto") else b if b.startswith("only")
-            else int(b) for b in text.split(",")]
+    `auto_max`; only<b>[@<max>] and cycle<b>.<b>...: bench/auto_diagnostics.py)."""
+    return [f"auto{b.removeprefix('auto') or auto_max}" if b.startswith("auto") else b
+            if b.startswith(("only", "cycle")) else int(b) for b in text.split(",")]
 
 
 def phase_kernels(run: Run, method: str, budget: int, out: Path, top: int = 12) -> None:
@@ -217,7 +215,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--budgets", default="16,32,64,128,256,512",
                    help="ddtree budgets; auto (tree_budget=auto up to --auto-max) or auto<N> (up to N) among them; "
-                        "only<b>[@<N>]: budget b through auto's machinery (caches for N)")
+                        "only<b>[@<N>], cycle<b>.<b>...: fixed budgets through auto's machinery (bench/auto_diagnostics.py)")
     p.add_argument("--auto-max", type=int, default=127, help="tree_budget_max of a bare `auto` in --budgets")
     p.add_argument("--methods", default="ar,dflash,ddtree",
                    help="methods to measure (AR always: the baseline), e.g. `ar` alone at a wide preset, where each "

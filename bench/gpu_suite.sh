@@ -70,6 +70,9 @@ methods q35_auto 200 $Q35 --temperatures 0 --num-prompts 24 --budgets 15,31,63,1
 DIAG=15,31,63,only15,only15@127,only31@127,only63@127,auto127
 methods q3_diag 150 $Q3 --temperatures 0 --num-prompts 24 --budgets $DIAG
 methods q35_diag 200 $Q35 --temperatures 0 --num-prompts 24 --budgets $DIAG
+# what a step costs right after another budget's (after_ms_<prev>_<b>): 31 after 31, after 127 and after 15
+methods q35_cycle 200 $Q35 --temperatures 0 --num-prompts 24 --methods ddtree \
+  --budgets 31,only31@127,cycle31.31.31.127,cycle31.31.31.15,cycle15.15.15.127
 # T=1 beside T=0 (issue 26: sampled steps graphed, each within 1.15x of its T=0 step); q35_temp is also the
 # heldout command that once died after the DFlash row (a phase split indexing past the reserved cache)
 methods q3_temp 120 $Q3 --temperatures 0,1 --num-prompts 12 --budgets 63
