@@ -310,7 +310,8 @@ class HybridTarget(Target):
                 h = layer.mlp(h)
                 late = h[0] if isinstance(h, tuple) else h                            # MoE blocks may return a tuple
         dev = dec.norm.weight.device
-        _, x = residual_norm(dec.norm, x.to(dev), late.to(dev))
+        with self._on(dev):
+            _, x = residual_norm(dec.norm, x.to(dev), late.to(dev))
         feats[len(self.layer_types) - 1] = x                                          # HF ties the last hidden state
         device = self.lm_head.weight.device
         features = torch.cat([feats[i][0].to(device) for i in self.target_layer_ids], dim=-1) \
