@@ -4,6 +4,7 @@ speedup = 1 line and the Pareto plot labels each budget and draws the front. The
 runs: tests/test_sweep.py."""
 from __future__ import annotations
 
+import copy
 import csv
 import datetime
 import itertools
@@ -18,10 +19,11 @@ from orchestrator import compare
 HOST, GPU, MODEL = "gpu-node-17.cluster.example.org", "NVIDIA H200", "demo-qwen3"
 
 
-@pytest.fixture
-def rows(tmp_path):
+@pytest.fixture(scope="module")
+def logged_rows(tmp_path_factory):
     """A sweep's children as the orchestrator logs them: ar, dflash, ddtree at five budgets and auto, two seeds, a
-    skip."""
+    skip. Logged once per module (17 runs into a fresh database take ~10 s); each test gets its own copy (`rows`)."""
+    tmp_path = tmp_path_factory.mktemp("cmp")
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     exp = client.create_experiment("cmp", artifact_location=(tmp_path / "art").as_uri())
     rng = random.Random(0)
@@ -47,6 +49,11 @@ def rows(tmp_path):
     client.log_param(dup.info.run_id, "model.name", MODEL)
     client.set_terminated(dup.info.run_id)
     return [compare.row_of(r) for r in compare.select_runs(client, experiment="cmp")]
+
+
+@pytest.fixture
+def rows(logged_rows):
+    return copy.deepcopy(logged_rows)   # a test that changed its rows cannot change the next test's
 
 
 def test_the_terminal_table_fits_80_columns_with_nothing_cut(rows):

@@ -57,11 +57,14 @@ def chromium(*args, timeout=120):
                               text=True, timeout=timeout)
 
 
-def _shot(name: str, url: str, size: str = "1600,2400") -> Path:
+def _shot(name: str, url: str, size: str = "1600,2400") -> str:
+    """Screenshot `url` into ARTIFACTS/name; returns the page's DOM, dumped by the same Chromium run (one browser
+    start per page, not two)."""
     shot = ARTIFACTS / name
-    chromium(f"--screenshot={shot}", f"--window-size={size}", url)
+    shot.unlink(missing_ok=True)     # the check below must see this run's screenshot, not an earlier one
+    dom = chromium("--dump-dom", f"--screenshot={shot}", f"--window-size={size}", url).stdout
     assert shot.exists() and shot.stat().st_size > 10_000
-    return shot
+    return dom
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
@@ -91,31 +94,28 @@ def test_ui_shows_sweep_children_with_metrics(mlflow_server, tmp_path):
     # The parent carries an absolute link to the UI's comparison of the children that ran, printed at the end too.
     page = parent.data.tags["sweep.compare_url"]
     assert page.startswith(mlflow_server) and page in sweep.stdout
-    dom = chromium("--dump-dom", page).stdout
+    dom = _shot("mlflow_ui_sweep.png", page)
     for child in ran:
         assert child.info.run_name in dom, f"{child.info.run_name} not shown"
     first = headline_name(HEADLINE[0])
     for metric in (first, headline_name("tau"), "tau", "tpot_ms", "tokens_per_s"):
         assert metric in dom
     assert dom.index(first) < dom.index("accept_rate_depth_1")   # headline rows first
-    _shot("mlflow_ui_sweep.png", page)
 
     # A child's page: its description (headline table, definitions), then metrics with the headline ones first.
     child = next(r for r in ran if r.data.params["method.name"] == "ddtree")
     child_page = f"{mlflow_server}/#/experiments/{exp.experiment_id}/runs/{child.info.run_id}"
-    dom = chromium("--dump-dom", child_page).stdout
+    dom = _shot("mlflow_ui_child_run.png", child_page)
     assert "95% interval" in dom and "definitions.md" in dom and "pooled mean acceptance length" in dom
     table = dom[dom.index("Metrics ("):]   # the run's metrics table, below the description
     assert table.index(first) < table.index("accept_rate_depth_1") and table.index(first) < table.index("ar_tpot_ms")
     assert child.data.tags["gpu"] in dom and child.data.tags["host"] in dom
-    _shot("mlflow_ui_child_run.png", child_page)
 
     # The parent's page opens on the sweep's table (its description) and holds the Pareto plot.
     parent_page = f"{mlflow_server}/#/experiments/{exp.experiment_id}/runs/{parent.info.run_id}"
-    dom = chromium("--dump-dom", parent_page).stdout
+    dom = _shot("mlflow_ui_sweep_parent.png", parent_page, "1400,1600")
     assert "Compare them side by side in MLflow" in dom and "skipped (same effective config)" in dom
     assert "best speedup: " in dom
     for child in ran:
         assert child.info.run_name.replace("-tiny-qwen3", "") in dom
-    _shot("mlflow_ui_sweep_parent.png", parent_page, "1400,1600")
     _shot("mlflow_ui_pareto.png", f"{parent_page}/artifacts/pareto.png", "1400,1000")
