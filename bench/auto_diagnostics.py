@@ -17,7 +17,6 @@ import itertools
 import statistics
 import sys
 from collections import defaultdict
-from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -38,19 +37,17 @@ class CycleAuto(AutoBudget):
         self._timing = True
         return next(self._pattern)
 
-    @contextmanager
-    def timing(self, budget: int):
-        first = self._launched[budget] == 0
-        self._launched[budget] += 1
-        span = [None if first else self._mark()]
-        yield span
-        span += [None if first else self._mark(), not first]
+    def _times(self, budget: int) -> bool:
+        return self._launched[budget] > 0
+
+    def _elapsed(self, budget: int, span) -> float | None:
+        ms = super()._elapsed(budget, span)
+        if ms is not None and self._observed is not None:
+            self.after[self._observed, budget].append(ms)
+        return ms
 
     def observe(self, budget, predicted, nodes, committed, span=None) -> None:
         super().observe(budget, predicted, nodes, committed, span)
-        ms = self._elapsed(budget, span)
-        if ms is not None and self._observed is not None:
-            self.after[self._observed, budget].append(ms)
         self._observed = budget              # steps are observed in launch order
 
 

@@ -162,12 +162,16 @@ class AutoBudget:
         it was of the same bucket, whose graph had been replayed before (a budget's first launch captures its
         graph, a first replay may upload it). Other steps record no events (on the H200 a run of one bucket with
         an event pair around every step took 2-3% longer a token than that budget's fixed run)."""
-        timed = self._timing and self._last == budget and self._launched[budget] >= 2
+        timed = self._times(budget)
         self._launched[budget] += 1
         self._last = budget
         span = [self._mark() if timed else None]
         yield span
         span += [self._mark() if timed else None, timed]
+
+    def _times(self, budget: int) -> bool:
+        """Whether the step of `budget` about to launch times its bucket (`timing`)."""
+        return self._timing and self._last == budget and self._launched[budget] >= 2
 
     def _mark(self):
         """Now, on the device's timeline (CUDA) or the wall clock."""

@@ -26,11 +26,10 @@ GEMM per group of projections sharing an input); with `compiled=True` each step 
 (inductor fuses the rest), with `compiled_drafter=True` (the runner's default) only the draft (half the drafter's
 kernels) and the target's elementwise glue (rotary, MLP activation, gated norms; in every method, AR included:
 remote.kernels.glue); a compile failure falls back to the plain step and `compile_failed` says why. Hybrid targets
-get `HybridGraphDecoder`: the same
-steps through HybridTarget's layer loop on reserved state (a tree's GDN recurrence is one kernel call per layer,
-with no host value: remote.models.gdn). tree_budget=auto: each candidate budget is a captured step of its own,
-and the host picks the graph of each step it queues (remote.decoding.auto_budget); the predictions it picks from
-ride in the step's read.
+get `HybridGraphDecoder`: the same steps through HybridTarget's layer loop on reserved state (a tree's GDN
+recurrence is one kernel call per layer, with no host value: remote.models.gdn). tree_budget=auto: each candidate
+budget is a captured step of its own, and the host picks the graph of each step it queues
+(remote.decoding.auto_budget); the predictions it picks from ride in the step's read.
 """
 from __future__ import annotations
 
