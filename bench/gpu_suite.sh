@@ -90,6 +90,9 @@ methods q27b_ar 150 --random "$(preset qwen3.6-27b)" --dataset builtin --num-pro
   --methods ar --temperatures 0 --floor --stock-generate
 methods q27b 240 --random "$(preset qwen3.6-27b)" --dataset builtin --num-prompts 2 --max-new-tokens 48 \
   --budgets 32,64 --temperatures 0 --random-drafter "$RANDOM_DRAFTER" --floor
+# the kernels of each phase of a replayed AR step and DDTree 32 step at those widths (what holds the verify back)
+methods q27b_kernels 240 --random "$(preset qwen3.6-27b)" --dataset builtin --num-prompts 1 --max-new-tokens 32 \
+  --budgets 32 --methods ddtree --temperatures 0 --random-drafter "$RANDOM_DRAFTER" --floor --phase-kernels
 PYTHONPATH= methods q27b_nofla 240 --random "$(preset qwen3.6-27b)" --dataset builtin --num-prompts 2 \
   --max-new-tokens 48 --budgets 32,64 --temperatures 0 --random-drafter "$RANDOM_DRAFTER" --floor
 step profile_8b 120 python3 bench/bench_profile.py --preset qwen3-8b --rows 1,33,65 --out "$OUT/profile"
