@@ -4,13 +4,19 @@ auto and of every fixed budget, on any device (the CPU included).
     python bench/bench_auto_policy.py --pair demo-qwen3 \
         --costs '{"7":0.70,"15":0.7011,"31":0.7091,"63":0.7455,"127":0.8175}'
     python bench/bench_auto_policy.py --pair demo-qwen3_5 \
-        --costs '{"7":1.08,"15":1.1184,"31":1.1607,"63":1.2946,"127":1.4208}'
+        --costs '{"7":0.668,"15":0.704,"31":0.77,"63":0.824,"127":0.914}' \
+        --extras '{"7":[0,0.057],"15":[0.048,0.062],"31":[0.002,0.021]}'
 
-The costs are ms a step per budget as measured on a GPU (bench_methods.py's step_ms of each fixed budget). The
-runner decodes the prompts (fp32, the graph decoder stepped eagerly) once per fixed budget and once under auto,
-whose cost model is the table instead of its own timings (its choices, calibration and exploration are the real
-ones); each generation's steps are then priced from the table. What it separates: the policy's choices from what
-a GPU run adds (graph launch costs, host gaps). Non-goal: wall time (the CPU's own costs are ignored).
+The costs are ms a step per budget as measured on a GPU (bench_methods.py's step_ms of each fixed budget, or auto's
+`auto_cost_ms_<b>`). `--extras` adds what a step costs more right after a smaller and right after a larger budget's
+step (bench_methods' `cycle...` rows, `after_ms_<prev>_<b>`, less the step in a row): on the demo hybrid a small
+step after a large one costs up to 10% more (docs/PERFORMANCE.md, session 17), and a policy that switches often
+pays it. The runner decodes the prompts (fp32, the graph decoder stepped eagerly) once per fixed budget and once
+under auto, whose cost model is the table instead of its own timings (its choices, calibration and exploration
+are the real ones); each generation's steps are then priced from the table and the extras. What it separates: the
+policy's choices from what a GPU run adds (graph launch costs, host gaps). Non-goal: wall time (the CPU's own costs
+are ignored). With session 17's costs and extras of the hybrid (the second command, 12 prompts) auto came to
+96.5% of the best fixed budget, where the H200 measured 96.4% (a faithful proxy: try a policy here first).
 """
 from __future__ import annotations
 
@@ -39,16 +45,29 @@ class PricedAuto(AutoBudget):
         return None if not span or span[0] is None else self.table[budget]
 
 
+def priced(steps: list[int], table: dict[int, float], extras: dict[int, tuple[float, float]]) -> float:
+    """ms of a generation's steps: each budget's cost, plus its extra when the step before was of another size."""
+    total, last = 0.0, None
+    for b in steps:
+        up, down = extras.get(b, (0.0, 0.0))
+        total += table[b] + (0.0 if last in (None, b) else up if last < b else down)
+        last = b
+    return total
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--pair", default="demo-qwen3", help="a target under remote/assets/models (its -dflash drafter)")
     p.add_argument("--costs", required=True, help='JSON {"budget": ms a step}, every bucket of --max included')
+    p.add_argument("--extras", default="{}",
+                   help='JSON {"budget": [ms after a smaller budget\'s step, ms after a larger one\'s]} over its cost')
     p.add_argument("--max", type=int, default=127, help="tree_budget_max of the auto run")
     p.add_argument("--dataset", default=f"jsonl:{MODELS / 'heldout_prompts.jsonl'}")
     p.add_argument("--num-prompts", type=int, default=12)
     p.add_argument("--max-new-tokens", type=int, default=128)
     args = p.parse_args(argv)
     table = {int(b): float(ms) for b, ms in json.loads(args.costs).items()}
+    extras = {int(b): (float(up), float(down)) for b, (up, down) in json.loads(args.extras).items()}
     missing = [b for b in buckets(args.max) if b not in table]
     if missing:
         raise SystemExit(f"--costs has no cost for budget(s) {missing} (auto up to {args.max} needs them)")
@@ -73,7 +92,7 @@ def main(argv: list[str] | None = None) -> None:
         for i in range(len(run.inputs)):
             gen = run.generate("ddtree", i)
             steps = gen.budgets if budget == "auto" else [budget] * len(gen.committed)
-            tokens, ms, chosen = tokens + sum(gen.committed), ms + sum(table[b] for b in steps), chosen + steps
+            tokens, ms, chosen = tokens + sum(gen.committed), ms + priced(steps, table, extras), chosen + steps
         rates[budget] = tokens / ms
         print(f"{budget!s:>5}: {rates[budget]:.3f} tokens per GPU-ms, mean budget {sum(chosen) / len(chosen):.1f}, "
               f"{tokens / len(chosen):.3f} tokens a step", flush=True)

@@ -164,6 +164,19 @@ def test_auto_policy_replays_auto_against_a_cost_table(tmp_path):
     assert last["rates"]["auto"] >= last["rates"]["7"] and last["auto_vs_best_fixed"] > 0.9
 
 
+def test_auto_policy_prices_a_switch_by_its_direction():
+    """A step right after another size's costs its extra: from below the first, from above the second; in a row,
+    and a generation's first step, nothing."""
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        from bench_auto_policy import priced
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    extras = {15: (0.5, 0.0), 7: (0.0, 0.3)}
+    assert priced([7, 7, 15, 7], {7: 1.0, 15: 2.0}, extras) == pytest.approx(1 + 1 + 2.5 + 1.3)
+    assert priced([15, 15], {7: 1.0, 15: 2.0}, extras) == pytest.approx(4.0)
+
+
 def test_methods_measures_only_the_methods_asked(tmp_path):
     last = _in_process("bench_methods", [
         "--random", json.dumps(TINY_QWEN3), "--random-drafter", json.dumps(TINY_DRAFTER), "--num-prompts", "1",
