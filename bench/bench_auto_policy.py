@@ -17,7 +17,8 @@ are the real ones); each generation's steps are then priced from the table and t
 policy's choices from what a GPU run adds (graph launch costs, host gaps). Non-goal: wall time (the CPU's own costs
 are ignored). With session 17's costs and extras of the hybrid (the second command, 12 prompts, ~15 minutes on a
 2-core CPU) auto came to 96.5% of the best fixed budget, where the H200 measured 96.4%, though the fixed budgets
-rank differently here (fp32 drafts of held-out prompts: 63 best; bf16 HumanEval there: 15): try a policy here first.
+rank differently here (fp32 drafts of held-out prompts: 63 best; bf16 HumanEval there: 15), and two policies that
+differ in little can differ by ~2% here (their choices part at the first differing step): try a policy here first.
 """
 from __future__ import annotations
 
