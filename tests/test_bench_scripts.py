@@ -31,13 +31,18 @@ def _last_json(text: str) -> dict:
     return json.loads(text.strip().splitlines()[-1])
 
 
-def _in_process(script: str, argv: list[str], stdout_path: Path) -> dict:
-    """Run bench/<script>'s main(argv) here; returns its last stdout line as JSON."""
+def _bench(script: str):
+    """bench/<script> imported as a module."""
     sys.path.insert(0, str(REPO / "bench"))                  # the scripts import each other as top-level modules
     try:
-        module = __import__(script)
+        return __import__(script)
     finally:
         sys.path.remove(str(REPO / "bench"))
+
+
+def _in_process(script: str, argv: list[str], stdout_path: Path) -> dict:
+    """Run bench/<script>'s main(argv) here; returns its last stdout line as JSON."""
+    module = _bench(script)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)               # on a small shared machine, oversubscribed BLAS threads make toys crawl
     try:
@@ -167,11 +172,7 @@ def test_auto_policy_replays_auto_against_a_cost_table(tmp_path):
 def test_auto_policy_prices_a_switch_by_its_direction():
     """A step right after another size's costs its extra: from below the first, from above the second; in a row,
     and a generation's first step, nothing."""
-    sys.path.insert(0, str(REPO / "bench"))
-    try:
-        from bench_auto_policy import priced
-    finally:
-        sys.path.remove(str(REPO / "bench"))
+    priced = _bench("bench_auto_policy").priced
     extras = {15: (0.5, 0.0), 7: (0.0, 0.3)}
     assert priced([7, 7, 15, 7], {7: 1.0, 15: 2.0}, extras) == pytest.approx(1 + 1 + 2.5 + 1.3)
     assert priced([15, 15], {7: 1.0, 15: 2.0}, extras) == pytest.approx(4.0)

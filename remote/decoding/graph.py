@@ -213,9 +213,7 @@ class GraphDecoder:
         """`step` captured (its graph and output). The decoder's steps share one memory pool, so their intermediates
         take one step's memory, not one per method and budget (tree_budget=auto captures five), and reuse the same
         addresses. Safe here: steps replay one after another on one stream, and a step's output, which stays
-        allocated, is read before the next replay. (On the H200 with shared pools, session 17, auto's in-run costs
-        of each budget matched the fixed runs', where with a pool per graph budgets 15 and 31 had cost 4-6% more;
-        the hybrid norms changed between those calls too, so the credit is not measured apart.)"""
+        allocated, is read before the next replay."""
         if not self._graphs:                         # a fresh pool with each set of graphs (`reserve` drops them)
             self._pool = torch.cuda.graph_pool_handle()
         graph = torch.cuda.CUDAGraph()
