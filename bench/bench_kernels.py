@@ -25,9 +25,10 @@ What is timed (microseconds per call: --calls calls captured in one graph, media
 - `glue/<piece>-<eager|compiled>`: each piece of remote.kernels.glue (rotary, silu_mul; on a hybrid preset also
   the gated norm, the GDN gates, the zero-centred norm and a residual add with it) at --proj-preset's widths for
   --queries rows, plain against torch.compile'd.
-- `gdn/v<BV>-w<W>`: one GDN layer's tree recurrence (remote.kernels.gdn_tree, node states kept) for a DFlash chain
-  of 16 and best-first trees of --budgets + 1 nodes with a 15-deep spine, at the value-head shapes of --gdn-preset,
-  with BV value columns a program and W warps.
+- `gdn/v<BV>-w<W>-<dot>`: one GDN layer's tree recurrence (remote.kernels.gdn_tree) for a DFlash chain of 16 and
+  best-first trees of --budgets + 1 nodes with a 15-deep spine, at the value-head shapes of --gdn-preset, with BV
+  value columns a program, W warps and the float32 products at `dot` precision; `gdn/state-v<BV>-w<W>` commit's
+  state build after the deepest node; `gdn/fla-step-1` fla's one-token step (AR's), where installed.
 The last stdout line is compact JSON; --out writes the rows.
 """
 from __future__ import annotations
@@ -157,7 +158,8 @@ def tree_fns(vocab: int, budget: int, draft: str) -> dict:
 
 def gdn_fns(preset: str, nodes: int) -> dict:
     """Tree recurrence variants for a chain (nodes 16) or a best-first tree of `nodes - 1` draft nodes from a
-    confident drafter (one token a depth far ahead: a 15-deep spine, the other nodes its siblings)."""
+    confident drafter (one token a depth far ahead: a 15-deep spine, the other nodes its siblings), the commit's
+    state build after the deepest node, and fla's one-token step (the AR decode's) where installed."""
     from remote.kernels import gdn_tree as gdn_tree_kernel
     from remote.decoding.tree_build import best_first_tree
     from remote.tree import Ancestry
@@ -169,22 +171,38 @@ def gdn_fns(preset: str, nodes: int) -> dict:
         logits = torch.randn(15, 4096, device="cuda")
         logits[:, 0] += 12
         tree = best_first_tree(logits, nodes - 1).ancestry()
-    n = tree.size
+    n, visible = tree.size, tree.visible
     q, k = (torch.randn(n, heads, dk, device="cuda", dtype=torch.bfloat16) for _ in range(2))
     v = torch.randn(n, heads, dv, device="cuda", dtype=torch.bfloat16)
     g, beta = -torch.rand(n, heads, device="cuda"), torch.rand(n, heads, device="cuda")
     state = torch.randn(heads, dk, dv, device="cuda")
+    _, solved = gdn_tree_kernel.tree_recurrence(q, k, v, g, beta, state, visible, tree.height)
+    deepest = tree.depth.argmax().view(1)
 
-    def variant(bv: int, warps: int):
+    def variant(fn, bv: int, warps: int, dot: str):
         def run():
-            saved = gdn_tree_kernel.BLOCK_V, gdn_tree_kernel.NUM_WARPS
-            gdn_tree_kernel.BLOCK_V, gdn_tree_kernel.NUM_WARPS = bv, warps
+            saved = gdn_tree_kernel.BLOCK_V, gdn_tree_kernel.NUM_WARPS, gdn_tree_kernel.DOT
+            gdn_tree_kernel.BLOCK_V, gdn_tree_kernel.NUM_WARPS, gdn_tree_kernel.DOT = bv, warps, dot
             try:
-                gdn_tree_kernel.tree_recurrence(q, k, v, g, beta, state, tree.ancestors, tree.depth, keep=True)
+                fn()
             finally:
-                gdn_tree_kernel.BLOCK_V, gdn_tree_kernel.NUM_WARPS = saved
+                gdn_tree_kernel.BLOCK_V, gdn_tree_kernel.NUM_WARPS, gdn_tree_kernel.DOT = saved
         return run
-    return {f"v{bv}-w{w}": variant(bv, w) for bv in (8, 16, 32) for w in (1, 2) if bv <= dv}
+
+    verify = lambda: gdn_tree_kernel.tree_recurrence(q, k, v, g, beta, state, visible, tree.height)  # noqa: E731
+    commit = lambda: gdn_tree_kernel.node_state(k, solved, state, visible, deepest)                   # noqa: E731
+    fns = {f"v{bv}-w{w}-{dot}": variant(verify, bv, w, dot)
+           for bv, w, dot in [(b, w, "tf32x3") for b in (16, 32, 64) for w in (4, 8) if b <= dv]
+           + [(32, 2, "tf32x3"), (32, 4, "ieee"), (32, 4, "tf32")]}
+    fns.update({f"state-v{bv}-w{w}": variant(commit, bv, w, gdn_tree_kernel.DOT) for bv in (32, 64) for w in (4,)})
+    try:
+        from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule as fla_step
+    except ImportError:
+        return fns
+    one = [x[:1][None] for x in (q, k, v, g, beta)]
+    fns["fla-step-1"] = lambda: fla_step(*one[:3], g=one[3], beta=one[4], initial_state=state[None],
+                                         output_final_state=True, use_qk_l2norm_in_kernel=True)
+    return fns
 
 
 def glue_fns(preset: str, q: int) -> dict:

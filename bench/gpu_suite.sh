@@ -48,7 +48,7 @@ step tests 240 python3 -m pytest -q -p no:cacheprovider --durations=8 \
   -k "cuda or phase_split or graphed or compiled_drafter" tests/test_tree_kernel.py tests/test_attention_kernel.py \
   tests/test_graph_decode.py tests/test_runner_syncs.py tests/test_runner_e2e.py tests/test_auto_budget.py
 step tests_graph 150 python3 -m pytest -q -p no:cacheprovider -k "cuda or graphed" tests/test_graph_decode.py \
-  tests/test_phase_split.py tests/test_auto_budget.py
+  tests/test_phase_split.py tests/test_auto_budget.py tests/test_gdn_tree_kernel.py
 step kernels 40 python3 bench/bench_kernels.py --preset demo-qwen3 --caps 1024 --kinds attention,norm,select \
   --out "$OUT/kernels.json"
 # projections sharing an input, separate against one GEMM (remote.kernels.fused_linear), the compiled glue against
@@ -58,6 +58,9 @@ step proj 180 sh -c "python3 bench/bench_kernels.py --kinds proj,glue --queries 
 step attn_8b 60 python3 bench/bench_kernels.py --preset qwen3-8b --kinds attention --caps 1024 --queries 1,33,65 \
   --out "$OUT/attn_8b.json"
 step tree 120 python3 bench/bench_kernels.py --kinds tree,gdn --budgets 31,63,127 --out "$OUT/tree.json"
+# one GDN layer's tree recurrence and commit state build at Qwen3.6-27B widths, against fla's one-token step
+step gdn_27b 150 python3 bench/bench_kernels.py --kinds gdn --gdn-preset qwen3.6-27b --budgets 32,64,127 \
+  --out "$OUT/gdn_27b.json"
 methods q3_graph 90 $Q3 --temperatures 0 --num-prompts 6 --budgets 32,64,128 --stock-generate --ar-again
 methods q3_graph24 90 $Q3 --temperatures 0 --num-prompts 24 --budgets 31,63 --ar-again
 methods q3_compile 150 $Q3 --temperatures 0 --num-prompts 6 --budgets 128,64 --compile --ar-again

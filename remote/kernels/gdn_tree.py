@@ -1,21 +1,28 @@
-"""The gated delta rule over a token tree as one Triton kernel (CUDA): every node's output from its parent's
-recurrent state, and, where asked, every node's state, for one GDN layer in one launch.
+"""The gated delta rule over a token tree as two Triton kernels (CUDA): every node's output from its parent's
+recurrent state in one launch per GDN layer, and, at commit, the state after any one node in another.
 
-Why: run through the sequence kernels (remote.models.gdn's torch/fla path), a tree verify gathers five [N, H, ...]
-path tensors, materialises N copies of the committed state and gathers each node's output back (~8 kernels a
-layer), and commit recomputes the accepted path (~10 more). On the hybrid demo pair (H200, graphed, session 6)
-this kernel took DDTree-64's commit from 0.41 to 0.14 ms and its verify from 1.46 to 1.34 ms. Here a program
-(node, value head, block of BLOCK_V value columns) loads its node's path (`ancestors`, `depth` of
-remote.tree.Ancestry) in one round of loads, runs the steps up to the node's own depth in registers, and with
-`keep` writes the node's state out, so that commit only copies it.
+Why this form: unrolled along a root-to-node path, the delta rule's state after node t is
+    S_t = g_t S_0 + sum_{j on the path to t} (g_t / g_j) k_j u_j^T,   u_t = beta_t (v_t - g_t S_0^T k_t
+                                                                        - sum_{j strictly above t} (g_t / g_j) (k_j . k_t) u_j)
+with g_t the decay accumulated down the path (exp of the summed log gates) and u_t a node's own correction, which
+depends only on the node's own path. So every node of a tree is one row of the chunked form (fla's
+`chunk_gated_delta_rule`) with the causal mask replaced by the ancestor mask: u = (I + A)^-1 b with A strictly
+"lower" in the ancestor order, outputs o = g * (Q S_0) + ((Q K^T) * decays * visible) u. A is nilpotent (A^m = 0
+past the tree height), so its inverse is the product (I - A)(I + A^2)(I + A^4)... of log2(height) factors: a few
+small matrix products on tensor cores instead of each node re-running its whole path one step at a time (the
+previous kernel: 45 us a layer at Qwen3.6-27B widths for 33 nodes, session 17, ten times fla's one-token step).
+Nothing of size N x state is written: commit rebuilds the accepted node's state from S_0, the node's path's keys
+and u (kept from the verify, [N, HV, Dv]), so no per-node state has to be kept or recomputed.
 
-Contract: `tree_recurrence(q, k, v, g, beta, state, ancestors, depth, keep)` -> (out [N, HV, Dv] in v's dtype,
-states [N, HV, Dk, Dv] float32 or None) for the N nodes whose rows of the tree's `ancestors` [N, H] and `depth`
-[N] are given, from the inputs of all T tree nodes: q, k [T, HV, Dk] raw (l2-normalised here, q scaled by Dk^-0.5,
-as fla's `use_qk_l2norm_in_kernel`), v [T, HV, Dv], g (log decay) and beta [T, HV], state [HV, Dk, Dv] float32 (the
-committed one). Row i of `ancestors` / `depth` names its node itself (ancestors[i, depth[i]]), so any rows of a
-tree's may be passed (commit recomputes one node's state). Same arithmetic order as fla's fused-recurrent kernel,
-so a chain agrees with it to float32 rounding.
+Contract:
+- `tree_recurrence(q, k, v, g, beta, state, visible, height)` -> (out [N, HV, Dv] in v's dtype, solved), from
+  the inputs of the N tree nodes: q, k [N, HV, Dk] raw (l2-normalised here, q scaled by Dk^-0.5, as fla's
+  `use_qk_l2norm_in_kernel`), v [N, HV, Dv], g (log decay) and beta [N, HV], state [HV, Dk, Dv] float32 (the
+  committed one), visible [N, N] bool (remote.tree.Ancestry.visible: j is i or an ancestor of i), height (the
+  tree's, a host int). `solved` = (u [N, HV, Dv] float32, log decay down each node's path [N, HV] float32).
+- `node_state(k, solved, state, visible, node)` -> [1, HV, Dk, Dv] float32: the state after node `node` ([1] long,
+  on the device: no host read).
+Both run under Triton's interpreter on CPU tensors (TRITON_INTERPRET=1, tests).
 """
 from __future__ import annotations
 
@@ -34,69 +41,115 @@ def available(device: torch.device) -> bool:
 
 if triton is not None:
     @triton.jit
-    def _node_token(path, d, hp):
-        """The node itself: the last entry of its path."""
-        return tl.sum(tl.where(hp == d, path, 0), 0)
+    def _unit_rows(ptr, rows, cols, on, row_stride, head_offset):
+        """Rows `rows` of one head's [N, D] slice, l2-normalised in float32 (masked rows and columns read 0)."""
+        x = tl.load(ptr + rows[:, None] * row_stride + head_offset + cols[None, :], mask=on, other=0.0)
+        x = x.to(tl.float32)
+        return x / tl.sqrt(tl.sum(x * x, 1) + 1e-6)[:, None]
 
     @triton.jit
-    def _tree_gdn_kernel(q, k, v, g, beta, state, ancestors, depth, out, states, HV, H, q_t, q_h, k_t, k_h, v_t,
-                         v_h, scale, DK: tl.constexpr, DV: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-                         HP: tl.constexpr, KEEP: tl.constexpr):
-        block, nh = tl.program_id(0), tl.program_id(1)
-        node, head = nh // HV, nh % HV
+    def _tree_gdn_kernel(q, k, v, g, beta, state, visible, out, u_out, lg_out, N, HV, q_t, q_h, k_t, k_h, v_t, v_h,
+                         scale, DK: tl.constexpr, DV: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                         BV: tl.constexpr, FACTORS: tl.constexpr, DOT: tl.constexpr):
+        block, head = tl.program_id(0), tl.program_id(1)
+        n = tl.arange(0, BN)
         dk = tl.arange(0, BK)
         dv = block * BV + tl.arange(0, BV)
-        in_k, in_v = dk < DK, dv < DV
-        grid = dk[:, None] * DV + dv[None, :]
+        on, in_k, in_v = n < N, dk < DK, dv < DV
+        nk, nv = on[:, None] & in_k[None, :], on[:, None] & in_v[None, :]
+        ks = _unit_rows(k, n, dk, nk, k_t, head * k_h)
+        qs = _unit_rows(q, n, dk, nk, q_t, head * q_h) * scale
+        vs = tl.load(v + n[:, None] * v_t + head * v_h + dv[None, :], mask=nv, other=0.0).to(tl.float32)
+        gs = tl.load(g + n * HV + head, mask=on, other=0.0).to(tl.float32)
+        bs = tl.load(beta + n * HV + head, mask=on, other=0.0).to(tl.float32)
+        vis = tl.load(visible + n[:, None] * N + n[None, :], mask=on[:, None] & on[None, :], other=0) != 0
+        s0 = tl.load(state + head * DK * DV + dk[:, None] * DV + dv[None, :], mask=in_k[:, None] & in_v[None, :],
+                     other=0.0)
+        lg = tl.sum(tl.where(vis, gs[None, :], 0.0), 1)                      # log decay down each node's path
+        rel = tl.exp(tl.where(vis, lg[:, None] - lg[None, :], float("-inf")))  # g_i / g_j, j on i's path; else 0
+        strict = rel * (n[:, None] != n[None, :])
+        a = tl.dot(ks, tl.trans(ks), input_precision=DOT) * strict * bs[:, None]
+        u = bs[:, None] * (vs - tl.exp(lg)[:, None] * tl.dot(ks, s0, input_precision=DOT))
+        u -= tl.dot(a, u, input_precision=DOT)                                # (I - A)
+        for _ in tl.static_range(1, FACTORS):                                  # (I + A^2)(I + A^4)...
+            a = tl.dot(a, a, input_precision=DOT)
+            u += tl.dot(a, u, input_precision=DOT)
+        o = tl.exp(lg)[:, None] * tl.dot(qs, s0, input_precision=DOT) \
+            + tl.dot(tl.dot(qs, tl.trans(ks), input_precision=DOT) * rel, u, input_precision=DOT)
+        rows = n[:, None] * HV * DV + head * DV + dv[None, :]
+        tl.store(out + rows, o.to(out.dtype.element_ty), mask=nv)
+        tl.store(u_out + rows, u, mask=nv)
+        if block == 0:
+            tl.store(lg_out + n * HV + head, lg, mask=on)
+
+    @triton.jit
+    def _node_state_kernel(k, u, lg, visible, state, node, new, N, HV, k_t, k_h, DK: tl.constexpr,
+                           DV: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+                           DOT: tl.constexpr):
+        block, head = tl.program_id(0), tl.program_id(1)
+        n = tl.arange(0, BN)
+        dk = tl.arange(0, BK)
+        dv = block * BV + tl.arange(0, BV)
+        on, in_k, in_v = n < N, dk < DK, dv < DV
+        i = tl.load(node)
+        ks = _unit_rows(k, n, dk, on[:, None] & in_k[None, :], k_t, head * k_h)
+        us = tl.load(u + n[:, None] * HV * DV + head * DV + dv[None, :], mask=on[:, None] & in_v[None, :], other=0.0)
+        lgs = tl.load(lg + n * HV + head, mask=on, other=0.0)
+        lgi = tl.load(lg + i * HV + head)
+        path = (tl.load(visible + i * N + n, mask=on, other=0) != 0)
+        w = tl.exp(tl.where(path, lgi - lgs, float("-inf")))                    # g_i / g_j on i's path, else 0
+        grid = head * DK * DV + dk[:, None] * DV + dv[None, :]
         in_kv = in_k[:, None] & in_v[None, :]
-        # The whole path's inputs in one round of loads (not one dependent round a step): rows 0..depth
-        d = tl.load(depth + node)
-        hp = tl.arange(0, HP)
-        on = hp <= d
-        path = tl.load(ancestors + node * H + hp, mask=on, other=0)
-        ks = tl.load(k + path[:, None] * k_t + head * k_h + dk[None, :], mask=on[:, None] & in_k[None, :],
-                     other=0.0).to(tl.float32)
-        ks = ks / tl.sqrt(tl.sum(ks * ks, 1) + 1e-6)[:, None]
-        vs = tl.load(v + path[:, None] * v_t + head * v_h + dv[None, :], mask=on[:, None] & in_v[None, :],
-                     other=0.0).to(tl.float32)
-        decay = tl.exp(tl.load(g + path * HV + head, mask=on, other=0.0).to(tl.float32))
-        betas = tl.load(beta + path * HV + head, mask=on, other=0.0).to(tl.float32)
-        s = tl.load(state + head * DK * DV + grid, mask=in_kv, other=0.0)
-        for step in range(d + 1):
-            at = hp == step
-            kk = tl.sum(tl.where(at[:, None], ks, 0.0), 0)
-            s *= tl.sum(tl.where(at, decay, 0.0), 0)
-            vv = (tl.sum(tl.where(at[:, None], vs, 0.0), 0) - tl.sum(s * kk[:, None], 0)) \
-                * tl.sum(tl.where(at, betas, 0.0), 0)
-            s += kk[:, None] * vv[None, :]
-        qq = tl.load(q + _node_token(path, d, hp) * q_t + head * q_h + dk, mask=in_k, other=0.0).to(tl.float32)
-        qq = qq / tl.sqrt(tl.sum(qq * qq) + 1e-6) * scale
-        o = tl.sum(s * qq[:, None], 0)
-        tl.store(out + nh * DV + dv, o.to(out.dtype.element_ty), mask=in_v)
-        if KEEP:
-            tl.store(states + nh * DK * DV + grid, s, mask=in_kv)
+        s = tl.exp(lgi) * tl.load(state + grid, mask=in_kv, other=0.0) \
+            + tl.dot(tl.trans(ks * w[:, None]), us, input_precision=DOT)
+        tl.store(new + grid, s, mask=in_kv)
 
 
-# Blocking: value columns a program holds, and its warps (bench_kernels --kinds gdn, session 9). At the demo's
-# widths 16 / 1 was fastest or within 10% of it for a DFlash chain of 16 and trees of 32 and 64 nodes; at Qwen3.6-27B's
-# it took a chain of 16 from fla's 8 columns' 81 us to 51 and 64 nodes from 186 to 114 (32 columns: 51 and 95).
-BLOCK_V = 16
-NUM_WARPS = 1
+# Blocking: value columns a program holds (its program computes the whole tree's A for them: more blocks, more
+# parallel programs, more repeated small products), and its warps. DOT: the float32 products' precision ("tf32x3":
+# three TF32 tensor-core passes, float32-close; "ieee": plain float32, the interpreter's).
+BLOCK_V = 32
+NUM_WARPS = 4
+DOT = "tf32x3"
 
 
-def tree_recurrence(q, k, v, g, beta, state, ancestors, depth, keep: bool):
-    """See the module docstring. Runs under Triton's interpreter on CPU tensors too (TRITON_INTERPRET=1, tests).
-    The blocking (BLOCK_V, NUM_WARPS) is read at every call, so bench/bench_kernels.py can time others."""
+def _blocks(dk: int, dv: int, n: int) -> dict:
+    """Tile sizes: tl.dot needs 16 or more along every dimension (masked loads pad with zeros)."""
+    return dict(BN=max(16, triton.next_power_of_2(n)), BK=max(16, triton.next_power_of_2(dk)),
+                BV=max(16, min(triton.next_power_of_2(dv), BLOCK_V)))
+
+
+def _dot(device: torch.device) -> str:
+    return DOT if device.type == "cuda" else "ieee"
+
+
+def tree_recurrence(q, k, v, g, beta, state, visible, height: int):
+    """See the module docstring. The blocking (BLOCK_V, NUM_WARPS, DOT) is read at every call, so
+    bench/bench_kernels.py can time others."""
     if not (q.stride(-1) == k.stride(-1) == v.stride(-1) == 1):
         raise ValueError("tree_recurrence needs q, k, v contiguous in their last dimension")
-    n, (hv, dk), dv = ancestors.shape[0], q.shape[1:], v.shape[-1]     # n: the rows of the tree asked for
+    n, (hv, dk), dv = q.shape[0], q.shape[1:], v.shape[-1]
     out = torch.empty(n, hv, dv, dtype=v.dtype, device=v.device)
-    states = torch.empty(n, hv, dk, dv, dtype=torch.float32, device=v.device) if keep else None
-    bk = triton.next_power_of_2(dk)
-    bv = min(triton.next_power_of_2(dv), BLOCK_V)
-    g, beta, state, ancestors, depth = (x.contiguous() for x in (g, beta, state, ancestors, depth))
-    _tree_gdn_kernel[(triton.cdiv(dv, bv), n * hv)](
-        q, k, v, g, beta, state, ancestors, depth, out, states if keep else out, hv, ancestors.shape[1],
+    u = torch.empty(n, hv, dv, dtype=torch.float32, device=v.device)
+    lg = torch.empty(n, hv, dtype=torch.float32, device=v.device)
+    blocks = _blocks(dk, dv, n)
+    g, beta, state = (x.contiguous() for x in (g, beta, state))
+    factors = max(1, (max(height, 1) - 1).bit_length())       # 2^factors > the deepest node's depth
+    _tree_gdn_kernel[(triton.cdiv(dv, blocks["BV"]), hv)](
+        q, k, v, g, beta, state, visible.contiguous().view(torch.uint8), out, u, lg, n, hv,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), dk ** -0.5,
-        DK=dk, DV=dv, BK=bk, BV=bv, HP=triton.next_power_of_2(ancestors.shape[1]), KEEP=keep, num_warps=NUM_WARPS)
-    return out, states
+        DK=dk, DV=dv, FACTORS=factors, DOT=_dot(v.device), num_warps=NUM_WARPS, **blocks)
+    return out, (u, lg)
+
+
+def node_state(k, solved, state, visible, node):
+    """See the module docstring."""
+    u, lg = solved
+    n, hv, dk = k.shape
+    dv = u.shape[-1]
+    new = torch.empty(1, hv, dk, dv, dtype=torch.float32, device=u.device)
+    blocks = _blocks(dk, dv, n)
+    _node_state_kernel[(triton.cdiv(dv, blocks["BV"]), hv)](
+        k, u, lg, visible.contiguous().view(torch.uint8), state.contiguous(), node, new, n, hv, k.stride(0),
+        k.stride(1), DK=dk, DV=dv, DOT=_dot(u.device), num_warps=NUM_WARPS, **blocks)
+    return new
