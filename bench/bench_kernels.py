@@ -25,10 +25,11 @@ What is timed (microseconds per call: --calls calls captured in one graph, media
 - `glue/<piece>-<eager|compiled>`: each piece of remote.kernels.glue (rotary, silu_mul; on a hybrid preset also
   the gated norm, the GDN gates, the zero-centred norm and a residual add with it) at --proj-preset's widths for
   --queries rows, plain against torch.compile'd.
-- `gdn/v<BV>-w<W>-<dot>`: one GDN layer's tree recurrence (remote.kernels.gdn_tree) for a DFlash chain of 16 and
-  best-first trees of --budgets + 1 nodes with a 15-deep spine, at the value-head shapes of --gdn-preset, with BV
-  value columns a program, W warps and the float32 products at `dot` precision; `gdn/state-v<BV>-w<W>` commit's
-  state build after the deepest node; `gdn/fla-step-1` fla's one-token step (AR's), where installed.
+- `gdn/n<BN>-v<BV>-w<W>-<dot>`: one GDN layer's tree recurrence (remote.kernels.gdn_tree) for a DFlash chain of
+  16 and best-first trees of --budgets + 1 nodes with a 15-deep spine, at the value-head shapes of --gdn-preset, in
+  blocks of BN nodes with BV value columns a program, W warps and the float32 products at `dot` precision;
+  `gdn/state-n<BN>-v<BV>` commit's state build after the deepest node; `gdn/fla-step-1` fla's one-token step
+  (AR's), where installed.
 The last stdout line is compact JSON; --out writes the rows.
 """
 from __future__ import annotations
@@ -179,22 +180,26 @@ def gdn_fns(preset: str, nodes: int) -> dict:
     _, solved = gdn_tree_kernel.tree_recurrence(q, k, v, g, beta, state, visible, tree.height)
     deepest = tree.depth.argmax().view(1)
 
-    def variant(fn, bv: int, warps: int, dot: str):
+    knobs = ("BLOCK_N", "BLOCK_V", "NUM_WARPS", "DOT")
+
+    def variant(fn, *values):
         def run():
-            saved = gdn_tree_kernel.BLOCK_V, gdn_tree_kernel.NUM_WARPS, gdn_tree_kernel.DOT
-            gdn_tree_kernel.BLOCK_V, gdn_tree_kernel.NUM_WARPS, gdn_tree_kernel.DOT = bv, warps, dot
+            saved = [getattr(gdn_tree_kernel, knob) for knob in knobs]
+            for knob, value in zip(knobs, values):
+                setattr(gdn_tree_kernel, knob, value)
             try:
                 fn()
             finally:
-                gdn_tree_kernel.BLOCK_V, gdn_tree_kernel.NUM_WARPS, gdn_tree_kernel.DOT = saved
+                for knob, value in zip(knobs, saved):
+                    setattr(gdn_tree_kernel, knob, value)
         return run
 
     verify = lambda: gdn_tree_kernel.tree_recurrence(q, k, v, g, beta, state, visible, tree.height)  # noqa: E731
     commit = lambda: gdn_tree_kernel.node_state(k, solved, state, visible, deepest)                   # noqa: E731
-    fns = {f"v{bv}-w{w}-{dot}": variant(verify, bv, w, dot)
-           for bv, w, dot in [(b, w, "tf32x3") for b in (16, 32, 64) for w in (4, 8) if b <= dv]
-           + [(32, 2, "tf32x3"), (32, 4, "ieee"), (32, 4, "tf32")]}
-    fns.update({f"state-v{bv}-w{w}": variant(commit, bv, w, gdn_tree_kernel.DOT) for bv in (32, 64) for w in (4,)})
+    shapes = [(16, 32, 4, "tf32x3"), (16, 64, 4, "tf32x3"), (16, 128, 4, "tf32x3"), (16, 64, 8, "tf32x3"),
+              (32, 64, 4, "tf32x3"), (32, 128, 8, "tf32x3"), (16, 64, 4, "ieee"), (16, 64, 4, "tf32")]
+    fns = {f"n{bn}-v{bv}-w{w}-{dot}": variant(verify, bn, bv, w, dot) for bn, bv, w, dot in shapes if bv <= dv}
+    fns.update({f"state-n{bn}-v{bv}": variant(commit, bn, bv, 4, "tf32x3") for bn, bv in ((16, 32), (32, 64))})
     try:
         from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule as fla_step
     except ImportError:

@@ -87,7 +87,7 @@ def _interpreted(script: str, cases, env: dict = ENV) -> list:
 
 
 # odd widths (masked tiles), a chain as deep as it is long, trees with nodes on the prefix, a lone node
-SHAPES = [[33, [4, 12, 8], "tree"], [17, [2, 16, 24], "chain"], [40, [3, 64, 64], "tree"], [1, [2, 16, 16], "tree"]]
+SHAPES = [[33, [4, 12, 8], "tree"], [17, [2, 16, 24], "chain"], [70, [3, 64, 64], "tree"], [1, [2, 16, 16], "tree"]]
 
 
 def test_tree_kernel_matches_the_stepwise_rule_on_every_node():
@@ -99,7 +99,7 @@ def test_tree_kernel_matches_the_stepwise_rule_on_every_node():
 def test_tree_kernel_matches_the_stepwise_rule_on_cuda():
     """Compiled, with the float32 products on tensor cores (three TF32 passes): float32-close, larger trees too."""
     env = {key: value for key, value in ENV.items() if key != "TRITON_INTERPRET"}
-    cases = SHAPES + [[128, [48, 128, 128], "tree"], [65, [48, 128, 128], "tree"]]
+    cases = SHAPES + [[256, [4, 64, 64], "tree"], [128, [48, 128, 128], "tree"], [33, [48, 128, 128], "chain"]]
     for out_error, state_error in _interpreted(STEPWISE, [cases, "cuda"], env):
         assert out_error < 1e-4 and state_error < 1e-4
 
@@ -120,6 +120,6 @@ def test_tree_kernel_compiles_for_hopper():
     tree = {**common, "q": "*bf16", "v": "*bf16", "g": "*fp32", "beta": "*bf16", "out": "*bf16", "u_out": "*fp32",
             "lg_out": "*fp32", **{name: "i32" for name in ("q_t", "q_h", "v_t", "v_h")}, "scale": "fp32"}
     state = {**common, "u": "*fp32", "lg": "*fp32", "node": "*i64", "new": "*fp32"}
-    sizes = {"DK": 128, "DV": 128, "BN": 64, "BK": 128, "BV": 32, "DOT": "tf32x3"}
+    sizes = {"DK": 128, "DV": 128, "BC": 16, "BK": 128, "BV": 32, "DOT": "tf32x3"}
     assert ".entry" in hopper_ptx(gdn_tree_kernel._tree_gdn_kernel, tree, {**sizes, "FACTORS": 4})
     assert ".entry" in hopper_ptx(gdn_tree_kernel._node_state_kernel, state, sizes)

@@ -8,9 +8,11 @@ with g_t the decay accumulated down the path (exp of the summed log gates) and u
 depends only on the node's own path. So every node of a tree is one row of the chunked form (fla's
 `chunk_gated_delta_rule`) with the causal mask replaced by the ancestor mask: u = (I + A)^-1 b with A strictly
 "lower" in the ancestor order, outputs o = g * (Q S_0) + ((Q K^T) * decays * visible) u. A is nilpotent (A^m = 0
-past the tree height), so its inverse is the product (I - A)(I + A^2)(I + A^4)... of log2(height) factors: a few
-small matrix products on tensor cores instead of each node re-running its whole path one step at a time (the
-previous kernel: 45 us a layer at Qwen3.6-27B widths for 33 nodes, session 17, ten times fla's one-token step).
+past the tree height). Nodes go in blocks of BLOCK_N in tree order (parents first): a block subtracts its
+ancestors' corrections from earlier blocks (already solved), then inverts its own part of I + A as the product
+(I - A)(I + A^2)(I + A^4)... of log2(BLOCK_N) factors. So a tree is a few small matrix products on tensor cores
+instead of each node re-running its whole path one step at a time (the previous kernel: 45 us a layer at
+Qwen3.6-27B widths for 33 nodes, session 17, ten times fla's one-token step), and no tile grows with the tree.
 Nothing of size N x state is written: commit rebuilds the accepted node's state from S_0, the node's path's keys
 and u (kept from the verify, [N, HV, Dv]), so no per-node state has to be kept or recomputed.
 
@@ -48,74 +50,106 @@ if triton is not None:
         return x / tl.sqrt(tl.sum(x * x, 1) + 1e-6)[:, None]
 
     @triton.jit
+    def _decays(visible, rows, cols, N, lg_rows, lg_cols):
+        """[rows, cols]: g_i / g_j where node j is node i or one of its ancestors, else 0."""
+        vis = tl.load(visible + rows[:, None] * N + cols[None, :], mask=(rows < N)[:, None] & (cols < N)[None, :],
+                      other=0) != 0
+        return tl.exp(tl.where(vis, lg_rows[:, None] - lg_cols[None, :], float("-inf")))
+
+    @triton.jit
     def _tree_gdn_kernel(q, k, v, g, beta, state, visible, out, u_out, lg_out, N, HV, q_t, q_h, k_t, k_h, v_t, v_h,
-                         scale, DK: tl.constexpr, DV: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                         scale, DK: tl.constexpr, DV: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
                          BV: tl.constexpr, FACTORS: tl.constexpr, DOT: tl.constexpr):
         block, head = tl.program_id(0), tl.program_id(1)
-        n = tl.arange(0, BN)
+        c = tl.arange(0, BC)
         dk = tl.arange(0, BK)
         dv = block * BV + tl.arange(0, BV)
-        on, in_k, in_v = n < N, dk < DK, dv < DV
-        nk, nv = on[:, None] & in_k[None, :], on[:, None] & in_v[None, :]
-        ks = _unit_rows(k, n, dk, nk, k_t, head * k_h)
-        qs = _unit_rows(q, n, dk, nk, q_t, head * q_h) * scale
-        vs = tl.load(v + n[:, None] * v_t + head * v_h + dv[None, :], mask=nv, other=0.0).to(tl.float32)
-        gs = tl.load(g + n * HV + head, mask=on, other=0.0).to(tl.float32)
-        bs = tl.load(beta + n * HV + head, mask=on, other=0.0).to(tl.float32)
-        vis = tl.load(visible + n[:, None] * N + n[None, :], mask=on[:, None] & on[None, :], other=0) != 0
+        in_k, in_v = dk < DK, dv < DV
         s0 = tl.load(state + head * DK * DV + dk[:, None] * DV + dv[None, :], mask=in_k[:, None] & in_v[None, :],
                      other=0.0)
-        lg = tl.sum(tl.where(vis, gs[None, :], 0.0), 1)                      # log decay down each node's path
-        rel = tl.exp(tl.where(vis, lg[:, None] - lg[None, :], float("-inf")))  # g_i / g_j, j on i's path; else 0
-        strict = rel * (n[:, None] != n[None, :])
-        a = tl.dot(ks, tl.trans(ks), input_precision=DOT) * strict * bs[:, None]
-        u = bs[:, None] * (vs - tl.exp(lg)[:, None] * tl.dot(ks, s0, input_precision=DOT))
-        u -= tl.dot(a, u, input_precision=DOT)                                # (I - A)
-        for _ in tl.static_range(1, FACTORS):                                  # (I + A^2)(I + A^4)...
-            a = tl.dot(a, a, input_precision=DOT)
-            u += tl.dot(a, u, input_precision=DOT)
-        o = tl.exp(lg)[:, None] * tl.dot(qs, s0, input_precision=DOT) \
-            + tl.dot(tl.dot(qs, tl.trans(ks), input_precision=DOT) * rel, u, input_precision=DOT)
-        rows = n[:, None] * HV * DV + head * DV + dv[None, :]
-        tl.store(out + rows, o.to(out.dtype.element_ty), mask=nv)
-        tl.store(u_out + rows, u, mask=nv)
-        if block == 0:
-            tl.store(lg_out + n * HV + head, lg, mask=on)
+        # Blocks of BC nodes in tree order (parents first): a block's ancestors lie in it and the blocks before,
+        # whose corrections u are solved and stored by then.
+        for b in range(0, tl.cdiv(N, BC)):
+            rows = b * BC + c
+            on = rows < N
+            kb = _unit_rows(k, rows, dk, on[:, None] & in_k[None, :], k_t, head * k_h)
+            qb = _unit_rows(q, rows, dk, on[:, None] & in_k[None, :], q_t, head * q_h) * scale
+            vb = tl.load(v + rows[:, None] * v_t + head * v_h + dv[None, :], mask=on[:, None] & in_v[None, :],
+                         other=0.0).to(tl.float32)
+            bb = tl.load(beta + rows * HV + head, mask=on, other=0.0).to(tl.float32)
+            lgb = tl.zeros([BC], dtype=tl.float32)          # log decay down each node's path, itself included
+            for p in range(0, b + 1):
+                cols = p * BC + c
+                vis = tl.load(visible + rows[:, None] * N + cols[None, :], mask=on[:, None] & (cols < N)[None, :],
+                              other=0) != 0
+                gp = tl.load(g + cols * HV + head, mask=cols < N, other=0.0).to(tl.float32)
+                lgb += tl.sum(tl.where(vis, gp[None, :], 0.0), 1)
+            rhs = bb[:, None] * (vb - tl.exp(lgb)[:, None] * tl.dot(kb, s0, input_precision=DOT))
+            o = tl.exp(lgb)[:, None] * tl.dot(qb, s0, input_precision=DOT)
+            for p in range(0, b):                            # ancestors in earlier blocks
+                cols = p * BC + c
+                onp = cols < N
+                kp = _unit_rows(k, cols, dk, onp[:, None] & in_k[None, :], k_t, head * k_h)
+                up = tl.load(u_out + cols[:, None] * HV * DV + head * DV + dv[None, :],
+                             mask=onp[:, None] & in_v[None, :], other=0.0)
+                rel = _decays(visible, rows, cols, N, lgb, tl.load(lg_out + cols * HV + head, mask=onp, other=0.0))
+                rhs -= bb[:, None] * tl.dot(tl.dot(kb, tl.trans(kp), input_precision=DOT) * rel, up,
+                                            input_precision=DOT)
+                o += tl.dot(tl.dot(qb, tl.trans(kp), input_precision=DOT) * rel, up, input_precision=DOT)
+            # ancestors in the block itself: (I + A) u = rhs, A nilpotent, its inverse (I - A)(I + A^2)(I + A^4)...
+            rel = _decays(visible, rows, rows, N, lgb, lgb)
+            a = tl.dot(kb, tl.trans(kb), input_precision=DOT) * rel * (c[:, None] != c[None, :]) * bb[:, None]
+            u = rhs - tl.dot(a, rhs, input_precision=DOT)
+            for _ in tl.static_range(1, FACTORS):
+                a = tl.dot(a, a, input_precision=DOT)
+                u += tl.dot(a, u, input_precision=DOT)
+            o += tl.dot(tl.dot(qb, tl.trans(kb), input_precision=DOT) * rel, u, input_precision=DOT)
+            dest = rows[:, None] * HV * DV + head * DV + dv[None, :]
+            tl.store(out + dest, o.to(out.dtype.element_ty), mask=on[:, None] & in_v[None, :])
+            tl.store(u_out + dest, u, mask=on[:, None] & in_v[None, :])
+            tl.store(lg_out + rows * HV + head, lgb, mask=on)     # every value block writes the same values
+            tl.debug_barrier()                                       # the next blocks read these rows back
 
     @triton.jit
     def _node_state_kernel(k, u, lg, visible, state, node, new, N, HV, k_t, k_h, DK: tl.constexpr,
-                           DV: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+                           DV: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
                            DOT: tl.constexpr):
         block, head = tl.program_id(0), tl.program_id(1)
-        n = tl.arange(0, BN)
+        c = tl.arange(0, BC)
         dk = tl.arange(0, BK)
         dv = block * BV + tl.arange(0, BV)
-        on, in_k, in_v = n < N, dk < DK, dv < DV
+        in_k, in_v = dk < DK, dv < DV
         i = tl.load(node)
-        ks = _unit_rows(k, n, dk, on[:, None] & in_k[None, :], k_t, head * k_h)
-        us = tl.load(u + n[:, None] * HV * DV + head * DV + dv[None, :], mask=on[:, None] & in_v[None, :], other=0.0)
-        lgs = tl.load(lg + n * HV + head, mask=on, other=0.0)
         lgi = tl.load(lg + i * HV + head)
-        path = (tl.load(visible + i * N + n, mask=on, other=0) != 0)
-        w = tl.exp(tl.where(path, lgi - lgs, float("-inf")))                    # g_i / g_j on i's path, else 0
         grid = head * DK * DV + dk[:, None] * DV + dv[None, :]
         in_kv = in_k[:, None] & in_v[None, :]
-        s = tl.exp(lgi) * tl.load(state + grid, mask=in_kv, other=0.0) \
-            + tl.dot(tl.trans(ks * w[:, None]), us, input_precision=DOT)
+        s = tl.exp(lgi) * tl.load(state + grid, mask=in_kv, other=0.0)
+        me = tl.zeros([1], dtype=i.dtype) + i
+        for p in range(0, i // BC + 1):                      # the blocks holding i's path
+            cols = p * BC + c
+            onp = cols < N
+            kp = _unit_rows(k, cols, dk, onp[:, None] & in_k[None, :], k_t, head * k_h)
+            up = tl.load(u + cols[:, None] * HV * DV + head * DV + dv[None, :], mask=onp[:, None] & in_v[None, :],
+                         other=0.0)
+            w = _decays(visible, me, cols, N, tl.zeros([1], dtype=tl.float32) + lgi,
+                        tl.load(lg + cols * HV + head, mask=onp, other=0.0))              # [1, BC]
+            s += tl.dot(tl.trans(kp * tl.trans(w)), up, input_precision=DOT)
         tl.store(new + grid, s, mask=in_kv)
 
 
-# Blocking: value columns a program holds (its program computes the whole tree's A for them: more blocks, more
-# parallel programs, more repeated small products), and its warps. DOT: the float32 products' precision ("tf32x3":
-# three TF32 tensor-core passes, float32-close; "ieee": plain float32, the interpreter's).
+# Blocking: nodes a block holds (BLOCK_N, the solve's unit), value columns a program holds (each program runs the
+# tree's small products for its columns: more blocks, more parallel programs, more repeated products) and its
+# warps. DOT: the float32 products' precision ("tf32x3": three TF32 tensor-core passes, float32-close; "ieee": plain
+# float32, the interpreter's).
+BLOCK_N = 16
 BLOCK_V = 32
 NUM_WARPS = 4
 DOT = "tf32x3"
 
 
-def _blocks(dk: int, dv: int, n: int) -> dict:
+def _blocks(dk: int, dv: int) -> dict:
     """Tile sizes: tl.dot needs 16 or more along every dimension (masked loads pad with zeros)."""
-    return dict(BN=max(16, triton.next_power_of_2(n)), BK=max(16, triton.next_power_of_2(dk)),
+    return dict(BC=BLOCK_N, BK=max(16, triton.next_power_of_2(dk)),
                 BV=max(16, min(triton.next_power_of_2(dv), BLOCK_V)))
 
 
@@ -132,9 +166,9 @@ def tree_recurrence(q, k, v, g, beta, state, visible, height: int):
     out = torch.empty(n, hv, dv, dtype=v.dtype, device=v.device)
     u = torch.empty(n, hv, dv, dtype=torch.float32, device=v.device)
     lg = torch.empty(n, hv, dtype=torch.float32, device=v.device)
-    blocks = _blocks(dk, dv, n)
+    blocks = _blocks(dk, dv)
     g, beta, state = (x.contiguous() for x in (g, beta, state))
-    factors = max(1, (max(height, 1) - 1).bit_length())       # 2^factors > the deepest node's depth
+    factors = max(1, (min(height, BLOCK_N) - 1).bit_length())     # A^(2^factors) = 0 inside a block
     _tree_gdn_kernel[(triton.cdiv(dv, blocks["BV"]), hv)](
         q, k, v, g, beta, state, visible.contiguous().view(torch.uint8), out, u, lg, n, hv,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), dk ** -0.5,
@@ -148,7 +182,7 @@ def node_state(k, solved, state, visible, node):
     n, hv, dk = k.shape
     dv = u.shape[-1]
     new = torch.empty(1, hv, dk, dv, dtype=torch.float32, device=u.device)
-    blocks = _blocks(dk, dv, n)
+    blocks = _blocks(dk, dv)
     _node_state_kernel[(triton.cdiv(dv, blocks["BV"]), hv)](
         k, u, lg, visible.contiguous().view(torch.uint8), state.contiguous(), node, new, n, hv, k.stride(0),
         k.stride(1), DK=dk, DV=dv, DOT=_dot(u.device), num_warps=NUM_WARPS, **blocks)
