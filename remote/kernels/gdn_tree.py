@@ -50,10 +50,14 @@ if triton is not None:
         return x / tl.sqrt(tl.sum(x * x, 1) + 1e-6)[:, None]
 
     @triton.jit
-    def _decays(visible, rows, cols, N, lg_rows, lg_cols):
-        """[rows, cols]: g_i / g_j where node j is node i or one of its ancestors, else 0."""
-        vis = tl.load(visible + rows[:, None] * N + cols[None, :], mask=(rows < N)[:, None] & (cols < N)[None, :],
-                      other=0) != 0
+    def _visible(visible, rows, cols, N):
+        """[rows, cols] bool: node j is node i or one of its ancestors."""
+        return tl.load(visible + rows[:, None] * N + cols[None, :], mask=(rows < N)[:, None] & (cols < N)[None, :],
+                       other=0) != 0
+
+    @triton.jit
+    def _decays(vis, lg_rows, lg_cols):
+        """g_i / g_j where `vis`, else 0."""
         return tl.exp(tl.where(vis, lg_rows[:, None] - lg_cols[None, :], float("-inf")))
 
     @triton.jit
@@ -80,24 +84,25 @@ if triton is not None:
             lgb = tl.zeros([BC], dtype=tl.float32)          # log decay down each node's path, itself included
             for p in range(0, b + 1):
                 cols = p * BC + c
-                vis = tl.load(visible + rows[:, None] * N + cols[None, :], mask=on[:, None] & (cols < N)[None, :],
-                              other=0) != 0
+                vis = _visible(visible, rows, cols, N)
                 gp = tl.load(g + cols * HV + head, mask=cols < N, other=0.0).to(tl.float32)
                 lgb += tl.sum(tl.where(vis, gp[None, :], 0.0), 1)
             rhs = bb[:, None] * (vb - tl.exp(lgb)[:, None] * tl.dot(kb, s0, input_precision=DOT))
             o = tl.exp(lgb)[:, None] * tl.dot(qb, s0, input_precision=DOT)
-            for p in range(0, b):                            # ancestors in earlier blocks
+            for p in range(0, b):                            # ancestors in earlier blocks (wide trees: few)
                 cols = p * BC + c
-                onp = cols < N
-                kp = _unit_rows(k, cols, dk, onp[:, None] & in_k[None, :], k_t, head * k_h)
-                up = tl.load(u_out + cols[:, None] * HV * DV + head * DV + dv[None, :],
-                             mask=onp[:, None] & in_v[None, :], other=0.0)
-                rel = _decays(visible, rows, cols, N, lgb, tl.load(lg_out + cols * HV + head, mask=onp, other=0.0))
-                rhs -= bb[:, None] * tl.dot(tl.dot(kb, tl.trans(kp), input_precision=DOT) * rel, up,
-                                            input_precision=DOT)
-                o += tl.dot(tl.dot(qb, tl.trans(kp), input_precision=DOT) * rel, up, input_precision=DOT)
+                vis = _visible(visible, rows, cols, N)
+                if tl.max(vis.to(tl.int32)) > 0:
+                    onp = cols < N
+                    kp = _unit_rows(k, cols, dk, onp[:, None] & in_k[None, :], k_t, head * k_h)
+                    up = tl.load(u_out + cols[:, None] * HV * DV + head * DV + dv[None, :],
+                                 mask=onp[:, None] & in_v[None, :], other=0.0)
+                    rel = _decays(vis, lgb, tl.load(lg_out + cols * HV + head, mask=onp, other=0.0))
+                    rhs -= bb[:, None] * tl.dot(tl.dot(kb, tl.trans(kp), input_precision=DOT) * rel, up,
+                                                input_precision=DOT)
+                    o += tl.dot(tl.dot(qb, tl.trans(kp), input_precision=DOT) * rel, up, input_precision=DOT)
             # ancestors in the block itself: (I + A) u = rhs, A nilpotent, its inverse (I - A)(I + A^2)(I + A^4)...
-            rel = _decays(visible, rows, rows, N, lgb, lgb)
+            rel = _decays(_visible(visible, rows, rows, N), lgb, lgb)
             a = tl.dot(kb, tl.trans(kb), input_precision=DOT) * rel * (c[:, None] != c[None, :]) * bb[:, None]
             u = rhs - tl.dot(a, rhs, input_precision=DOT)
             for _ in tl.static_range(1, FACTORS):
@@ -131,7 +136,7 @@ if triton is not None:
             kp = _unit_rows(k, cols, dk, onp[:, None] & in_k[None, :], k_t, head * k_h)
             up = tl.load(u + cols[:, None] * HV * DV + head * DV + dv[None, :], mask=onp[:, None] & in_v[None, :],
                          other=0.0)
-            w = _decays(visible, me, cols, N, tl.zeros([1], dtype=tl.float32) + lgi,
+            w = _decays(_visible(visible, me, cols, N), tl.zeros([1], dtype=tl.float32) + lgi,
                         tl.load(lg + cols * HV + head, mask=onp, other=0.0))              # [1, BC]
             s += tl.dot(tl.trans(kp * tl.trans(w)), up, input_precision=DOT)
         tl.store(new + grid, s, mask=in_kv)
