@@ -25,11 +25,11 @@ What is timed (microseconds per call: --calls calls captured in one graph, media
 - `glue/<piece>-<eager|compiled>`: each piece of remote.kernels.glue (rotary, silu_mul; on a hybrid preset also
   the gated norm, the GDN gates, the zero-centred norm and a residual add with it) at --proj-preset's widths for
   --queries rows, plain against torch.compile'd.
-- `gdn/n<BN>-v<BV>-w<W>-<dot>`: one GDN layer's tree recurrence (remote.kernels.gdn_tree) for a DFlash chain of
-  16 and best-first trees of --budgets + 1 nodes with a 15-deep spine, at the value-head shapes of --gdn-preset, in
-  blocks of BN nodes with BV value columns a program, W warps and the float32 products at `dot` precision;
-  `gdn/state-n<BN>-v<BV>` commit's state build after the deepest node; `gdn/fla-step-1` fla's one-token step
-  (AR's), where installed.
+- `gdn/<variant>`: one GDN layer's tree recurrence for a DFlash chain of 16 and best-first trees of --budgets + 1
+  nodes with a 15-deep spine, at the value-head shapes of --gdn-preset: `node-v<BV>-w<W>` the per-node kernel
+  (remote.kernels.gdn_tree, BV value columns a program, W warps), `chunk-n<BN>-v<BV>-w<W>-<dot>` the chunked one
+  (remote.kernels.gdn_chunked, blocks of BN nodes, float32 products at `dot` precision), `state` the chunked
+  commit's state build after the deepest node, `fla-step-1` fla's one-token step (AR's), where installed.
 The last stdout line is compact JSON; --out writes the rows.
 """
 from __future__ import annotations
@@ -158,10 +158,12 @@ def tree_fns(vocab: int, budget: int, draft: str) -> dict:
 
 
 def gdn_fns(preset: str, nodes: int) -> dict:
-    """Tree recurrence variants for a chain (nodes 16) or a best-first tree of `nodes - 1` draft nodes from a
-    confident drafter (one token a depth far ahead: a 15-deep spine, the other nodes its siblings), the commit's
-    state build after the deepest node, and fla's one-token step (the AR decode's) where installed."""
-    from remote.kernels import gdn_tree as gdn_tree_kernel
+    """One GDN layer's tree recurrence for a chain (nodes 16) or a best-first tree of `nodes - 1` draft nodes from a
+    confident drafter (one token a depth far ahead: a 15-deep spine, the other nodes its siblings): the per-node
+    kernel (remote.kernels.gdn_tree, node states kept) and the chunked one (remote.kernels.gdn_chunked) at several
+    blockings, the chunked commit's state build after the deepest node, and fla's one-token step (AR's) where
+    installed."""
+    from remote.kernels import gdn_chunked, gdn_tree
     from remote.decoding.tree_build import best_first_tree
     from remote.tree import Ancestry
 
@@ -177,29 +179,31 @@ def gdn_fns(preset: str, nodes: int) -> dict:
     v = torch.randn(n, heads, dv, device="cuda", dtype=torch.bfloat16)
     g, beta = -torch.rand(n, heads, device="cuda"), torch.rand(n, heads, device="cuda")
     state = torch.randn(heads, dk, dv, device="cuda")
-    _, solved = gdn_tree_kernel.tree_recurrence(q, k, v, g, beta, state, visible, tree.height)
+    _, solved = gdn_chunked.tree_recurrence(q, k, v, g, beta, state, visible, tree.height)
     deepest = tree.depth.argmax().view(1)
 
-    knobs = ("BLOCK_N", "BLOCK_V", "NUM_WARPS", "DOT")
-
-    def variant(fn, *values):
+    def variant(module, fn, **knobs):
         def run():
-            saved = [getattr(gdn_tree_kernel, knob) for knob in knobs]
-            for knob, value in zip(knobs, values):
-                setattr(gdn_tree_kernel, knob, value)
+            saved = {knob: getattr(module, knob) for knob in knobs}
+            for knob, value in knobs.items():
+                setattr(module, knob, value)
             try:
                 fn()
             finally:
-                for knob, value in zip(knobs, saved):
-                    setattr(gdn_tree_kernel, knob, value)
+                for knob, value in saved.items():
+                    setattr(module, knob, value)
         return run
 
-    verify = lambda: gdn_tree_kernel.tree_recurrence(q, k, v, g, beta, state, visible, tree.height)  # noqa: E731
-    commit = lambda: gdn_tree_kernel.node_state(k, solved, state, visible, deepest)                   # noqa: E731
-    shapes = [(16, 32, 4, "tf32x3"), (16, 64, 4, "tf32x3"), (16, 128, 4, "tf32x3"), (16, 64, 8, "tf32x3"),
-              (32, 64, 4, "tf32x3"), (32, 128, 8, "tf32x3"), (16, 64, 4, "ieee"), (16, 64, 4, "tf32")]
-    fns = {f"n{bn}-v{bv}-w{w}-{dot}": variant(verify, bn, bv, w, dot) for bn, bv, w, dot in shapes if bv <= dv}
-    fns.update({f"state-n{bn}-v{bv}": variant(commit, bn, bv, 4, "tf32x3") for bn, bv in ((16, 32), (32, 64))})
+    per_node = lambda: gdn_tree.tree_recurrence(q, k, v, g, beta, state, tree.ancestors, tree.depth,  # noqa: E731
+                                                keep=True)
+    chunked = lambda: gdn_chunked.tree_recurrence(q, k, v, g, beta, state, visible, tree.height)  # noqa: E731
+    commit = lambda: gdn_chunked.node_state(k, solved, state, visible, deepest)                    # noqa: E731
+    fns = {f"node-v{bv}-w{w}": variant(gdn_tree, per_node, BLOCK_V=bv, NUM_WARPS=w) for bv, w in ((16, 1), (32, 1))}
+    shapes = [(16, 32, 4, "ieee"), (16, 64, 4, "ieee"), (16, 64, 8, "ieee"), (16, 32, 4, "tf32x3"),
+              (16, 64, 4, "tf32x3")]
+    fns.update({f"chunk-n{bn}-v{bv}-w{w}-{dot}": variant(gdn_chunked, chunked, BLOCK_N=bn, BLOCK_V=bv, NUM_WARPS=w,
+                                                          DOT=dot) for bn, bv, w, dot in shapes if bv <= dv})
+    fns["state"] = commit
     try:
         from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule as fla_step
     except ImportError:

@@ -1,8 +1,7 @@
-"""The GDN tree kernels (remote.kernels.gdn_tree) on the CPU under Triton's interpreter (in a subprocess: the
-interpreter is chosen when the kernel module is imported): against a step-by-step delta rule down every node's path
-for random trees (each node's output, and the state commit builds after each node), and inside `HybridTarget`
-against the oracle (the model's own forward over each ancestor path) on a tiny random hybrid model in float32. Both
-kernels compile for sm_90 without a GPU."""
+"""The GDN tree kernel (remote.kernels.gdn_tree) inside `HybridTarget`, against the oracle (the model's own forward
+over each ancestor path) on a tiny random hybrid model in float32: Triton's interpreter runs it on the CPU (in a
+subprocess: the interpreter is chosen when the kernel module is imported), keeping every node's state and, with a
+zero keep limit, recomputing the accepted node's at commit; both kernels compile for sm_90 without a GPU."""
 from __future__ import annotations
 
 import json
@@ -12,114 +11,59 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 pytest.importorskip("triton")
 
 ROOT = Path(__file__).resolve().parent.parent
-ENV = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
-STEPWISE = r"""
-import json, random, sys, torch
-from remote.kernels import gdn_tree
-from remote.tree import Ancestry
-
-def unit(x):
-    return x / torch.sqrt((x * x).sum(-1, keepdim=True) + 1e-6)
-
-def stepwise(q, k, v, g, beta, state, parents):
-    # the recurrence one node at a time, each from its parent's state (fla's fused-recurrent order)
-    outs, states = [], []
-    qn, kn = unit(q) * q.shape[-1] ** -0.5, unit(k)
-    for i, p in enumerate(parents):
-        s = (state if p < 0 else states[p]) * g[i].exp()[:, None, None]
-        s = s + kn[i][:, :, None] * ((v[i] - torch.einsum("hkv,hk->hv", s, kn[i])) * beta[i][:, None])[:, None]
-        states.append(s)
-        outs.append(torch.einsum("hkv,hk->hv", s, qn[i]))
-    return torch.stack(outs), torch.stack(states)
-
-random.seed(0)
-torch.manual_seed(0)
-errors = []
-cases, device = json.loads(sys.argv[1])
-for n, (hv, dk, dv), shape in cases:
-    if shape == "chain":
-        parents = [-1] + list(range(n - 1))
-    else:       # a random tree, some nodes on the prefix
-        parents = [-1 if i == 0 or random.random() < 0.1 else random.randrange(i) for i in range(n)]
-    tree = Ancestry.from_parents(parents, device)
-    q, k, v = (torch.randn(n, hv, d, device=device) for d in (dk, dk, dv))
-    g, beta = -torch.rand(n, hv, device=device), torch.rand(n, hv, device=device)
-    state = torch.randn(hv, dk, dv, device=device)
-    out, solved = gdn_tree.tree_recurrence(q, k, v, g, beta, state, tree.visible, tree.height)
-    want_out, want_states = stepwise(q, k, v, g, beta, state, parents)
-    built = torch.cat([gdn_tree.node_state(k, solved, state, tree.visible, torch.tensor([i], device=device))
-                       for i in range(n)])
-    errors.append([(out - want_out).abs().max().item(), (built - want_states).abs().max().item()])
-print(json.dumps(errors))
-"""
 CHECK = r"""
 import dataclasses, json, sys
-from remote.kernels import gdn_tree
-from remote.models import hybrid_target
+from remote.kernels import gdn_tree as gdn_tree_kernel
+from remote.models import gdn, hybrid_target
 from tests import test_hybrid_target as oracle
 
 calls = []
-def counted(name, fn):
-    return lambda *args: calls.append(name) or fn(*args)
+def counted(*args, **kwargs):
+    calls.append(kwargs["keep"])
+    return gdn_tree_kernel.tree_recurrence(*args, **kwargs)
 
-select = hybrid_target.select_gdn_kernels     # on the CPU it picks no tree kernel: hand it the interpreted ones
-hybrid_target.select_gdn_kernels = lambda *a, **kw: dataclasses.replace(
-    select(*a, **kw), tree=counted("tree", gdn_tree.tree_recurrence), tree_state=counted("state", gdn_tree.node_state))
+select = hybrid_target.select_gdn_kernels
+hybrid_target.select_gdn_kernels = lambda *a, **kw: dataclasses.replace(select(*a, **kw), tree=counted)
 ran = []
-for test in json.loads(sys.argv[1]):
+for test, keep_limit in json.loads(sys.argv[1]):
+    gdn.KEEP_LIMIT = keep_limit
     del calls[:]
     getattr(oracle, test)("qwen3_5-narrow")
-    ran.append([test, calls.count("tree"), calls.count("state")])
+    ran.append([test, len(calls), sum(calls)])     # launches, of which kept every node's state
 print(json.dumps(ran))
 """
 
 
-def _interpreted(script: str, cases, env: dict = ENV) -> list:
-    done = subprocess.run([sys.executable, "-c", script, json.dumps(cases)], env=env, capture_output=True, text=True,
+def test_tree_kernel_matches_the_oracle_under_the_interpreter():
+    # the oracle tests of tests/test_hybrid_target.py on a model narrow enough for the interpreter; with a zero keep
+    # limit commit recomputes the accepted node's state with the kernel instead of copying it
+    from remote.models.gdn import KEEP_LIMIT
+
+    cases = [("test_every_tree_node_matches_its_ancestor_path", KEEP_LIMIT),
+             ("test_commit_installs_the_state_of_a_plain_forward", KEEP_LIMIT),
+             ("test_commit_installs_the_state_of_a_plain_forward", 0)]
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", CHECK, json.dumps(cases)], env=env, capture_output=True, text=True,
                           timeout=900, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-# odd widths (masked tiles), a chain as deep as it is long, trees with nodes on the prefix, a lone node
-SHAPES = [[33, [4, 12, 8], "tree"], [17, [2, 16, 24], "chain"], [70, [3, 64, 64], "tree"], [1, [2, 16, 16], "tree"]]
-
-
-def test_tree_kernel_matches_the_stepwise_rule_on_every_node():
-    for out_error, state_error in _interpreted(STEPWISE, [SHAPES, "cpu"]):
-        assert out_error < 1e-5 and state_error < 1e-5
-
-
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="compiled Triton needs CUDA")
-def test_tree_kernel_matches_the_stepwise_rule_on_cuda():
-    """Compiled, with the float32 products on tensor cores (three TF32 passes): float32-close, larger trees too."""
-    env = {key: value for key, value in ENV.items() if key != "TRITON_INTERPRET"}
-    cases = SHAPES + [[256, [4, 64, 64], "tree"], [128, [48, 128, 128], "tree"], [33, [48, 128, 128], "chain"]]
-    for out_error, state_error in _interpreted(STEPWISE, [cases, "cuda"], env):
-        assert out_error < 1e-4 and state_error < 1e-4
-
-
-def test_tree_kernel_matches_the_oracle_under_the_interpreter():
-    # the oracle tests of tests/test_hybrid_target.py on a model narrow enough for the interpreter
-    cases = ["test_every_tree_node_matches_its_ancestor_path", "test_commit_installs_the_state_of_a_plain_forward"]
-    (_, tree_calls, _), (_, commit_trees, commit_states) = _interpreted(CHECK, cases)
-    assert tree_calls > 0 and commit_trees > 0 and commit_states > 0     # the kernels ran, not the sequence path
+    ran = json.loads(done.stdout.strip().splitlines()[-1])
+    assert [test for test, _, _ in ran] == [test for test, _ in cases]
+    (_, tree_calls, tree_kept), (_, commit_calls, commit_kept), (_, recompute_calls, recompute_kept) = ran
+    assert tree_calls == tree_kept > 0 and commit_calls == commit_kept > 0     # verifies keep node states
+    assert recompute_calls > recompute_kept > 0    # without: commit calls it again for the accepted node alone
 
 
 def test_tree_kernel_compiles_for_hopper():
-    """Triton's compiler types what its interpreter does not; both kernels compile for sm_90 here, without a GPU."""
+    """Triton's compiler types what its interpreter does not; the kernel compiles for sm_90 here, without a GPU."""
     from remote.kernels import gdn_tree as gdn_tree_kernel
     from tests.test_tree_kernel import hopper_ptx
 
-    common = {"k": "*bf16", "visible": "*u8", "state": "*fp32", "N": "i32", "HV": "i32", "k_t": "i32", "k_h": "i32"}
-    tree = {**common, "q": "*bf16", "v": "*bf16", "g": "*fp32", "beta": "*bf16", "out": "*bf16", "u_out": "*fp32",
-            "lg_out": "*fp32", **{name: "i32" for name in ("q_t", "q_h", "v_t", "v_h")}, "scale": "fp32"}
-    state = {**common, "u": "*fp32", "lg": "*fp32", "node": "*i64", "new": "*fp32"}
-    sizes = {"DK": 128, "DV": 128, "BC": 16, "BK": 128, "BV": 32, "DOT": "tf32x3"}
-    assert ".entry" in hopper_ptx(gdn_tree_kernel._tree_gdn_kernel, tree, {**sizes, "FACTORS": 4})
-    assert ".entry" in hopper_ptx(gdn_tree_kernel._node_state_kernel, state, sizes)
+    pointers = {"q": "*bf16", "k": "*bf16", "v": "*bf16", "g": "*fp32", "beta": "*bf16", "state": "*fp32",
+                "ancestors": "*i64", "depth": "*i64", "out": "*bf16", "states": "*fp32"}
+    ints = {name: "i32" for name in ("HV", "H", "q_t", "q_h", "k_t", "k_h", "v_t", "v_h")}
+    constants = {"DK": 128, "DV": 128, "BK": 128, "BV": 8, "HP": 16, "KEEP": True}
+    assert ".entry" in hopper_ptx(gdn_tree_kernel._tree_gdn_kernel, {**pointers, **ints, "scale": "fp32"}, constants)

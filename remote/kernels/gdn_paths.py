@@ -12,9 +12,10 @@ the same math whichever path is chosen, so a caller never branches on the path:
   verify runs every node's root-to-node path as one row); `final=False`: new_state is None, never materialised.
 - `conv(x, weight, bias, activation)` -> y: the causal depthwise conv over a fresh sequence, x [B, C, T] with zero
   left padding, weight [C, K]; y [B, C, T].
-- `tree`, `tree_state`: `remote.kernels.gdn_tree.tree_recurrence` (every node of a token tree from its parent's
-  state, one launch) and `node_state` (the state after one of them, at commit) where Triton runs on the device and
-  `prefer` is "auto", else None (remote.models.gdn then runs each node's path through `step`).
+- `tree`: `remote.kernels.gdn_tree.tree_recurrence` (every node of a token tree from its parent's state, one
+  launch) where Triton runs on the device and `prefer` is "auto", else None (remote.models.gdn then runs each
+  node's path through `step`); `chain`, `chain_state`: with it, `remote.kernels.gdn_chunked`'s `tree_recurrence`
+  and `node_state` (the chunked form, which remote.models.gdn runs for chains).
 
 `prefer`: "torch" = the model's own reference functions (from its transformers modeling module, undecorated, so
 transformers' hub/package dispatch and its fallback warnings stay out of it); "auto" = flash-linear-attention's
@@ -37,6 +38,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from . import gdn_chunked
 from . import gdn_tree as gdn_tree_kernel
 
 KERNEL_CHOICES = ("auto", "torch")
@@ -49,7 +51,8 @@ class GdnKernels:
     conv: Callable
     path: str
     tree: Callable | None = None
-    tree_state: Callable | None = None
+    chain: Callable | None = None
+    chain_state: Callable | None = None
 
 
 def _model_function(gdn_module: torch.nn.Module, name: str) -> Callable:
@@ -107,8 +110,10 @@ def _bundle(chunk_fn: Callable, step_fn: Callable, conv: Callable, path: str, tr
         return step_fn(q, k, v, g=g, beta=beta, initial_state=state.contiguous(), output_final_state=final,
                        use_qk_l2norm_in_kernel=True)
 
+    fast = tree is not None     # the chunked tree kernels run wherever the per-node one does
     return GdnKernels(chunk=chunk, step=step, conv=conv, path=path, tree=tree,
-                      tree_state=gdn_tree_kernel.node_state if tree is not None else None)
+                      chain=gdn_chunked.tree_recurrence if fast else None,
+                      chain_state=gdn_chunked.node_state if fast else None)
 
 
 def select_gdn_kernels(gdn_module: torch.nn.Module, device: torch.device | str, prefer: str = "auto") -> GdnKernels:

@@ -1,30 +1,21 @@
-"""The gated delta rule over a token tree as two Triton kernels (CUDA): every node's output from its parent's
-recurrent state in one launch per GDN layer, and, at commit, the state after any one node in another.
+"""The gated delta rule over a token tree as one Triton kernel (CUDA): every node's output from its parent's
+recurrent state, and, where asked, every node's state, for one GDN layer in one launch.
 
-Why this form: unrolled along a root-to-node path, the delta rule's state after node t is
-    S_t = g_t S_0 + sum_{j on the path to t} (g_t / g_j) k_j u_j^T,   u_t = beta_t (v_t - g_t S_0^T k_t
-                                                                        - sum_{j strictly above t} (g_t / g_j) (k_j . k_t) u_j)
-with g_t the decay accumulated down the path (exp of the summed log gates) and u_t a node's own correction, which
-depends only on the node's own path. So every node of a tree is one row of the chunked form (fla's
-`chunk_gated_delta_rule`) with the causal mask replaced by the ancestor mask: u = (I + A)^-1 b with A strictly
-"lower" in the ancestor order, outputs o = g * (Q S_0) + ((Q K^T) * decays * visible) u. A is nilpotent (A^m = 0
-past the tree height). Nodes go in blocks of BLOCK_N in tree order (parents first): a block subtracts its
-ancestors' corrections from earlier blocks (already solved), then inverts its own part of I + A as the product
-(I - A)(I + A^2)(I + A^4)... of log2(BLOCK_N) factors. So a tree is a few small matrix products on tensor cores
-instead of each node re-running its whole path one step at a time (the previous kernel: 45 us a layer at
-Qwen3.6-27B widths for 33 nodes, session 17, ten times fla's one-token step), and no tile grows with the tree.
-Nothing of size N x state is written: commit rebuilds the accepted node's state from S_0, the node's path's keys
-and u (kept from the verify, [N, HV, Dv]), so no per-node state has to be kept or recomputed.
+Why: run through the sequence kernels (remote.models.gdn's torch/fla path), a tree verify gathers five [N, H, ...]
+path tensors, materialises N copies of the committed state and gathers each node's output back (~8 kernels a
+layer), and commit recomputes the accepted path (~10 more). On the hybrid demo pair (H200, graphed, session 6)
+this kernel took DDTree-64's commit from 0.41 to 0.14 ms and its verify from 1.46 to 1.34 ms. Here a program
+(node, value head, block of BLOCK_V value columns) loads its node's path (`ancestors`, `depth` of
+remote.tree.Ancestry) in one round of loads, runs the steps up to the node's own depth in registers, and with
+`keep` writes the node's state out, so that commit only copies it.
 
-Contract:
-- `tree_recurrence(q, k, v, g, beta, state, visible, height)` -> (out [N, HV, Dv] in v's dtype, solved), from
-  the inputs of the N tree nodes: q, k [N, HV, Dk] raw (l2-normalised here, q scaled by Dk^-0.5, as fla's
-  `use_qk_l2norm_in_kernel`), v [N, HV, Dv], g (log decay) and beta [N, HV], state [HV, Dk, Dv] float32 (the
-  committed one), visible [N, N] bool (remote.tree.Ancestry.visible: j is i or an ancestor of i), height (the
-  tree's, a host int). `solved` = (u [N, HV, Dv] float32, log decay down each node's path [N, HV] float32).
-- `node_state(k, solved, state, visible, node)` -> [1, HV, Dk, Dv] float32: the state after node `node` ([1] long,
-  on the device: no host read).
-Both run under Triton's interpreter on CPU tensors (TRITON_INTERPRET=1, tests).
+Contract: `tree_recurrence(q, k, v, g, beta, state, ancestors, depth, keep)` -> (out [N, HV, Dv] in v's dtype,
+states [N, HV, Dk, Dv] float32 or None) for the N nodes whose rows of the tree's `ancestors` [N, H] and `depth`
+[N] are given, from the inputs of all T tree nodes: q, k [T, HV, Dk] raw (l2-normalised here, q scaled by Dk^-0.5,
+as fla's `use_qk_l2norm_in_kernel`), v [T, HV, Dv], g (log decay) and beta [T, HV], state [HV, Dk, Dv] float32 (the
+committed one). Row i of `ancestors` / `depth` names its node itself (ancestors[i, depth[i]]), so any rows of a
+tree's may be passed (commit recomputes one node's state). Same arithmetic order as fla's fused-recurrent kernel,
+so a chain agrees with it to float32 rounding.
 """
 from __future__ import annotations
 
@@ -43,152 +34,69 @@ def available(device: torch.device) -> bool:
 
 if triton is not None:
     @triton.jit
-    def _unit_rows(ptr, rows, cols, on, row_stride, head_offset):
-        """Rows `rows` of one head's [N, D] slice, l2-normalised in float32 (masked rows and columns read 0)."""
-        x = tl.load(ptr + rows[:, None] * row_stride + head_offset + cols[None, :], mask=on, other=0.0)
-        x = x.to(tl.float32)
-        return x / tl.sqrt(tl.sum(x * x, 1) + 1e-6)[:, None]
+    def _node_token(path, d, hp):
+        """The node itself: the last entry of its path."""
+        return tl.sum(tl.where(hp == d, path, 0), 0)
 
     @triton.jit
-    def _visible(visible, rows, cols, N):
-        """[rows, cols] bool: node j is node i or one of its ancestors."""
-        return tl.load(visible + rows[:, None] * N + cols[None, :], mask=(rows < N)[:, None] & (cols < N)[None, :],
-                       other=0) != 0
-
-    @triton.jit
-    def _decays(vis, lg_rows, lg_cols):
-        """g_i / g_j where `vis`, else 0."""
-        return tl.exp(tl.where(vis, lg_rows[:, None] - lg_cols[None, :], float("-inf")))
-
-    @triton.jit
-    def _tree_gdn_kernel(q, k, v, g, beta, state, visible, out, u_out, lg_out, N, HV, q_t, q_h, k_t, k_h, v_t, v_h,
-                         scale, DK: tl.constexpr, DV: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
-                         BV: tl.constexpr, FACTORS: tl.constexpr, DOT: tl.constexpr):
-        block, head = tl.program_id(0), tl.program_id(1)
-        c = tl.arange(0, BC)
+    def _tree_gdn_kernel(q, k, v, g, beta, state, ancestors, depth, out, states, HV, H, q_t, q_h, k_t, k_h, v_t,
+                         v_h, scale, DK: tl.constexpr, DV: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+                         HP: tl.constexpr, KEEP: tl.constexpr):
+        block, nh = tl.program_id(0), tl.program_id(1)
+        node, head = nh // HV, nh % HV
         dk = tl.arange(0, BK)
         dv = block * BV + tl.arange(0, BV)
         in_k, in_v = dk < DK, dv < DV
-        s0 = tl.load(state + head * DK * DV + dk[:, None] * DV + dv[None, :], mask=in_k[:, None] & in_v[None, :],
-                     other=0.0)
-        # Blocks of BC nodes in tree order (parents first): a block's ancestors lie in it and the blocks before,
-        # whose corrections u are solved and stored by then.
-        for b in range(0, tl.cdiv(N, BC)):
-            rows = b * BC + c
-            on = rows < N
-            kb = _unit_rows(k, rows, dk, on[:, None] & in_k[None, :], k_t, head * k_h)
-            qb = _unit_rows(q, rows, dk, on[:, None] & in_k[None, :], q_t, head * q_h) * scale
-            vb = tl.load(v + rows[:, None] * v_t + head * v_h + dv[None, :], mask=on[:, None] & in_v[None, :],
-                         other=0.0).to(tl.float32)
-            bb = tl.load(beta + rows * HV + head, mask=on, other=0.0).to(tl.float32)
-            lgb = tl.zeros([BC], dtype=tl.float32)          # log decay down each node's path, itself included
-            for p in range(0, b + 1):
-                cols = p * BC + c
-                vis = _visible(visible, rows, cols, N)
-                gp = tl.load(g + cols * HV + head, mask=cols < N, other=0.0).to(tl.float32)
-                lgb += tl.sum(tl.where(vis, gp[None, :], 0.0), 1)
-            rhs = bb[:, None] * (vb - tl.exp(lgb)[:, None] * tl.dot(kb, s0, input_precision=DOT))
-            o = tl.exp(lgb)[:, None] * tl.dot(qb, s0, input_precision=DOT)
-            for p in range(0, b):                            # ancestors in earlier blocks (wide trees: few)
-                cols = p * BC + c
-                vis = _visible(visible, rows, cols, N)
-                if tl.max(vis.to(tl.int32)) > 0:
-                    onp = cols < N
-                    kp = _unit_rows(k, cols, dk, onp[:, None] & in_k[None, :], k_t, head * k_h)
-                    up = tl.load(u_out + cols[:, None] * HV * DV + head * DV + dv[None, :],
-                                 mask=onp[:, None] & in_v[None, :], other=0.0)
-                    rel = _decays(vis, lgb, tl.load(lg_out + cols * HV + head, mask=onp, other=0.0))
-                    rhs -= bb[:, None] * tl.dot(tl.dot(kb, tl.trans(kp), input_precision=DOT) * rel, up,
-                                                input_precision=DOT)
-                    o += tl.dot(tl.dot(qb, tl.trans(kp), input_precision=DOT) * rel, up, input_precision=DOT)
-            # ancestors in the block itself: (I + A) u = rhs, A nilpotent, its inverse (I - A)(I + A^2)(I + A^4)...
-            rel = _decays(_visible(visible, rows, rows, N), lgb, lgb)
-            a = tl.dot(kb, tl.trans(kb), input_precision=DOT) * rel * (c[:, None] != c[None, :]) * bb[:, None]
-            u = rhs - tl.dot(a, rhs, input_precision=DOT)
-            for _ in tl.static_range(1, FACTORS):
-                a = tl.dot(a, a, input_precision=DOT)
-                u += tl.dot(a, u, input_precision=DOT)
-            o += tl.dot(tl.dot(qb, tl.trans(kb), input_precision=DOT) * rel, u, input_precision=DOT)
-            dest = rows[:, None] * HV * DV + head * DV + dv[None, :]
-            tl.store(out + dest, o.to(out.dtype.element_ty), mask=on[:, None] & in_v[None, :])
-            tl.store(u_out + dest, u, mask=on[:, None] & in_v[None, :])
-            tl.store(lg_out + rows * HV + head, lgb, mask=on)     # every value block writes the same values
-            tl.debug_barrier()                                       # the next blocks read these rows back
-
-    @triton.jit
-    def _node_state_kernel(k, u, lg, visible, state, node, new, N, HV, k_t, k_h, DK: tl.constexpr,
-                           DV: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-                           DOT: tl.constexpr):
-        block, head = tl.program_id(0), tl.program_id(1)
-        c = tl.arange(0, BC)
-        dk = tl.arange(0, BK)
-        dv = block * BV + tl.arange(0, BV)
-        in_k, in_v = dk < DK, dv < DV
-        i = tl.load(node)
-        lgi = tl.load(lg + i * HV + head)
-        grid = head * DK * DV + dk[:, None] * DV + dv[None, :]
+        grid = dk[:, None] * DV + dv[None, :]
         in_kv = in_k[:, None] & in_v[None, :]
-        s = tl.exp(lgi) * tl.load(state + grid, mask=in_kv, other=0.0)
-        me = tl.zeros([1], dtype=i.dtype) + i
-        for p in range(0, i // BC + 1):                      # the blocks holding i's path
-            cols = p * BC + c
-            onp = cols < N
-            kp = _unit_rows(k, cols, dk, onp[:, None] & in_k[None, :], k_t, head * k_h)
-            up = tl.load(u + cols[:, None] * HV * DV + head * DV + dv[None, :], mask=onp[:, None] & in_v[None, :],
-                         other=0.0)
-            w = _decays(_visible(visible, me, cols, N), tl.zeros([1], dtype=tl.float32) + lgi,
-                        tl.load(lg + cols * HV + head, mask=onp, other=0.0))              # [1, BC]
-            s += tl.dot(tl.trans(kp * tl.trans(w)), up, input_precision=DOT)
-        tl.store(new + grid, s, mask=in_kv)
+        # The whole path's inputs in one round of loads (not one dependent round a step): rows 0..depth
+        d = tl.load(depth + node)
+        hp = tl.arange(0, HP)
+        on = hp <= d
+        path = tl.load(ancestors + node * H + hp, mask=on, other=0)
+        ks = tl.load(k + path[:, None] * k_t + head * k_h + dk[None, :], mask=on[:, None] & in_k[None, :],
+                     other=0.0).to(tl.float32)
+        ks = ks / tl.sqrt(tl.sum(ks * ks, 1) + 1e-6)[:, None]
+        vs = tl.load(v + path[:, None] * v_t + head * v_h + dv[None, :], mask=on[:, None] & in_v[None, :],
+                     other=0.0).to(tl.float32)
+        decay = tl.exp(tl.load(g + path * HV + head, mask=on, other=0.0).to(tl.float32))
+        betas = tl.load(beta + path * HV + head, mask=on, other=0.0).to(tl.float32)
+        s = tl.load(state + head * DK * DV + grid, mask=in_kv, other=0.0)
+        for step in range(d + 1):
+            at = hp == step
+            kk = tl.sum(tl.where(at[:, None], ks, 0.0), 0)
+            s *= tl.sum(tl.where(at, decay, 0.0), 0)
+            vv = (tl.sum(tl.where(at[:, None], vs, 0.0), 0) - tl.sum(s * kk[:, None], 0)) \
+                * tl.sum(tl.where(at, betas, 0.0), 0)
+            s += kk[:, None] * vv[None, :]
+        qq = tl.load(q + _node_token(path, d, hp) * q_t + head * q_h + dk, mask=in_k, other=0.0).to(tl.float32)
+        qq = qq / tl.sqrt(tl.sum(qq * qq) + 1e-6) * scale
+        o = tl.sum(s * qq[:, None], 0)
+        tl.store(out + nh * DV + dv, o.to(out.dtype.element_ty), mask=in_v)
+        if KEEP:
+            tl.store(states + nh * DK * DV + grid, s, mask=in_kv)
 
 
-# Blocking: nodes a block holds (BLOCK_N, the solve's unit), value columns a program holds (each program runs the
-# tree's small products for its columns: more blocks, more parallel programs, more repeated products) and its
-# warps. DOT: the float32 products' precision ("tf32x3": three TF32 tensor-core passes, float32-close; "ieee": plain
-# float32, the interpreter's).
-BLOCK_N = 16
-BLOCK_V = 32
-NUM_WARPS = 4
-DOT = "tf32x3"
+# Blocking: value columns a program holds, and its warps (bench_kernels --kinds gdn, session 9). At the demo's
+# widths 16 / 1 was fastest or within 10% of it for a DFlash chain of 16 and trees of 32 and 64 nodes; at Qwen3.6-27B's
+# it took a chain of 16 from fla's 8 columns' 81 us to 51 and 64 nodes from 186 to 114 (32 columns: 51 and 95).
+BLOCK_V = 16
+NUM_WARPS = 1
 
 
-def _blocks(dk: int, dv: int) -> dict:
-    """Tile sizes: tl.dot needs 16 or more along every dimension (masked loads pad with zeros)."""
-    return dict(BC=BLOCK_N, BK=max(16, triton.next_power_of_2(dk)),
-                BV=max(16, min(triton.next_power_of_2(dv), BLOCK_V)))
-
-
-def _dot(device: torch.device) -> str:
-    return DOT if device.type == "cuda" else "ieee"
-
-
-def tree_recurrence(q, k, v, g, beta, state, visible, height: int):
-    """See the module docstring. The blocking (BLOCK_V, NUM_WARPS, DOT) is read at every call, so
-    bench/bench_kernels.py can time others."""
+def tree_recurrence(q, k, v, g, beta, state, ancestors, depth, keep: bool):
+    """See the module docstring. Runs under Triton's interpreter on CPU tensors too (TRITON_INTERPRET=1, tests).
+    The blocking (BLOCK_V, NUM_WARPS) is read at every call, so bench/bench_kernels.py can time others."""
     if not (q.stride(-1) == k.stride(-1) == v.stride(-1) == 1):
         raise ValueError("tree_recurrence needs q, k, v contiguous in their last dimension")
-    n, (hv, dk), dv = q.shape[0], q.shape[1:], v.shape[-1]
+    n, (hv, dk), dv = ancestors.shape[0], q.shape[1:], v.shape[-1]     # n: the rows of the tree asked for
     out = torch.empty(n, hv, dv, dtype=v.dtype, device=v.device)
-    u = torch.empty(n, hv, dv, dtype=torch.float32, device=v.device)
-    lg = torch.empty(n, hv, dtype=torch.float32, device=v.device)
-    blocks = _blocks(dk, dv)
-    g, beta, state = (x.contiguous() for x in (g, beta, state))
-    factors = max(1, (min(height, BLOCK_N) - 1).bit_length())     # A^(2^factors) = 0 inside a block
-    _tree_gdn_kernel[(triton.cdiv(dv, blocks["BV"]), hv)](
-        q, k, v, g, beta, state, visible.contiguous().view(torch.uint8), out, u, lg, n, hv,
+    states = torch.empty(n, hv, dk, dv, dtype=torch.float32, device=v.device) if keep else None
+    bk = triton.next_power_of_2(dk)
+    bv = min(triton.next_power_of_2(dv), BLOCK_V)
+    g, beta, state, ancestors, depth = (x.contiguous() for x in (g, beta, state, ancestors, depth))
+    _tree_gdn_kernel[(triton.cdiv(dv, bv), n * hv)](
+        q, k, v, g, beta, state, ancestors, depth, out, states if keep else out, hv, ancestors.shape[1],
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), dk ** -0.5,
-        DK=dk, DV=dv, FACTORS=factors, DOT=_dot(v.device), num_warps=NUM_WARPS, **blocks)
-    return out, (u, lg)
-
-
-def node_state(k, solved, state, visible, node):
-    """See the module docstring."""
-    u, lg = solved
-    n, hv, dk = k.shape
-    dv = u.shape[-1]
-    new = torch.empty(1, hv, dk, dv, dtype=torch.float32, device=u.device)
-    blocks = _blocks(dk, dv)
-    _node_state_kernel[(triton.cdiv(dv, blocks["BV"]), hv)](
-        k, u, lg, visible.contiguous().view(torch.uint8), state.contiguous(), node, new, n, hv, k.stride(0),
-        k.stride(1), DK=dk, DV=dv, DOT=_dot(u.device), num_warps=NUM_WARPS, **blocks)
-    return new
+        DK=dk, DV=dv, BK=bk, BV=bv, HP=triton.next_power_of_2(ancestors.shape[1]), KEEP=keep, num_warps=NUM_WARPS)
+    return out, states

@@ -5,9 +5,10 @@ committed state so that every node sees exactly its ancestors: its causal-conv w
 conv inputs (falling back to the committed conv state above the tree), and its recurrent state starts from its
 parent's state (the committed state for a node whose parent is the prefix). The whole tree is one recurrent-kernel
 call per layer and no host value is read (a verify can be captured in a CUDA graph): where Triton runs,
-`remote.kernels.gdn_tree` solves every node's recurrence in one launch (the chunked form under the ancestor mask);
-elsewhere every node runs its own root-to-node path through the sequence kernel (batch N, length = tree height)
-and a chain runs as one sequence of N. The sequential steps equal the tree depth, not its size. Both return `NodeStates`, from
+`remote.kernels.gdn_tree` walks every node's ancestors in one launch and can keep each node's state, and a chain (all
+depth: per-node paths would run N(N+1)/2 steps) is solved in the chunked form by `remote.kernels.gdn_chunked`;
+elsewhere every node runs its own root-to-node path through the sequence kernel (batch N, length = tree height) and
+a chain runs as one sequence of N. The sequential steps equal the tree depth, not its size. Both return `NodeStates`, from
 which commit gets the state after the accepted path (`NodeStates.after`).
 `gdn_step` runs one token and updates the states in place (static addresses: a CUDA graph can replay it).
 
@@ -64,29 +65,40 @@ def _conv_index(tree: Ancestry, k: int) -> torch.Tensor:
     return torch.where(back <= depth, inside, k - (back - depth))
 
 
+KEEP_LIMIT = 64 << 20      # bytes of per-node recurrent states one layer keeps for commit (else recomputed)
+
+
 @dataclass
 class NodeStates:
-    """What commit needs to install the state after any root-to-node path of a verified tree. Where the tree kernel
-    ran, its per-node corrections (`solved`: [N, HV, Dv], not per-node states) rebuild the accepted node's state in
-    one launch; elsewhere the state after the path is recomputed from the committed one over the path's inputs (a
-    path is at most a drafter block long)."""
+    """What commit needs to install the state after any root-to-node path of a verified tree. Per-node recurrent
+    states (HV x Dk x Dv float32 each: 3 MiB per node and layer at Qwen3.6-27B widths) are kept only where the tree
+    kernel made them within KEEP_LIMIT; the chunked kernel's per-node corrections (`solved`: [N, HV, Dv]) rebuild
+    the accepted node's state in one launch; otherwise the state after the path is recomputed from the committed
+    one over the path's inputs (a path is at most a drafter block long)."""
 
     conv: torch.Tensor                 # [N, C, K] conv state after each node (its window)
     inputs: tuple                      # q, k, v, g, beta [1, N, ...] of every node
     state: torch.Tensor                # [1, HV, Dk, Dv] the committed recurrent state the tree started from
     layout: TreeLayout
     kernels: GdnKernels
-    solved: tuple | None = None        # the tree kernel's (u, log decay) of every node, where it ran
+    nodes: torch.Tensor | None = None  # [N, HV, Dk, Dv] float32 every node's state, where kept
+    solved: tuple | None = None        # the chunked kernel's (u, log decay) of every node, where it ran
 
     def after(self, path: torch.Tensor, length: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(conv [1, C, K], recurrent [1, HV, Dk, Dv]) after the last node of the root-to-node `path` [L]. With
         `length` (a device scalar) only the first `length` steps count: `path` is padded with its last node to a
-        static length (the tree kernel needs only that last node: the tree's ancestor mask gives its path)."""
+        static length (the tree kernel needs only that last node: its depth says how far to run)."""
         last = path[-1:]
         conv = self.conv.index_select(0, last)
+        if self.nodes is not None:
+            return conv, self.nodes.index_select(0, last)
         if self.solved is not None:
-            k = self.inputs[1][0]
-            return conv, self.kernels.tree_state(k, self.solved, self.state[0], self.layout.visible, last)
+            return conv, self.kernels.chain_state(self.inputs[1][0], self.solved, self.state[0], self.layout.visible,
+                                                  last)
+        if self.kernels.tree is not None:
+            q, k, v, g, beta = (x[0] for x in self.inputs)
+            rows = self.layout.ancestors.index_select(0, last), self.layout.depth.index_select(0, last)
+            return conv, self.kernels.tree(q, k, v, g, beta, self.state[0], *rows, keep=True)[1]
         q, k, v, g, beta = (x.index_select(1, path) for x in self.inputs)
         if length is not None:      # a padding step (gate 0, beta 0) leaves the recurrent state as it is
             real = (torch.arange(path.shape[0], device=path.device) < length)[None, :, None]      # [1, L, 1]
@@ -183,9 +195,13 @@ def gdn_tree(gdn: torch.nn.Module, h: torch.Tensor, layout: TreeLayout, conv_sta
     conv_out = _conv_window(gdn, windows, mixed.dtype)                                       # [N, C]
     q, k, v, g, beta = _qkv_gates(gdn, conv_out[None], b, a)                                  # [1, N, ...]
     states = NodeStates(windows, (q, k, v, g, beta), recurrent, layout, kernels)
-    if kernels.tree is not None:    # one launch: every node from its parent's state
-        core, states.solved = kernels.tree(q[0], k[0], v[0], g[0], beta[0], recurrent[0], layout.visible,
-                                           layout.ancestors.shape[1])
+    if kernels.chain is not None and layout.chain:      # one launch, every node's correction kept for commit
+        core, states.solved = kernels.chain(q[0], k[0], v[0], g[0], beta[0], recurrent[0], layout.visible, n)
+        return _output(gdn, core[None], z), states
+    if kernels.tree is not None:    # one launch: every node from its parent's state, node states kept if small
+        keep = n * recurrent.numel() * 4 <= KEEP_LIMIT
+        core, states.nodes = kernels.tree(q[0], k[0], v[0], g[0], beta[0], recurrent[0], layout.ancestors,
+                                          layout.depth, keep=keep)
         return _output(gdn, core[None], z), states
     if layout.chain:        # one sequence: the recurrent kernel runs all of it in one call
         return _output(gdn, kernels.step(q, k, v, g, beta, recurrent)[0], z), states

@@ -1,0 +1,194 @@
+"""The gated delta rule over a token tree in the chunked form, as two Triton kernels (CUDA): every node's output
+from its parent's recurrent state in one launch per GDN layer, and, at commit, the state after any one node.
+
+The form: unrolled along a root-to-node path, the delta rule's state after node t is
+    S_t = g_t S_0 + sum_{j on the path to t} (g_t / g_j) k_j u_j^T,
+    u_t = beta_t (v_t - g_t S_0^T k_t - sum_{j strictly above t} (g_t / g_j) (k_j . k_t) u_j)
+with g_t the decay accumulated down the path (exp of the summed log gates) and u_t a node's own correction, which
+depends only on the node's own path. So every node of a tree is one row of the chunked form (fla's
+`chunk_gated_delta_rule`) with the causal mask replaced by the ancestor mask: u = (I + A)^-1 b with A strictly
+"lower" in the ancestor order, outputs o = g * (Q S_0) + ((Q K^T) * decays * visible) u. A is nilpotent (A^m = 0
+past the tree height). Nodes go in blocks of BLOCK_N in tree order (parents first): a block subtracts its
+ancestors' corrections from earlier blocks (already solved), then inverts its own part of I + A as the product
+(I - A)(I + A^2)(I + A^4)... of log2(BLOCK_N) factors. Nothing of size N x state is written: commit rebuilds the
+accepted node's state from S_0, the path's keys and u (kept from the verify, [N, HV, Dv]).
+
+Where it wins (H200, bench_kernels --kinds gdn, session 18): a chain, where remote.kernels.gdn_tree's programs each
+re-run their node's whole path (N(N+1)/2 steps): a DFlash chain of 16 at Qwen3.6-27B widths took 13 us a layer
+here against that kernel's 51 (session 9), and with this form in one tile (call 1) the 27B DFlash step went
+from 22.2 (session 17) to 20.1 ms. Not for wide trees:
+a program walks the blocks one after another (HV x Dv / BLOCK_V programs in all), so 33 best-first nodes at 27B
+took 48-66 us against the per-node kernel's 45, and the demo hybrid's 127-node verify a third longer.
+
+Contract:
+- `tree_recurrence(q, k, v, g, beta, state, visible, height)` -> (out [N, HV, Dv] in v's dtype, solved), from
+  the inputs of the N tree nodes: q, k [N, HV, Dk] raw (l2-normalised here, q scaled by Dk^-0.5, as fla's
+  `use_qk_l2norm_in_kernel`), v [N, HV, Dv], g (log decay) and beta [N, HV], state [HV, Dk, Dv] float32 (the
+  committed one), visible [N, N] bool (remote.tree.Ancestry.visible: j is i or an ancestor of i), height (the
+  tree's, a host int). `solved` = (u [N, HV, Dv] float32, log decay down each node's path [N, HV] float32).
+- `node_state(k, solved, state, visible, node)` -> [1, HV, Dk, Dv] float32: the state after node `node` ([1] long,
+  on the device: no host read).
+Both run under Triton's interpreter on CPU tensors (TRITON_INTERPRET=1, tests).
+"""
+from __future__ import annotations
+
+import torch
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:          # CPU-only installs: remote.models.gdn keeps the sequence kernels
+    triton = None
+
+
+def available(device: torch.device) -> bool:
+    return triton is not None and device.type == "cuda"
+
+
+if triton is not None:
+    @triton.jit
+    def _unit_rows(ptr, rows, cols, on, row_stride, head_offset):
+        """Rows `rows` of one head's [N, D] slice, l2-normalised in float32 (masked rows and columns read 0)."""
+        x = tl.load(ptr + rows[:, None] * row_stride + head_offset + cols[None, :], mask=on, other=0.0)
+        x = x.to(tl.float32)
+        return x / tl.sqrt(tl.sum(x * x, 1) + 1e-6)[:, None]
+
+    @triton.jit
+    def _visible(visible, rows, cols, N):
+        """[rows, cols] bool: node j is node i or one of its ancestors."""
+        return tl.load(visible + rows[:, None] * N + cols[None, :], mask=(rows < N)[:, None] & (cols < N)[None, :],
+                       other=0) != 0
+
+    @triton.jit
+    def _decays(vis, lg_rows, lg_cols):
+        """g_i / g_j where `vis`, else 0."""
+        return tl.exp(tl.where(vis, lg_rows[:, None] - lg_cols[None, :], float("-inf")))
+
+    @triton.jit
+    def _chunked_gdn_kernel(q, k, v, g, beta, state, visible, out, u_out, lg_out, N, HV, q_t, q_h, k_t, k_h, v_t, v_h,
+                         scale, DK: tl.constexpr, DV: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
+                         BV: tl.constexpr, FACTORS: tl.constexpr, DOT: tl.constexpr):
+        block, head = tl.program_id(0), tl.program_id(1)
+        c = tl.arange(0, BC)
+        dk = tl.arange(0, BK)
+        dv = block * BV + tl.arange(0, BV)
+        in_k, in_v = dk < DK, dv < DV
+        s0 = tl.load(state + head * DK * DV + dk[:, None] * DV + dv[None, :], mask=in_k[:, None] & in_v[None, :],
+                     other=0.0)
+        # Blocks of BC nodes in tree order (parents first): a block's ancestors lie in it and the blocks before,
+        # whose corrections u are solved and stored by then.
+        for b in range(0, tl.cdiv(N, BC)):
+            rows = b * BC + c
+            on = rows < N
+            kb = _unit_rows(k, rows, dk, on[:, None] & in_k[None, :], k_t, head * k_h)
+            qb = _unit_rows(q, rows, dk, on[:, None] & in_k[None, :], q_t, head * q_h) * scale
+            vb = tl.load(v + rows[:, None] * v_t + head * v_h + dv[None, :], mask=on[:, None] & in_v[None, :],
+                         other=0.0).to(tl.float32)
+            bb = tl.load(beta + rows * HV + head, mask=on, other=0.0).to(tl.float32)
+            lgb = tl.zeros([BC], dtype=tl.float32)          # log decay down each node's path, itself included
+            for p in range(0, b + 1):
+                cols = p * BC + c
+                vis = _visible(visible, rows, cols, N)
+                gp = tl.load(g + cols * HV + head, mask=cols < N, other=0.0).to(tl.float32)
+                lgb += tl.sum(tl.where(vis, gp[None, :], 0.0), 1)
+            rhs = bb[:, None] * (vb - tl.exp(lgb)[:, None] * tl.dot(kb, s0, input_precision=DOT))
+            o = tl.exp(lgb)[:, None] * tl.dot(qb, s0, input_precision=DOT)
+            for p in range(0, b):                            # ancestors in earlier blocks (wide trees: few)
+                cols = p * BC + c
+                vis = _visible(visible, rows, cols, N)
+                if tl.max(vis.to(tl.int32)) > 0:
+                    onp = cols < N
+                    kp = _unit_rows(k, cols, dk, onp[:, None] & in_k[None, :], k_t, head * k_h)
+                    up = tl.load(u_out + cols[:, None] * HV * DV + head * DV + dv[None, :],
+                                 mask=onp[:, None] & in_v[None, :], other=0.0)
+                    rel = _decays(vis, lgb, tl.load(lg_out + cols * HV + head, mask=onp, other=0.0))
+                    rhs -= bb[:, None] * tl.dot(tl.dot(kb, tl.trans(kp), input_precision=DOT) * rel, up,
+                                                input_precision=DOT)
+                    o += tl.dot(tl.dot(qb, tl.trans(kp), input_precision=DOT) * rel, up, input_precision=DOT)
+            # ancestors in the block itself: (I + A) u = rhs, A nilpotent, its inverse (I - A)(I + A^2)(I + A^4)...
+            rel = _decays(_visible(visible, rows, rows, N), lgb, lgb)
+            a = tl.dot(kb, tl.trans(kb), input_precision=DOT) * rel * (c[:, None] != c[None, :]) * bb[:, None]
+            u = rhs - tl.dot(a, rhs, input_precision=DOT)
+            for _ in tl.static_range(1, FACTORS):
+                a = tl.dot(a, a, input_precision=DOT)
+                u += tl.dot(a, u, input_precision=DOT)
+            o += tl.dot(tl.dot(qb, tl.trans(kb), input_precision=DOT) * rel, u, input_precision=DOT)
+            dest = rows[:, None] * HV * DV + head * DV + dv[None, :]
+            tl.store(out + dest, o.to(out.dtype.element_ty), mask=on[:, None] & in_v[None, :])
+            tl.store(u_out + dest, u, mask=on[:, None] & in_v[None, :])
+            tl.store(lg_out + rows * HV + head, lgb, mask=on)     # every value block writes the same values
+            tl.debug_barrier()                                       # the next blocks read these rows back
+
+    @triton.jit
+    def _node_state_kernel(k, u, lg, visible, state, node, new, N, HV, k_t, k_h, DK: tl.constexpr,
+                           DV: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+                           DOT: tl.constexpr):
+        block, head = tl.program_id(0), tl.program_id(1)
+        c = tl.arange(0, BC)
+        dk = tl.arange(0, BK)
+        dv = block * BV + tl.arange(0, BV)
+        in_k, in_v = dk < DK, dv < DV
+        i = tl.load(node)
+        lgi = tl.load(lg + i * HV + head)
+        grid = head * DK * DV + dk[:, None] * DV + dv[None, :]
+        in_kv = in_k[:, None] & in_v[None, :]
+        s = tl.exp(lgi) * tl.load(state + grid, mask=in_kv, other=0.0)
+        me = tl.zeros([1], dtype=i.dtype) + i
+        for p in range(0, i // BC + 1):                      # the blocks holding i's path
+            cols = p * BC + c
+            onp = cols < N
+            kp = _unit_rows(k, cols, dk, onp[:, None] & in_k[None, :], k_t, head * k_h)
+            up = tl.load(u + cols[:, None] * HV * DV + head * DV + dv[None, :], mask=onp[:, None] & in_v[None, :],
+                         other=0.0)
+            w = _decays(_visible(visible, me, cols, N), tl.zeros([1], dtype=tl.float32) + lgi,
+                        tl.load(lg + cols * HV + head, mask=onp, other=0.0))              # [1, BC]
+            s += tl.dot(tl.trans(kp * tl.trans(w)), up, input_precision=DOT)
+        tl.store(new + grid, s, mask=in_kv)
+
+
+# Blocking: nodes a block holds (BLOCK_N, the solve's unit), value columns a program holds (each program runs the
+# tree's small products for its columns: more blocks, more parallel programs, more repeated products) and its
+# warps (a chain of 16 at 27B widths: 64 / 4 fastest of those timed). DOT: the float32 products' precision ("ieee":
+# plain float32, also the fastest there; "tf32x3": three TF32 tensor-core passes).
+BLOCK_N = 16
+BLOCK_V = 64
+NUM_WARPS = 4
+DOT = "ieee"
+
+
+def _blocks(dk: int, dv: int) -> dict:
+    """Tile sizes: tl.dot needs 16 or more along every dimension (masked loads pad with zeros)."""
+    return dict(BC=BLOCK_N, BK=max(16, triton.next_power_of_2(dk)),
+                BV=max(16, min(triton.next_power_of_2(dv), BLOCK_V)))
+
+
+def tree_recurrence(q, k, v, g, beta, state, visible, height: int):
+    """See the module docstring. The blocking (BLOCK_V, NUM_WARPS, DOT) is read at every call, so
+    bench/bench_kernels.py can time others."""
+    if not (q.stride(-1) == k.stride(-1) == v.stride(-1) == 1):
+        raise ValueError("tree_recurrence needs q, k, v contiguous in their last dimension")
+    n, (hv, dk), dv = q.shape[0], q.shape[1:], v.shape[-1]
+    out = torch.empty(n, hv, dv, dtype=v.dtype, device=v.device)
+    u = torch.empty(n, hv, dv, dtype=torch.float32, device=v.device)
+    lg = torch.empty(n, hv, dtype=torch.float32, device=v.device)
+    blocks = _blocks(dk, dv)
+    g, beta, state = (x.contiguous() for x in (g, beta, state))
+    factors = max(1, (min(height, BLOCK_N) - 1).bit_length())     # A^(2^factors) = 0 inside a block
+    _chunked_gdn_kernel[(triton.cdiv(dv, blocks["BV"]), hv)](
+        q, k, v, g, beta, state, visible.contiguous().view(torch.uint8), out, u, lg, n, hv,
+        q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), dk ** -0.5,
+        DK=dk, DV=dv, FACTORS=factors, DOT=DOT, num_warps=NUM_WARPS, **blocks)
+    return out, (u, lg)
+
+
+def node_state(k, solved, state, visible, node):
+    """See the module docstring."""
+    u, lg = solved
+    n, hv, dk = k.shape
+    dv = u.shape[-1]
+    new = torch.empty(1, hv, dk, dv, dtype=torch.float32, device=u.device)
+    blocks = _blocks(dk, dv)
+    _node_state_kernel[(triton.cdiv(dv, blocks["BV"]), hv)](
+        k, u, lg, visible.contiguous().view(torch.uint8), state.contiguous(), node, new, n, hv, k.stride(0),
+        k.stride(1), DK=dk, DV=dv, DOT=DOT, num_warps=NUM_WARPS, **blocks)
+    return new
