@@ -80,7 +80,7 @@ print(json.dumps(ran))
 """
 
 
-def _interpreted(script: str, cases, env: dict = ENV) -> list:
+def _run_script(script: str, cases, env: dict = ENV) -> list:
     done = subprocess.run([sys.executable, "-c", script, json.dumps(cases)], env=env, capture_output=True, text=True,
                           timeout=900, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -92,16 +92,16 @@ SHAPES = [[33, [4, 12, 8], "tree"], [17, [2, 16, 24], "chain"], [70, [3, 64, 64]
 
 
 def test_chunked_kernel_matches_the_stepwise_rule_on_every_node():
-    for out_error, state_error in _interpreted(STEPWISE, [SHAPES, "cpu"]):
+    for out_error, state_error in _run_script(STEPWISE, [SHAPES, "cpu"]):
         assert out_error < 1e-5 and state_error < 1e-5
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="compiled Triton needs CUDA")
 def test_chunked_kernel_matches_the_stepwise_rule_on_cuda():
-    """Compiled: float32-close, wider and larger trees too (H200, session 18: passed)."""
+    """Compiled: float32-close, wider and larger trees too."""
     env = {key: value for key, value in ENV.items() if key != "TRITON_INTERPRET"}
     cases = SHAPES + [[256, [4, 64, 64], "tree"], [128, [48, 128, 128], "tree"], [33, [48, 128, 128], "chain"]]
-    for out_error, state_error in _interpreted(STEPWISE, [cases, "cuda"], env):
+    for out_error, state_error in _run_script(STEPWISE, [cases, "cuda"], env):
         assert out_error < 1e-4 and state_error < 1e-4
 
 
@@ -109,7 +109,7 @@ def test_chunked_kernel_runs_the_chains_of_the_oracle_tests():
     # the oracle tests of tests/test_hybrid_target.py on a model narrow enough for the interpreter: their chains
     # (DFlash blocks, partly and wholly accepted) go through the chunked kernels, their trees the sequence path
     cases = ["test_every_tree_node_matches_its_ancestor_path", "test_commit_installs_the_state_of_a_plain_forward"]
-    (_, tree_chains, _), (_, commit_chains, commit_states) = _interpreted(CHECK, cases)
+    (_, tree_chains, _), (_, commit_chains, commit_states) = _run_script(CHECK, cases)
     assert tree_chains > 0 and commit_chains > 0 and commit_states > 0
 
 

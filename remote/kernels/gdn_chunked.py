@@ -37,12 +37,8 @@ import torch
 try:
     import triton
     import triton.language as tl
-except ImportError:          # CPU-only installs: remote.models.gdn keeps the sequence kernels
+except ImportError:          # CPU-only installs: remote.models.gdn runs the sequence kernels
     triton = None
-
-
-def available(device: torch.device) -> bool:
-    return triton is not None and device.type == "cuda"
 
 
 if triton is not None:
@@ -163,7 +159,7 @@ def _blocks(dk: int, dv: int) -> dict:
 
 
 def tree_recurrence(q, k, v, g, beta, state, visible, height: int):
-    """See the module docstring. The blocking (BLOCK_V, NUM_WARPS, DOT) is read at every call, so
+    """See the module docstring. The blocking (BLOCK_N, BLOCK_V, NUM_WARPS, DOT) is read at every call, so
     bench/bench_kernels.py can time others."""
     if not (q.stride(-1) == k.stride(-1) == v.stride(-1) == 1):
         raise ValueError("tree_recurrence needs q, k, v contiguous in their last dimension")

@@ -5,11 +5,11 @@ committed state so that every node sees exactly its ancestors: its causal-conv w
 conv inputs (falling back to the committed conv state above the tree), and its recurrent state starts from its
 parent's state (the committed state for a node whose parent is the prefix). The whole tree is one recurrent-kernel
 call per layer and no host value is read (a verify can be captured in a CUDA graph): where Triton runs,
-`remote.kernels.gdn_tree` walks every node's ancestors in one launch and can keep each node's state, and a chain (all
-depth: per-node paths would run N(N+1)/2 steps) is solved in the chunked form by `remote.kernels.gdn_chunked`;
+`remote.kernels.gdn_tree` walks every node's ancestors in one launch and can keep each node's state, and a chain
+(all depth: per-node paths would run N(N+1)/2 steps) is solved in the chunked form by `remote.kernels.gdn_chunked`;
 elsewhere every node runs its own root-to-node path through the sequence kernel (batch N, length = tree height) and
-a chain runs as one sequence of N. The sequential steps equal the tree depth, not its size. Both return `NodeStates`, from
-which commit gets the state after the accepted path (`NodeStates.after`).
+a chain runs as one sequence of N. The sequential steps equal the tree depth, not its size. Both return
+`NodeStates`, from which commit gets the state after the accepted path (`NodeStates.after`).
 `gdn_step` runs one token and updates the states in place (static addresses: a CUDA graph can replay it).
 
 All weights are the model's own: projections, conv1d, A_log, dt_bias, the gated norm and out_proj of the layer's
