@@ -15,10 +15,10 @@ accepted node's state from S_0, the path's keys and u (kept from the verify, [N,
 
 Where it wins (H200, bench_kernels --kinds gdn, session 18): a chain, where remote.kernels.gdn_tree's programs each
 re-run their node's whole path (N(N+1)/2 steps): a DFlash chain of 16 at Qwen3.6-27B widths took 13 us a layer
-here against that kernel's 51 (session 9), and with this form in one tile (call 1) the 27B DFlash step went
-from 22.2 (session 17) to 20.1 ms. Not for wide trees:
-a program walks the blocks one after another (HV x Dv / BLOCK_V programs in all), so 33 best-first nodes at 27B
-took 48-66 us against the per-node kernel's 45, and the demo hybrid's 127-node verify a third longer.
+here against that kernel's 51 (session 9), and with this form in one tile (call 1) the 27B DFlash step went from
+22.2 (session 17) to 20.1 ms. Not for wide trees: a program walks the blocks one after another (HV x Dv / BLOCK_V
+programs in all), so 33 best-first nodes at 27B took 48-66 us against the per-node kernel's 45, and the demo
+hybrid's 127-node verify a third longer.
 
 Contract:
 - `tree_recurrence(q, k, v, g, beta, state, visible, height)` -> (out [N, HV, Dv] in v's dtype, solved), from
@@ -61,9 +61,9 @@ if triton is not None:
         return tl.exp(tl.where(vis, lg_rows[:, None] - lg_cols[None, :], float("-inf")))
 
     @triton.jit
-    def _chunked_gdn_kernel(q, k, v, g, beta, state, visible, out, u_out, lg_out, N, HV, q_t, q_h, k_t, k_h, v_t, v_h,
-                         scale, DK: tl.constexpr, DV: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
-                         BV: tl.constexpr, FACTORS: tl.constexpr, DOT: tl.constexpr):
+    def _chunked_gdn_kernel(q, k, v, g, beta, state, visible, out, u_out, lg_out, N, HV, q_t, q_h, k_t, k_h, v_t,
+                            v_h, scale, DK: tl.constexpr, DV: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
+                            BV: tl.constexpr, FACTORS: tl.constexpr, DOT: tl.constexpr):
         block, head = tl.program_id(0), tl.program_id(1)
         c = tl.arange(0, BC)
         dk = tl.arange(0, BK)
