@@ -199,10 +199,10 @@ def gdn_fns(preset: str, nodes: int) -> dict:
     chunked = lambda: gdn_chunked.tree_recurrence(q, k, v, g, beta, state, visible, tree.height)  # noqa: E731
     commit = lambda: gdn_chunked.node_state(k, solved, state, visible, deepest)                    # noqa: E731
     fns = {f"node-v{bv}-w{w}": variant(gdn_tree, per_node, BLOCK_V=bv, NUM_WARPS=w) for bv, w in ((16, 1), (32, 1))}
-    shapes = [("parallel", 64, 4, "ieee"), ("parallel", 32, 4, "ieee"), ("parallel", 64, 8, "ieee"),
-              ("parallel", 32, 2, "ieee"), ("parallel", 64, 4, "tf32x3"), ("serial", 64, 4, "ieee")]
-    fns.update({f"chunk-{form}-v{bv}-w{w}-{dot}": variant(gdn_chunked, chunked, FORM=form, BLOCK_V=bv, NUM_WARPS=w,
-                                                           DOT=dot) for form, bv, w, dot in shapes if bv <= dv})
+    shapes = [(16, 32, 4, "ieee"), (16, 64, 4, "ieee"), (16, 64, 8, "ieee"), (16, 32, 4, "tf32x3"),
+              (16, 64, 4, "tf32x3")]
+    fns.update({f"chunk-n{bn}-v{bv}-w{w}-{dot}": variant(gdn_chunked, chunked, BLOCK_N=bn, BLOCK_V=bv, NUM_WARPS=w,
+                                                          DOT=dot) for bn, bv, w, dot in shapes if bv <= dv})
     fns["state"] = commit
     try:
         from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule as fla_step

@@ -59,7 +59,7 @@ step attn_8b 60 python3 bench/bench_kernels.py --preset qwen3-8b --kinds attenti
   --out "$OUT/attn_8b.json"
 step tree 120 python3 bench/bench_kernels.py --kinds tree,gdn --budgets 31,63,127 --out "$OUT/tree.json"
 # one GDN layer's tree recurrence and commit state build at Qwen3.6-27B and demo widths, against fla's one-token step
-step gdn 200 sh -c "python3 bench/bench_kernels.py --kinds gdn --gdn-preset qwen3.6-27b --budgets 32,64,127 \
+step gdn 200 sh -c "python3 bench/bench_kernels.py --kinds gdn --gdn-preset qwen3.6-27b --budgets 32,127 \
   --out $OUT/gdn_27b.json && python3 bench/bench_kernels.py --kinds gdn --budgets 63,255 --out $OUT/gdn_demo.json"
 methods q3_graph 90 $Q3 --temperatures 0 --num-prompts 6 --budgets 32,64,128 --stock-generate --ar-again
 methods q3_graph24 90 $Q3 --temperatures 0 --num-prompts 24 --budgets 31,63 --ar-again

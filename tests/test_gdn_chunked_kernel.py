@@ -118,19 +118,10 @@ def test_chunked_kernels_compile_for_hopper():
     from remote.kernels import gdn_chunked
     from tests.test_tree_kernel import hopper_ptx
 
-    ints = lambda *names: {name: "i32" for name in names}                   # noqa: E731
-    common = {"k": "*bf16", "visible": "*u8", "N": "i32", "HV": "i32", "k_t": "i32", "k_h": "i32"}
-    squares = {"a_out": "*fp32", "t_out": "*fp32", "p_out": "*fp32", "pt_out": "*fp32"}
-    pairs = {"q": "*bf16", "k": "*bf16", "g": "*fp32", "beta": "*bf16", "visible": "*u8", **squares,
-             "lg_out": "*fp32", **ints("N", "HV", "NP", "q_t", "q_h", "k_t", "k_h"), "scale": "fp32"}
-    inverse = {"visible": "*u8", "a_in": "*fp32", "t_out": "*fp32", "p_in": "*fp32", "pt_out": "*fp32",
-               **ints("N", "NP")}
-    apply = {"q": "*bf16", "k": "*bf16", "v": "*bf16", "beta": "*bf16", "state": "*fp32", "visible": "*u8",
-             "t_in": "*fp32", "pt_in": "*fp32", "lg": "*fp32", "out": "*bf16", "u_out": "*fp32",
-             **ints("N", "HV", "NP", "q_t", "q_h", "k_t", "k_h", "v_t", "v_h"), "scale": "fp32"}
-    state = {**common, "u": "*fp32", "lg": "*fp32", "state": "*fp32", "node": "*i64", "new": "*fp32"}
-    sizes = {"DK": 128, "BC": 16, "BK": 128, "DOT": "ieee"}
-    assert ".entry" in hopper_ptx(gdn_chunked._pairs_kernel, pairs, {**sizes, "FACTORS": 4})
-    assert ".entry" in hopper_ptx(gdn_chunked._inverse_kernel, inverse, {"BC": 16, "DOT": "ieee"})
-    assert ".entry" in hopper_ptx(gdn_chunked._apply_kernel, apply, {**sizes, "DV": 128, "BV": 64})
-    assert ".entry" in hopper_ptx(gdn_chunked._node_state_kernel, state, {**sizes, "DV": 128, "BV": 64})
+    common = {"k": "*bf16", "visible": "*u8", "state": "*fp32", "N": "i32", "HV": "i32", "k_t": "i32", "k_h": "i32"}
+    tree = {**common, "q": "*bf16", "v": "*bf16", "g": "*fp32", "beta": "*bf16", "out": "*bf16", "u_out": "*fp32",
+            "lg_out": "*fp32", **{name: "i32" for name in ("q_t", "q_h", "v_t", "v_h")}, "scale": "fp32"}
+    state = {**common, "u": "*fp32", "lg": "*fp32", "node": "*i64", "new": "*fp32"}
+    sizes = {"DK": 128, "DV": 128, "BC": 16, "BK": 128, "BV": 64, "DOT": "ieee"}
+    assert ".entry" in hopper_ptx(gdn_chunked._chunked_gdn_kernel, tree, {**sizes, "FACTORS": 4})
+    assert ".entry" in hopper_ptx(gdn_chunked._node_state_kernel, state, sizes)

@@ -61,139 +61,6 @@ if triton is not None:
         return tl.exp(tl.where(vis, lg_rows[:, None] - lg_cols[None, :], float("-inf")))
 
     @triton.jit
-    def _any(vis):
-        return tl.max(vis.to(tl.int32)) > 0
-
-    @triton.jit
-    def _path_log_decay(visible, g, rows, last, N, HV, head, BC: tl.constexpr):
-        """[BC] float32: the log decay summed down the paths of `rows` (in block `last`, whose ancestors all lie in
-        blocks 0..last: tree order)."""
-        c = tl.arange(0, BC)
-        lg = tl.zeros([BC], dtype=tl.float32)
-        for p in range(0, last + 1):
-            cols = p * BC + c
-            gp = tl.load(g + cols * HV + head, mask=cols < N, other=0.0).to(tl.float32)
-            lg += tl.sum(tl.where(_visible(visible, rows, cols, N), gp[None, :], 0.0), 1)
-        return lg
-
-    @triton.jit
-    def _tile(ptr, rows, cols, NP):
-        return tl.load(ptr + rows[:, None] * NP + cols[None, :])
-
-    @triton.jit
-    def _pairs_kernel(q, k, g, beta, visible, a_out, t_out, p_out, pt_out, lg_out, N, HV, NP, q_t, q_h, k_t, k_h,
-                      scale, DK: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, FACTORS: tl.constexpr,
-                      DOT: tl.constexpr):
-        """Row block i of one head's N x N products: A (keys against ancestors' keys, decayed, times beta), P
-        (queries against ancestors-or-self's keys, decayed), the block's own T_ii = (I + A_ii)^-1 and PT_ii =
-        P_ii T_ii, and the rows' path log decays."""
-        i, head = tl.program_id(0), tl.program_id(1)
-        c = tl.arange(0, BC)
-        dk = tl.arange(0, BK)
-        in_k = dk < DK
-        rows = i * BC + c
-        on = rows < N
-        kb = _unit_rows(k, rows, dk, on[:, None] & in_k[None, :], k_t, head * k_h)
-        qb = _unit_rows(q, rows, dk, on[:, None] & in_k[None, :], q_t, head * q_h) * scale
-        bb = tl.load(beta + rows * HV + head, mask=on, other=0.0).to(tl.float32)
-        lgi = _path_log_decay(visible, g, rows, i, N, HV, head, BC)
-        tl.store(lg_out + rows * HV + head, lgi, mask=on)
-        square = head * NP * NP + rows[:, None] * NP
-        for p in range(0, i):                    # ancestors in earlier blocks; empty tiles are never read
-            cols = p * BC + c
-            vis = _visible(visible, rows, cols, N)
-            if _any(vis):
-                onp = cols < N
-                kp = _unit_rows(k, cols, dk, onp[:, None] & in_k[None, :], k_t, head * k_h)
-                rel = _decays(vis, lgi, _path_log_decay(visible, g, cols, p, N, HV, head, BC))
-                tl.store(a_out + square + cols[None, :],
-                         tl.dot(kb, tl.trans(kp), input_precision=DOT) * rel * bb[:, None])
-                tl.store(p_out + square + cols[None, :], tl.dot(qb, tl.trans(kp), input_precision=DOT) * rel)
-        rel = _decays(_visible(visible, rows, rows, N), lgi, lgi)
-        a = tl.dot(kb, tl.trans(kb), input_precision=DOT) * rel * (c[:, None] != c[None, :]) * bb[:, None]
-        # A_ii is nilpotent: (I + A)^-1 = (I - A)(I + A^2)(I + A^4)...
-        t = (c[:, None] == c[None, :]).to(tl.float32) - a
-        for _ in tl.static_range(1, FACTORS):
-            a = tl.dot(a, a, input_precision=DOT)
-            t += tl.dot(a, t, input_precision=DOT)
-        pii = tl.dot(qb, tl.trans(kb), input_precision=DOT) * rel
-        tl.store(t_out + square + rows[None, :], t)
-        tl.store(p_out + square + rows[None, :], pii)
-        tl.store(pt_out + square + rows[None, :], tl.dot(pii, t, input_precision=DOT))
-
-    @triton.jit
-    def _inverse_kernel(visible, a_in, t_out, p_in, pt_out, N, NP, BC: tl.constexpr, DOT: tl.constexpr):
-        """Column block j of one head's T = (I + A)^-1 below the diagonal, by block substitution down the column
-        (T_ij = -T_ii sum_p A_ip T_pj), and of PT = P T (PT_ij = sum_r P_ir T_rj): a column depends on nothing
-        but itself, so the columns run in parallel."""
-        j, head = tl.program_id(0), tl.program_id(1)
-        c = tl.arange(0, BC)
-        colsj = j * BC + c
-        square = head * NP * NP
-        for i in range(j + 1, tl.cdiv(N, BC)):
-            rows = i * BC + c
-            if _any(_visible(visible, rows, colsj, N)):
-                s = tl.zeros([BC, BC], dtype=tl.float32)
-                for p in range(j, i):
-                    cols = p * BC + c
-                    if _any(_visible(visible, rows, cols, N)) & _any(_visible(visible, cols, colsj, N)):
-                        s += tl.dot(_tile(a_in + square, rows, cols, NP), _tile(t_out + square, cols, colsj, NP),
-                                    input_precision=DOT)
-                tij = -tl.dot(_tile(t_out + square, rows, rows, NP), s, input_precision=DOT)
-                tl.store(t_out + square + rows[:, None] * NP + colsj[None, :], tij)
-                pt = tl.dot(_tile(p_in + square, rows, rows, NP), tij, input_precision=DOT)
-                for r in range(j, i):
-                    cols = r * BC + c
-                    if _any(_visible(visible, rows, cols, N)) & _any(_visible(visible, cols, colsj, N)):
-                        pt += tl.dot(_tile(p_in + square, rows, cols, NP), _tile(t_out + square, cols, colsj, NP),
-                                     input_precision=DOT)
-                tl.store(pt_out + square + rows[:, None] * NP + colsj[None, :], pt)
-            tl.debug_barrier()                   # the next row blocks read this one's T back
-
-    @triton.jit
-    def _apply_kernel(q, k, v, beta, state, visible, t_in, pt_in, lg, out, u_out, N, HV, NP, q_t, q_h, k_t, k_h,
-                      v_t, v_h, scale, DK: tl.constexpr, DV: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
-                      BV: tl.constexpr, DOT: tl.constexpr):
-        """Row block i, value block of one head: u = T (beta v) - (T W) S_0 and o = (g Q - PT W) S_0 + PT (beta v),
-        W = beta g K (g: the path decay)."""
-        i, block, head = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-        c = tl.arange(0, BC)
-        dk = tl.arange(0, BK)
-        dv = block * BV + tl.arange(0, BV)
-        in_k, in_v = dk < DK, dv < DV
-        rows = i * BC + c
-        on = rows < N
-        square = head * NP * NP
-        ku = tl.zeros([BC, BK], dtype=tl.float32)
-        ko = tl.zeros([BC, BK], dtype=tl.float32)
-        vu = tl.zeros([BC, BV], dtype=tl.float32)
-        vo = tl.zeros([BC, BV], dtype=tl.float32)
-        for p in range(0, i + 1):
-            cols = p * BC + c
-            if _any(_visible(visible, rows, cols, N)):
-                onp = cols < N
-                bp = tl.load(beta + cols * HV + head, mask=onp, other=0.0).to(tl.float32)
-                wp = _unit_rows(k, cols, dk, onp[:, None] & in_k[None, :], k_t, head * k_h) \
-                    * (bp * tl.exp(tl.load(lg + cols * HV + head, mask=onp, other=0.0)))[:, None]
-                vp = tl.load(v + cols[:, None] * v_t + head * v_h + dv[None, :], mask=onp[:, None] & in_v[None, :],
-                             other=0.0).to(tl.float32) * bp[:, None]
-                t = _tile(t_in + square, rows, cols, NP)
-                pt = _tile(pt_in + square, rows, cols, NP)
-                ku += tl.dot(t, wp, input_precision=DOT)
-                vu += tl.dot(t, vp, input_precision=DOT)
-                ko += tl.dot(pt, wp, input_precision=DOT)
-                vo += tl.dot(pt, vp, input_precision=DOT)
-        s0 = tl.load(state + head * DK * DV + dk[:, None] * DV + dv[None, :], mask=in_k[:, None] & in_v[None, :],
-                     other=0.0)
-        qb = _unit_rows(q, rows, dk, on[:, None] & in_k[None, :], q_t, head * q_h) * scale
-        lgi = tl.load(lg + rows * HV + head, mask=on, other=0.0)
-        u = vu - tl.dot(ku, s0, input_precision=DOT)
-        o = vo + tl.dot(tl.exp(lgi)[:, None] * qb - ko, s0, input_precision=DOT)
-        dest = rows[:, None] * HV * DV + head * DV + dv[None, :]
-        tl.store(out + dest, o.to(out.dtype.element_ty), mask=on[:, None] & in_v[None, :])
-        tl.store(u_out + dest, u, mask=on[:, None] & in_v[None, :])
-
-    @triton.jit
     def _chunked_gdn_kernel(q, k, v, g, beta, state, visible, out, u_out, lg_out, N, HV, q_t, q_h, k_t, k_h, v_t,
                             v_h, scale, DK: tl.constexpr, DV: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
                             BV: tl.constexpr, FACTORS: tl.constexpr, DOT: tl.constexpr):
@@ -283,7 +150,6 @@ BLOCK_N = 16
 BLOCK_V = 64
 NUM_WARPS = 4
 DOT = "ieee"
-FORM = "parallel"
 
 
 def _blocks(dk: int, dv: int) -> dict:
@@ -302,24 +168,12 @@ def tree_recurrence(q, k, v, g, beta, state, visible, height: int):
     u = torch.empty(n, hv, dv, dtype=torch.float32, device=v.device)
     lg = torch.empty(n, hv, dtype=torch.float32, device=v.device)
     blocks = _blocks(dk, dv)
-    g, beta, state, visible = (x.contiguous() for x in (g, beta, state, visible.view(torch.uint8)))
+    g, beta, state = (x.contiguous() for x in (g, beta, state))
     factors = max(1, (min(height, BLOCK_N) - 1).bit_length())     # A^(2^factors) = 0 inside a block
-    strides = (q.stride(0), q.stride(1), k.stride(0), k.stride(1))
-    if FORM == "serial":
-        _chunked_gdn_kernel[(triton.cdiv(dv, blocks["BV"]), hv)](
-            q, k, v, g, beta, state, visible, out, u, lg, n, hv, *strides, v.stride(0), v.stride(1), dk ** -0.5,
-            DK=dk, DV=dv, FACTORS=factors, DOT=DOT, num_warps=NUM_WARPS, **blocks)
-        return out, (u, lg)
-    nb = triton.cdiv(n, BLOCK_N)
-    side = nb * BLOCK_N
-    a, t, p, pt = torch.empty(4, hv, side, side, dtype=torch.float32, device=v.device)
-    _pairs_kernel[(nb, hv)](q, k, g, beta, visible, a, t, p, pt, lg, n, hv, side, *strides, dk ** -0.5, DK=dk,
-                            BC=BLOCK_N, BK=blocks["BK"], FACTORS=factors, DOT=DOT, num_warps=NUM_WARPS)
-    if nb > 1:
-        _inverse_kernel[(nb - 1, hv)](visible, a, t, p, pt, n, side, BC=BLOCK_N, DOT=DOT, num_warps=NUM_WARPS)
-    _apply_kernel[(nb, triton.cdiv(dv, blocks["BV"]), hv)](
-        q, k, v, beta, state, visible, t, pt, lg, out, u, n, hv, side, *strides, v.stride(0), v.stride(1),
-        dk ** -0.5, DK=dk, DV=dv, DOT=DOT, num_warps=NUM_WARPS, **blocks)
+    _chunked_gdn_kernel[(triton.cdiv(dv, blocks["BV"]), hv)](
+        q, k, v, g, beta, state, visible.contiguous().view(torch.uint8), out, u, lg, n, hv,
+        q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), dk ** -0.5,
+        DK=dk, DV=dv, FACTORS=factors, DOT=DOT, num_warps=NUM_WARPS, **blocks)
     return out, (u, lg)
 
 

@@ -195,7 +195,7 @@ def gdn_tree(gdn: torch.nn.Module, h: torch.Tensor, layout: TreeLayout, conv_sta
     conv_out = _conv_window(gdn, windows, mixed.dtype)                                       # [N, C]
     q, k, v, g, beta = _qkv_gates(gdn, conv_out[None], b, a)                                  # [1, N, ...]
     states = NodeStates(windows, (q, k, v, g, beta), recurrent, layout, kernels)
-    if kernels.chain is not None:      # one launch, every node's correction kept for commit
+    if kernels.chain is not None and layout.chain:      # one launch, every node's correction kept for commit
         core, states.solved = kernels.chain(q[0], k[0], v[0], g[0], beta[0], recurrent[0], layout.visible, n)
         return _output(gdn, core[None], z), states
     if kernels.tree is not None:    # one launch: every node from its parent's state, node states kept if small
