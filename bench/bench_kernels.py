@@ -26,10 +26,12 @@ What is timed (microseconds per call: --calls calls captured in one graph, media
   the gated norm, the GDN gates, the zero-centred norm and a residual add with it) at --proj-preset's widths for
   --queries rows, plain against torch.compile'd.
 - `gdn/<variant>`: one GDN layer's tree recurrence for a DFlash chain of 16 and best-first trees of --budgets + 1
-  nodes with a 15-deep spine, at the value-head shapes of --gdn-preset: `node-v<BV>-w<W>` the per-node kernel
-  (remote.kernels.gdn_tree, BV value columns a program, W warps), `chunk-n<BN>-v<BV>-w<W>-<dot>` the chunked one
-  (remote.kernels.gdn_chunked, blocks of BN nodes, float32 products at `dot` precision), `state` the chunked
-  commit's state build after the deepest node, `fla-step-1` fla's one-token step (AR's), where installed.
+  nodes from two drafts (`spine`: a confident drafter's, one token a depth far ahead, a 15-deep spine and its
+  siblings; `spread`: an unsure one's, shallow and bushy, as random weights draw), at the value-head shapes of
+  --gdn-preset: `node-v<BV>-w<W>` the per-node kernel (remote.kernels.gdn_tree, BV value columns a program, W
+  warps), `chunk-n<BN>-v<BV>-w<W>-<dot>` the chunked one (remote.kernels.gdn_chunked, blocks of BN nodes, float32
+  products at `dot` precision), `state` the chunked commit's state build after the deepest node, `fla-step-1` fla's
+  one-token step (AR's), where installed.
 The last stdout line is compact JSON; --out writes the rows.
 """
 from __future__ import annotations
@@ -59,6 +61,7 @@ SHAPES = {   # (query heads, K/V heads, head dim, hidden size)
 GDN_SHAPES = {   # (value heads, key head dim, value head dim) of the GDN layers
     "demo-qwen3_5": (4, 64, 64),
     "qwen3.6-27b": (48, 128, 128),
+    "hv16-d128": (16, 128, 128),        # between them: a 1 MiB recurrent state (remote.kernels.gdn_paths)
 }
 BACKENDS = {"default": None, "cudnn": SDPBackend.CUDNN_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
             "math": SDPBackend.MATH}
@@ -157,12 +160,11 @@ def tree_fns(vocab: int, budget: int, draft: str) -> dict:
             "kernel": lambda: kernel_tree(logits, budget, k, plan), **search}
 
 
-def gdn_fns(preset: str, nodes: int) -> dict:
-    """One GDN layer's tree recurrence for a chain (nodes 16) or a best-first tree of `nodes - 1` draft nodes from a
-    confident drafter (one token a depth far ahead: a 15-deep spine, the other nodes its siblings): the per-node
-    kernel (remote.kernels.gdn_tree, node states kept) and the chunked one (remote.kernels.gdn_chunked) at several
-    blockings, the chunked commit's state build after the deepest node, and fla's one-token step (AR's) where
-    installed."""
+def gdn_fns(preset: str, nodes: int, draft: str = "spine") -> dict:
+    """One GDN layer's tree recurrence for a chain (nodes 16) or a best-first tree of `nodes - 1` draft nodes from
+    `draft` (module docstring): the per-node kernel (remote.kernels.gdn_tree, node states kept) and the chunked one
+    (remote.kernels.gdn_chunked) at several blockings, the chunked commit's state build after the deepest node, and
+    fla's one-token step (AR's) where installed."""
     from remote.kernels import gdn_chunked, gdn_tree
     from remote.decoding.tree_build import best_first_tree
     from remote.tree import Ancestry
@@ -172,7 +174,8 @@ def gdn_fns(preset: str, nodes: int) -> dict:
         tree = Ancestry.chain_of(16, torch.device("cuda"))
     else:
         logits = torch.randn(15, 4096, device="cuda")
-        logits[:, 0] += 12
+        if draft == "spine":
+            logits[:, 0] += 12
         tree = best_first_tree(logits, nodes - 1).ancestry()
     n, visible = tree.size, tree.visible
     q, k = (torch.randn(n, heads, dk, device="cuda", dtype=torch.bfloat16) for _ in range(2))
@@ -199,8 +202,7 @@ def gdn_fns(preset: str, nodes: int) -> dict:
     chunked = lambda: gdn_chunked.tree_recurrence(q, k, v, g, beta, state, visible, tree.height)  # noqa: E731
     commit = lambda: gdn_chunked.node_state(k, solved, state, visible, deepest)                    # noqa: E731
     fns = {f"node-v{bv}-w{w}": variant(gdn_tree, per_node, BLOCK_V=bv, NUM_WARPS=w) for bv, w in ((16, 1), (32, 1))}
-    shapes = [(16, 32, 4, "ieee"), (16, 64, 4, "ieee"), (16, 64, 8, "ieee"), (16, 32, 4, "tf32x3"),
-              (16, 64, 4, "tf32x3")]
+    shapes = [(16, 32, 4, "ieee"), (16, 64, 4, "ieee")]     # session 18 timed TF32x3 and 8 warps: no faster
     fns.update({f"chunk-n{bn}-v{bv}-w{w}-{dot}": variant(gdn_chunked, chunked, BLOCK_N=bn, BLOCK_V=bv, NUM_WARPS=w,
                                                           DOT=dot) for bn, bv, w, dot in shapes if bv <= dv})
     fns["state"] = commit
@@ -325,9 +327,11 @@ def main(argv: list[str]) -> int:
         for q in map(int, args.queries.split(",")) if "glue" in kinds else ():
             for name, fn in glue_fns(args.proj_preset, q).items():
                 record("glue", name, graph_us(fn, args.calls, args.repeats), q=q, preset=args.proj_preset)
-        for nodes in [16, *(b + 1 for b in map(int, args.budgets.split(",")))] if "gdn" in kinds else ():
-            for name, fn in gdn_fns(args.gdn_preset, nodes).items():
-                record("gdn", name, graph_us(fn, args.calls, args.repeats), nodes=nodes, preset=args.gdn_preset)
+        trees = [(16, "chain"), *((b + 1, d) for b in map(int, args.budgets.split(",")) for d in ("spine", "spread"))]
+        for nodes, draft in trees if "gdn" in kinds else ():
+            for name, fn in gdn_fns(args.gdn_preset, nodes, draft).items():
+                record("gdn", name, graph_us(fn, args.calls, args.repeats), nodes=nodes, draft=draft,
+                       preset=args.gdn_preset)
     meta = {"preset": args.preset, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
     if args.out:
         Path(args.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))

@@ -58,9 +58,11 @@ step proj 180 sh -c "python3 bench/bench_kernels.py --kinds proj,glue --queries 
 step attn_8b 60 python3 bench/bench_kernels.py --preset qwen3-8b --kinds attention --caps 1024 --queries 1,33,65 \
   --out "$OUT/attn_8b.json"
 step tree 120 python3 bench/bench_kernels.py --kinds tree,gdn --budgets 31,63,127 --out "$OUT/tree.json"
-# one GDN layer's tree recurrence and commit state build at Qwen3.6-27B and demo widths, against fla's one-token step
-step gdn 200 sh -c "python3 bench/bench_kernels.py --kinds gdn --gdn-preset qwen3.6-27b --budgets 32,127 \
-  --out $OUT/gdn_27b.json && python3 bench/bench_kernels.py --kinds gdn --budgets 63,255 --out $OUT/gdn_demo.json"
+# one GDN layer's tree recurrence and commit state build at Qwen3.6-27B, 1 MiB-state and demo widths, against
+# fla's one-token step
+step gdn 200 sh -c "python3 bench/bench_kernels.py --kinds gdn --gdn-preset qwen3.6-27b --budgets 32,64 \
+  --out $OUT/gdn_27b.json && python3 bench/bench_kernels.py --kinds gdn --gdn-preset hv16-d128 --budgets 32,64 \
+  --out $OUT/gdn_hv16.json && python3 bench/bench_kernels.py --kinds gdn --budgets 63 --out $OUT/gdn_demo.json"
 methods q3_graph 90 $Q3 --temperatures 0 --num-prompts 6 --budgets 32,64,128 --stock-generate --ar-again
 methods q3_graph24 90 $Q3 --temperatures 0 --num-prompts 24 --budgets 31,63 --ar-again
 methods q3_compile 150 $Q3 --temperatures 0 --num-prompts 6 --budgets 128,64 --compile --ar-again
@@ -85,6 +87,7 @@ methods q35_temp 240 --model $M/demo-qwen3_5 --drafter $M/demo-qwen3_5-dflash \
 # bandwidth, both measured in the run); Qwen3.6-27B with flash-linear-attention (from WHEELS) and without it; then
 # the kernel-level profile by op class of one AR step and verifies of 33 and 65 rows at both widths
 RANDOM_DRAFTER='{"num_hidden_layers":5,"block_size":16}'
+SHARP_DRAFTER='{"num_hidden_layers":5,"block_size":16,"dflash_config":{"output_multiplier":30}}'
 methods q8b 120 --random "$Q8" --dataset builtin --num-prompts 2 --max-new-tokens 48 --budgets 32,64 --temperatures 0 \
   --random-drafter "$RANDOM_DRAFTER" --stock-generate --ar-again --floor
 methods q8b_compile 240 --random "$Q8" --dataset builtin --num-prompts 2 --max-new-tokens 48 --budgets 64 \
@@ -93,6 +96,10 @@ methods q27b_ar 150 --random "$(preset qwen3.6-27b)" --dataset builtin --num-pro
   --methods ar --temperatures 0 --floor --stock-generate
 methods q27b 240 --random "$(preset qwen3.6-27b)" --dataset builtin --num-prompts 2 --max-new-tokens 48 \
   --budgets 32,64 --temperatures 0 --random-drafter "$RANDOM_DRAFTER" --floor
+# the same with a confident drafter (its logits x30, dflash_config.output_multiplier): deep trees, as trained
+# drafters draw, where random weights draw shallow bushy ones (the GDN tree kernels' costs depend on the shape)
+methods q27b_deep 240 --random "$(preset qwen3.6-27b)" --dataset builtin --num-prompts 2 --max-new-tokens 48 \
+  --budgets 32,64 --temperatures 0 --random-drafter "$SHARP_DRAFTER" --floor
 # the kernels of each phase of a replayed AR step and DDTree 32 step at those widths (what holds the verify back)
 methods q27b_kernels 240 --random "$(preset qwen3.6-27b)" --dataset builtin --num-prompts 1 --max-new-tokens 32 \
   --budgets 32 --methods ddtree --temperatures 0 --random-drafter "$RANDOM_DRAFTER" --floor --phase-kernels

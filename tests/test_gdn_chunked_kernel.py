@@ -68,14 +68,14 @@ def counted(name, fn):
     return lambda *args: calls.append(name) or fn(*args)
 
 select = hybrid_target.select_gdn_kernels     # on the CPU it picks no tree kernel: hand it the interpreted ones
-hybrid_target.select_gdn_kernels = lambda *a, **kw: dataclasses.replace(
-    select(*a, **kw), chain=counted("chain", gdn_chunked.tree_recurrence),
-    chain_state=counted("state", gdn_chunked.node_state))
 ran = []
-for test in json.loads(sys.argv[1]):
+for test, trees in json.loads(sys.argv[1]):
+    hybrid_target.select_gdn_kernels = lambda *a, **kw: dataclasses.replace(
+        select(*a, **kw), chunked=counted("chunked", gdn_chunked.tree_recurrence),
+        chunked_state=counted("state", gdn_chunked.node_state), chunked_trees=trees)
     del calls[:]
     getattr(oracle, test)("qwen3_5-narrow")
-    ran.append([test, calls.count("chain"), calls.count("state")])
+    ran.append([test, calls.count("chunked"), calls.count("state")])
 print(json.dumps(ran))
 """
 
@@ -105,12 +105,15 @@ def test_chunked_kernel_matches_the_stepwise_rule_on_cuda():
         assert out_error < 1e-4 and state_error < 1e-4
 
 
-def test_chunked_kernel_runs_the_chains_of_the_oracle_tests():
+def test_chunked_kernel_runs_the_chains_and_trees_of_the_oracle_tests():
     # the oracle tests of tests/test_hybrid_target.py on a model narrow enough for the interpreter: their chains
-    # (DFlash blocks, partly and wholly accepted) go through the chunked kernels, their trees the sequence path
-    cases = ["test_every_tree_node_matches_its_ancestor_path", "test_commit_installs_the_state_of_a_plain_forward"]
-    (_, tree_chains, _), (_, commit_chains, commit_states) = _run_script(CHECK, cases)
-    assert tree_chains > 0 and commit_chains > 0 and commit_states > 0
+    # (DFlash blocks, partly and wholly accepted) go through the chunked kernels, their trees the sequence path or,
+    # as at widths where `chunked_trees` holds, the chunked kernels too
+    tests = ["test_every_tree_node_matches_its_ancestor_path", "test_commit_installs_the_state_of_a_plain_forward"]
+    runs = _run_script(CHECK, [[test, trees] for trees in (False, True) for test in tests])
+    (_, chains, _), (_, commit_chains, commit_states), (_, both, _), (_, commit_both, commit_both_states) = runs
+    assert chains > 0 and commit_chains > 0 and commit_states > 0
+    assert both > chains and commit_both > commit_chains and commit_both_states > commit_states
 
 
 def test_chunked_kernels_compile_for_hopper():

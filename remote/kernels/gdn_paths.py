@@ -14,8 +14,9 @@ the same math whichever path is chosen, so a caller never branches on the path:
   left padding, weight [C, K]; y [B, C, T].
 - `tree`: `remote.kernels.gdn_tree.tree_recurrence` (every node of a token tree from its parent's state, one
   launch) where Triton runs on the device and `prefer` is "auto", else None (remote.models.gdn then runs each
-  node's path through `step`); `chain`, `chain_state`: with it, `remote.kernels.gdn_chunked`'s `tree_recurrence`
-  and `node_state` (the chunked form, which remote.models.gdn runs for chains).
+  node's path through `step`); `chunked`, `chunked_state`: with it, `remote.kernels.gdn_chunked`'s
+  `tree_recurrence` and `node_state` (the chunked form), which remote.models.gdn runs for chains, and for trees
+  too where `chunked_trees` (a layer's recurrent state of CHUNKED_TREES_FROM bytes or more).
 
 `prefer`: "torch" = the model's own reference functions (from its transformers modeling module, undecorated, so
 transformers' hub/package dispatch and its fallback warnings stay out of it); "auto" = flash-linear-attention's
@@ -51,8 +52,17 @@ class GdnKernels:
     conv: Callable
     path: str
     tree: Callable | None = None
-    chain: Callable | None = None
-    chain_state: Callable | None = None
+    chunked: Callable | None = None
+    chunked_state: Callable | None = None
+    chunked_trees: bool = False
+
+
+# Trees go through the chunked form from this recurrent-state size a layer up (HV x Dk x Dv float32). The per-node
+# kernel re-reads the committed state for every node and re-runs every node's path; the chunked form reads it once
+# a block of 16 nodes, in few programs (HV x Dv / 64). H200, bench_kernels --kinds gdn, session 19, us a layer:
+# Qwen3.6-27B (3 MiB) ... ; the demo hybrid (64 KiB): per-node 7.8 / 18.9 us at 64 / 256 nodes against the chunked
+# form's 37 / 334.
+CHUNKED_TREES_FROM = 1 << 20
 
 
 def _model_function(gdn_module: torch.nn.Module, name: str) -> Callable:
@@ -100,7 +110,8 @@ def _causal_conv1d_conv(cc1d: Callable) -> Callable:
     return conv
 
 
-def _bundle(chunk_fn: Callable, step_fn: Callable, conv: Callable, path: str, tree: Callable | None) -> GdnKernels:
+def _bundle(chunk_fn: Callable, step_fn: Callable, conv: Callable, path: str, tree: Callable | None,
+            chunked_trees: bool = False) -> GdnKernels:
     """Wrap two gated-delta-rule functions of the transformers / fla signature into the bundle's calls."""
     def chunk(q, k, v, g, beta, initial_state):
         return chunk_fn(q, k, v, g=g, beta=beta, initial_state=initial_state, output_final_state=True,
@@ -112,8 +123,8 @@ def _bundle(chunk_fn: Callable, step_fn: Callable, conv: Callable, path: str, tr
 
     fast = tree is not None     # the chunked tree kernels run wherever the per-node one does
     return GdnKernels(chunk=chunk, step=step, conv=conv, path=path, tree=tree,
-                      chain=gdn_chunked.tree_recurrence if fast else None,
-                      chain_state=gdn_chunked.node_state if fast else None)
+                      chunked=gdn_chunked.tree_recurrence if fast else None,
+                      chunked_state=gdn_chunked.node_state if fast else None, chunked_trees=fast and chunked_trees)
 
 
 def select_gdn_kernels(gdn_module: torch.nn.Module, device: torch.device | str, prefer: str = "auto") -> GdnKernels:
@@ -121,7 +132,7 @@ def select_gdn_kernels(gdn_module: torch.nn.Module, device: torch.device | str, 
         raise ValueError(f"kernels must be one of {', '.join(KERNEL_CHOICES)} (got {prefer!r})")
     chunk_fn = _model_function(gdn_module, "torch_chunk_gated_delta_rule")
     step_fn = _model_function(gdn_module, "torch_recurrent_gated_delta_rule")
-    conv, parts, tree = _torch_conv, [], None
+    conv, parts, tree, chunked_trees = _torch_conv, [], None, False
     if prefer == "auto" and torch.device(device).type == "cuda":
         fla = _import_fla()
         if fla is not None:
@@ -134,8 +145,10 @@ def select_gdn_kernels(gdn_module: torch.nn.Module, device: torch.device | str, 
             parts.append("causal_conv1d")
         if gdn_tree_kernel.available(torch.device(device)):
             tree = gdn_tree_kernel.tree_recurrence
-            parts.append("tree")
-    return _bundle(chunk_fn, step_fn, conv, "+".join(parts) or "torch", tree)
+            state_bytes = 4 * gdn_module.num_v_heads * gdn_module.head_k_dim * gdn_module.head_v_dim
+            chunked_trees = state_bytes >= CHUNKED_TREES_FROM
+            parts.append("chunked" if chunked_trees else "tree")
+    return _bundle(chunk_fn, step_fn, conv, "+".join(parts) or "torch", tree, chunked_trees)
 
 
 @contextlib.contextmanager

@@ -93,7 +93,7 @@ class NodeStates:
         if self.nodes is not None:
             return conv, self.nodes.index_select(0, last)
         if self.solved is not None:
-            return conv, self.kernels.chain_state(self.inputs[1][0], self.solved, self.state[0], self.layout.visible,
+            return conv, self.kernels.chunked_state(self.inputs[1][0], self.solved, self.state[0], self.layout.visible,
                                                   last)
         if self.kernels.tree is not None:
             q, k, v, g, beta = (x[0] for x in self.inputs)
@@ -195,8 +195,8 @@ def gdn_tree(gdn: torch.nn.Module, h: torch.Tensor, layout: TreeLayout, conv_sta
     conv_out = _conv_window(gdn, windows, mixed.dtype)                                       # [N, C]
     q, k, v, g, beta = _qkv_gates(gdn, conv_out[None], b, a)                                  # [1, N, ...]
     states = NodeStates(windows, (q, k, v, g, beta), recurrent, layout, kernels)
-    if kernels.chain is not None and layout.chain:      # one launch, every node's correction kept for commit
-        core, states.solved = kernels.chain(q[0], k[0], v[0], g[0], beta[0], recurrent[0], layout.visible, n)
+    if kernels.chunked is not None and (layout.chain or kernels.chunked_trees):   # node corrections kept for commit
+        core, states.solved = kernels.chunked(q[0], k[0], v[0], g[0], beta[0], recurrent[0], layout.visible, n)
         return _output(gdn, core[None], z), states
     if kernels.tree is not None:    # one launch: every node from its parent's state, node states kept if small
         keep = n * recurrent.numel() * 4 <= KEEP_LIMIT
