@@ -16,11 +16,12 @@ shared, nothing copied) and holds the per-layer state itself:
 - GDN layers: conv state [1, C, K] and recurrent state [1, HV, Dk, Dv] float32 (transformers' layouts). Verify
   runs every node from its parent's state (`remote.models.gdn`), commit installs the accepted node's.
 
-Cost: the recurrence is one kernel call per GDN layer and verify (on CUDA with Triton remote.kernels.gdn_tree,
-else every node's root-to-node path as one sequence of the tree's height), reading nothing back to the host.
-Per-node states (HV x Dk x Dv float32: 3 MiB per node and layer at Qwen3.6-27B widths) are kept for commit only
-while they fit remote.models.gdn.KEEP_LIMIT; otherwise commit recomputes the accepted node's state from the
-committed one, in one call per layer (a chain, solved in the chunked form, keeps per-node corrections instead).
+Cost: the recurrence is one kernel call per GDN layer and verify (on CUDA with Triton remote.kernels.gdn_tree, or
+remote.kernels.gdn_chunked for chains and for trees at wide layers; else every node's root-to-node path as one
+sequence of the tree's height), reading nothing back to the host. Per-node states (HV x Dk x Dv float32: 3 MiB per
+node and layer at Qwen3.6-27B widths) are kept for commit only while they fit remote.models.gdn.KEEP_LIMIT;
+otherwise commit recomputes the accepted node's state from the committed one, in one call per layer (the chunked
+form keeps per-node corrections instead, from which one launch builds it).
 
 Decoding on reserved state (remote.decoding.graph.HybridGraphDecoder): after `reserve(capacity)` every state keeps
 its storage (prefills and commits copy into it), and `decode` (one AR token) / `verify_static` + `commit_static`
