@@ -128,3 +128,23 @@ def test_chunked_kernels_compile_for_hopper():
     sizes = {"DK": 128, "DV": 128, "BC": 16, "BK": 128, "BV": 64, "DOT": "ieee"}
     assert ".entry" in hopper_ptx(gdn_chunked._chunked_gdn_kernel, tree, {**sizes, "FACTORS": 4})
     assert ".entry" in hopper_ptx(gdn_chunked._node_state_kernel, state, sizes)
+
+
+@pytest.mark.parametrize("value_heads, chunked", [(16, False), (32, True)])
+def test_trees_take_the_chunked_form_from_wide_layers_up(value_heads, chunked):
+    """The kernel choice for a CUDA device (made here without one: it only reads the layer's widths): trees of a
+    layer whose recurrent state is CHUNKED_TREES_FROM or more (32 heads of 128 x 128: 2 MiB) go through the chunked
+    form, narrower ones through the per-node kernel; chains always through the chunked form."""
+    from transformers import AutoConfig
+    from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5GatedDeltaNet
+
+    from remote.kernels.gdn_paths import CHUNKED_TREES_FROM, select_gdn_kernels
+
+    config = AutoConfig.for_model("qwen3_5_text", hidden_size=32, linear_num_key_heads=value_heads // 2,
+                                  linear_num_value_heads=value_heads, linear_key_head_dim=128,
+                                  linear_value_head_dim=128)
+    gdn = Qwen3_5GatedDeltaNet(config, layer_idx=0)
+    kernels = select_gdn_kernels(gdn, torch.device("cuda"), "auto")
+    assert (4 * value_heads * 128 * 128 >= CHUNKED_TREES_FROM) == chunked
+    assert kernels.chunked is not None and kernels.chunked_trees == chunked
+    assert kernels.path.split("+")[-1] == ("chunked" if chunked else "tree")

@@ -13,12 +13,15 @@ ancestors' corrections from earlier blocks (already solved), then inverts its ow
 (I - A)(I + A^2)(I + A^4)... of log2(BLOCK_N) factors. Nothing of size N x state is written: commit rebuilds the
 accepted node's state from S_0, the path's keys and u (kept from the verify, [N, HV, Dv]).
 
-Where it wins (H200, bench_kernels --kinds gdn, session 18): a chain, where remote.kernels.gdn_tree's programs each
-re-run their node's whole path (N(N+1)/2 steps): a DFlash chain of 16 at Qwen3.6-27B widths took 13 us a layer
-here against that kernel's 51 (session 9), and with this form in one tile (call 1) the 27B DFlash step went from
-22.2 (session 17) to 20.1 ms. Not for wide trees: a program walks the blocks one after another (HV x Dv / BLOCK_V
-programs in all), so 33 best-first nodes at 27B took 48-66 us against the per-node kernel's 45, and the demo
-hybrid's 127-node verify a third longer.
+Where it wins (H200, bench_kernels --kinds gdn, sessions 18-19): a chain, where remote.kernels.gdn_tree's programs
+each re-run their node's whole path (N(N+1)/2 steps): a DFlash chain of 16 at Qwen3.6-27B widths took 13 us a layer
+against that kernel's 50, and the 27B DFlash step 20.6 ms against 22.2 (session 17). And trees where the state is
+wide: at 27B widths 33 / 65 nodes took 48 / 89 us on a confident drafter's deep tree against the per-node kernel's
+102 / 199, 44 / 79 on a bushy one against 60 / 115. A program walks the blocks one after another (HV x Dv / BLOCK_V
+programs in all), so the cost is nearly flat in HV and narrow layers keep the per-node kernel (at the demo's
+widths 64 nodes took 32-38 us against its 5-9): remote.kernels.gdn_paths.CHUNKED_TREES_FROM. Tried and reverted
+(session 19): the tree in three launches (the N x N products and T = (I + A)^-1 per head, then every block's rows
+in parallel): shorter serial chains, yet 15-21 us for the chain and 59-74 for 33 deep nodes.
 
 Contract:
 - `tree_recurrence(q, k, v, g, beta, state, visible, height)` -> (out [N, HV, Dv] in v's dtype, solved), from

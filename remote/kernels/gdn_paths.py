@@ -21,8 +21,8 @@ the same math whichever path is chosen, so a caller never branches on the path:
 `prefer`: "torch" = the model's own reference functions (from its transformers modeling module, undecorated, so
 transformers' hub/package dispatch and its fallback warnings stay out of it); "auto" = flash-linear-attention's
 chunk and fused-recurrent kernels and causal_conv1d's conv, each where installed and the tensors are on CUDA, the
-torch function otherwise, and our tree kernel where Triton runs. `path` names what runs: "torch", or the fast
-parts joined by "+" ("fla", "causal_conv1d", "tree").
+torch function otherwise, and our tree kernels where Triton runs. `path` names what runs: "torch", or the fast
+parts joined by "+" ("fla", "causal_conv1d", and "tree" where trees run per node, "chunked" where chunked).
 Measured on an H200 (fla 0.6.0, torch 2.11, Qwen3.6-27B layer widths): fla's step kernel is ~3.6x faster than the
 torch step per call and matches it to 1e-7 in float32; fla's chunk kernel (TF32 dots in float32) matches to ~1e-3.
 Non-goal: the ancestor conv windows of a tree, plain tensor indexing in `remote.models.gdn` on every path.
@@ -58,11 +58,16 @@ class GdnKernels:
 
 
 # Trees go through the chunked form from this recurrent-state size a layer up (HV x Dk x Dv float32). The per-node
-# kernel re-reads the committed state for every node and re-runs every node's path; the chunked form reads it once
-# a block of 16 nodes, in few programs (HV x Dv / 64). H200, bench_kernels --kinds gdn, session 19, us a layer:
-# Qwen3.6-27B (3 MiB) ... ; the demo hybrid (64 KiB): per-node 7.8 / 18.9 us at 64 / 256 nodes against the chunked
-# form's 37 / 334.
-CHUNKED_TREES_FROM = 1 << 20
+# kernel re-reads the committed state for every node and re-runs every node's path, so its cost grows with HV and
+# the tree's depth; the chunked form reads the state once a block of 16 nodes, in HV x Dv / 64 programs, at a cost
+# nearly flat in HV. H200, bench_kernels --kinds gdn, session 19, us a layer at 33 / 65 nodes, per-node against
+# chunked (each as committed: 16 / 64 value columns a program), on a confident drafter's deep tree and on a bushy
+# one (docs/PERFORMANCE.md):
+#   3 MiB (Qwen3.6-27B): deep 101.5 / 198.6 against 48.0 / 89.1; bushy 60.4 / 114.8 against 44.2 / 78.7
+#   1 MiB (16 heads):    deep 35.0 / 70.3 against 44.4 / 89.0; bushy 19.7 / 42.5 against 44.3 / 78.6
+#   64 KiB (demo):       64 nodes deep 8.5, bushy 4.7 against 37.5 / 31.8
+# At 2 MiB, by that scaling, the deep trees of trained drafters gain ~1.4x where bushy ones lose ~1.1x.
+CHUNKED_TREES_FROM = 2 << 20
 
 
 def _model_function(gdn_module: torch.nn.Module, name: str) -> Callable:
