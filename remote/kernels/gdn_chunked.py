@@ -147,18 +147,23 @@ if triton is not None:
 
 # Blocking: nodes a block holds (BLOCK_N, the solve's unit), value columns a program holds (each program runs the
 # tree's small products for its columns: more blocks, more parallel programs, more repeated products) and its
-# warps (a chain of 16 at 27B widths: 64 / 4 fastest of those timed). DOT: the float32 products' precision ("ieee":
-# plain float32, also the fastest there; "tf32x3": three TF32 tensor-core passes).
+# warps (a chain of 16 at 27B widths: 4 fastest of those timed). BLOCK_V None: by width, 64 columns where that still
+# makes MIN_PROGRAMS programs, else 32. H200, session 19, us a layer, 64 against 32 columns: 48 heads of 128 (96
+# programs) 48.0 / 55.6 at 33 deep nodes, 89.1 / 105.7 at 65, a chain of 16 13.2 / 13.0; 16 heads of 128 44.4 /
+# 31.5, 89.0 / 65.6, chain 13.1 / 8.9; the demo's 4 heads of 64: chain 7.1 / 6.0. DOT: the float32 products'
+# precision ("ieee": plain float32, also the fastest there; "tf32x3": three TF32 tensor-core passes).
 BLOCK_N = 16
-BLOCK_V = 64
+BLOCK_V = None
+MIN_PROGRAMS = 96
 NUM_WARPS = 4
 DOT = "ieee"
 
 
-def _blocks(dk: int, dv: int) -> dict:
+def _blocks(dk: int, dv: int, hv: int) -> dict:
     """Tile sizes: tl.dot needs 16 or more along every dimension (masked loads pad with zeros)."""
+    columns = BLOCK_V or (64 if hv * triton.cdiv(dv, 64) >= MIN_PROGRAMS else 32)
     return dict(BC=BLOCK_N, BK=max(16, triton.next_power_of_2(dk)),
-                BV=max(16, min(triton.next_power_of_2(dv), BLOCK_V)))
+                BV=max(16, min(triton.next_power_of_2(dv), columns)))
 
 
 def tree_recurrence(q, k, v, g, beta, state, visible, height: int):
@@ -170,7 +175,7 @@ def tree_recurrence(q, k, v, g, beta, state, visible, height: int):
     out = torch.empty(n, hv, dv, dtype=v.dtype, device=v.device)
     u = torch.empty(n, hv, dv, dtype=torch.float32, device=v.device)
     lg = torch.empty(n, hv, dtype=torch.float32, device=v.device)
-    blocks = _blocks(dk, dv)
+    blocks = _blocks(dk, dv, hv)
     g, beta, state = (x.contiguous() for x in (g, beta, state))
     factors = max(1, (min(height, BLOCK_N) - 1).bit_length())     # A^(2^factors) = 0 inside a block
     _chunked_gdn_kernel[(triton.cdiv(dv, blocks["BV"]), hv)](
@@ -186,7 +191,7 @@ def node_state(k, solved, state, visible, node):
     n, hv, dk = k.shape
     dv = u.shape[-1]
     new = torch.empty(1, hv, dk, dv, dtype=torch.float32, device=u.device)
-    blocks = _blocks(dk, dv)
+    blocks = _blocks(dk, dv, hv)
     _node_state_kernel[(triton.cdiv(dv, blocks["BV"]), hv)](
         k, u, lg, visible.contiguous().view(torch.uint8), state.contiguous(), node, new, n, hv, k.stride(0),
         k.stride(1), DK=dk, DV=dv, DOT=DOT, num_warps=NUM_WARPS, **blocks)

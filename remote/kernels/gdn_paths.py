@@ -61,12 +61,12 @@ class GdnKernels:
 # kernel re-reads the committed state for every node and re-runs every node's path, so its cost grows with HV and
 # the tree's depth; the chunked form reads the state once a block of 16 nodes, in HV x Dv / 64 programs, at a cost
 # nearly flat in HV. H200, bench_kernels --kinds gdn, session 19, us a layer at 33 / 65 nodes, per-node against
-# chunked (each as committed: 16 / 64 value columns a program), on a confident drafter's deep tree and on a bushy
-# one (docs/PERFORMANCE.md):
+# chunked (each with its committed blocking: 16 value columns a program; 64, or 32 at 16 heads), on a confident
+# drafter's deep tree and on a bushy one (docs/PERFORMANCE.md):
 #   3 MiB (Qwen3.6-27B): deep 101.5 / 198.6 against 48.0 / 89.1; bushy 60.4 / 114.8 against 44.2 / 78.7
-#   1 MiB (16 heads):    deep 35.0 / 70.3 against 44.4 / 89.0; bushy 19.7 / 42.5 against 44.3 / 78.6
-#   64 KiB (demo):       64 nodes deep 8.5, bushy 4.7 against 37.5 / 31.8
-# At 2 MiB, by that scaling, the deep trees of trained drafters gain ~1.4x where bushy ones lose ~1.1x.
+#   1 MiB (16 heads):    deep 35.0 / 70.3 against 31.5 / 65.6; bushy 19.7 / 42.5 against 31.6 / 56.1
+#   64 KiB (demo):       64 nodes deep 8.5, bushy 4.7 against 32.0 / 26.6
+# At 2 MiB (32 heads), between those rows, deep trees (a trained drafter's) gain where bushy ones about break even.
 CHUNKED_TREES_FROM = 2 << 20
 
 
