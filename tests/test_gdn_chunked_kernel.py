@@ -125,9 +125,10 @@ def test_chunked_kernels_compile_for_hopper():
     tree = {**common, "q": "*bf16", "v": "*bf16", "g": "*fp32", "beta": "*bf16", "out": "*bf16", "u_out": "*fp32",
             "lg_out": "*fp32", **{name: "i32" for name in ("q_t", "q_h", "v_t", "v_h")}, "scale": "fp32"}
     state = {**common, "u": "*fp32", "lg": "*fp32", "node": "*i64", "new": "*fp32"}
-    sizes = {"DK": 128, "DV": 128, "BC": 16, "BK": 128, "BV": 64, "DOT": "ieee"}
-    assert ".entry" in hopper_ptx(gdn_chunked._chunked_gdn_kernel, tree, {**sizes, "FACTORS": 4})
-    assert ".entry" in hopper_ptx(gdn_chunked._node_state_kernel, state, sizes)
+    for columns in (32, 64):            # both value blockings `_blocks` picks
+        sizes = {"DK": 128, "DV": 128, "BC": 16, "BK": 128, "BV": columns, "DOT": "ieee"}
+        assert ".entry" in hopper_ptx(gdn_chunked._chunked_gdn_kernel, tree, {**sizes, "FACTORS": 4})
+        assert ".entry" in hopper_ptx(gdn_chunked._node_state_kernel, state, sizes)
 
 
 @pytest.mark.parametrize("value_heads, chunked", [(16, False), (32, True)])
