@@ -59,10 +59,10 @@ class GdnKernels:
 
 # Trees go through the chunked form from this recurrent-state size a layer up (HV x Dk x Dv float32). The per-node
 # kernel re-reads the committed state for every node and re-runs every node's path, so its cost grows with HV and
-# the tree's depth; the chunked form reads the state once a block of 16 nodes, in HV x Dv / 64 programs, at a cost
-# nearly flat in HV. H200, bench_kernels --kinds gdn, session 19, us a layer at 33 / 65 nodes, per-node against
-# chunked (each with its committed blocking: 16 value columns a program; 64, or 32 at 16 heads), on a confident
-# drafter's deep tree and on a bushy one (docs/PERFORMANCE.md):
+# the tree's depth; the chunked form reads the state once a block of 16 nodes, in few programs (HV x Dv / 64 or
+# / 32), at a cost nearly flat in HV. H200, bench_kernels --kinds gdn, session 19, us a layer at 33 / 65 nodes,
+# per-node against chunked (each with its committed blocking: 16 value columns a program; 64, or 32 at 16 heads),
+# on a confident drafter's deep tree and on a bushy one (docs/PERFORMANCE.md):
 #   3 MiB (Qwen3.6-27B): deep 101.5 / 198.6 against 48.0 / 89.1; bushy 60.4 / 114.8 against 44.2 / 78.7
 #   1 MiB (16 heads):    deep 35.0 / 70.3 against 31.5 / 65.6; bushy 19.7 / 42.5 against 31.6 / 56.1
 #   64 KiB (demo):       64 nodes deep 8.5, bushy 4.7 against 32.0 / 26.6
@@ -129,7 +129,7 @@ def _bundle(chunk_fn: Callable, step_fn: Callable, conv: Callable, path: str, tr
     fast = tree is not None     # the chunked tree kernels run wherever the per-node one does
     return GdnKernels(chunk=chunk, step=step, conv=conv, path=path, tree=tree,
                       chunked=gdn_chunked.tree_recurrence if fast else None,
-                      chunked_state=gdn_chunked.node_state if fast else None, chunked_trees=fast and chunked_trees)
+                      chunked_state=gdn_chunked.node_state if fast else None, chunked_trees=chunked_trees)
 
 
 def select_gdn_kernels(gdn_module: torch.nn.Module, device: torch.device | str, prefer: str = "auto") -> GdnKernels:

@@ -8,9 +8,9 @@ call per layer and no host value is read (a verify can be captured in a CUDA gra
 `remote.kernels.gdn_tree` walks every node's ancestors in one launch and can keep each node's state, and a chain
 (all depth: per-node paths would run N(N+1)/2 steps) is solved in the chunked form by `remote.kernels.gdn_chunked`,
 as is every tree where a layer's recurrent state is large (`GdnKernels.chunked_trees`: the per-node kernel re-reads
-it for every node); elsewhere every node runs its own root-to-node path through the sequence kernel (batch N, length = tree height) and
-a chain runs as one sequence of N. The sequential steps equal the tree depth, not its size. Both return
-`NodeStates`, from which commit gets the state after the accepted path (`NodeStates.after`).
+it for every node); elsewhere every node runs its own root-to-node path through the sequence kernel (batch N,
+length = tree height) and a chain runs as one sequence of N. The sequential steps equal the tree depth, not its
+size. Both return `NodeStates`, from which commit gets the state after the accepted path (`NodeStates.after`).
 `gdn_step` runs one token and updates the states in place (static addresses: a CUDA graph can replay it).
 
 All weights are the model's own: projections, conv1d, A_log, dt_bias, the gated norm and out_proj of the layer's
