@@ -1,8 +1,9 @@
 """The chunked GDN tree kernels (remote.kernels.gdn_chunked) on the CPU under Triton's interpreter (in a subprocess:
 the interpreter is chosen when the kernel module is imported): against a step-by-step delta rule down every node's
 path for random trees and chains (each node's output, and the state commit builds after each node), and inside
-`HybridTarget`, where they run the chains, against the oracle (the model's own forward over each ancestor path) on
-a tiny random hybrid model in float32. Both kernels compile for sm_90 without a GPU."""
+`HybridTarget`, where they run the chains (and the trees, as at wide layers), against the oracle (the model's own
+forward over each ancestor path) on a tiny random hybrid model in float32. Both kernels compile for sm_90 without a
+GPU, and the width rule that sends trees through them is checked."""
 from __future__ import annotations
 
 import json
