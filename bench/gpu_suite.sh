@@ -21,6 +21,7 @@ OUT=${OUT:?set OUT to a directory for the results}
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)   # absolute: the script changes directory
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 if [ -n "${WHEELS:-}" ]; then
+  WHEELS=$(cd "$WHEELS" && pwd)
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/suite-site "$WHEELS"/*.whl || exit 1
   export PYTHONPATH=/tmp/suite-site${PYTHONPATH:+:$PYTHONPATH}
 fi
@@ -67,6 +68,8 @@ methods q3_graph 90 $Q3 --temperatures 0 --num-prompts 6 --budgets 32,64,128 --s
 methods q3_graph24 90 $Q3 --temperatures 0 --num-prompts 24 --budgets 31,63 --ar-again
 methods q3_compile 150 $Q3 --temperatures 0 --num-prompts 6 --budgets 128,64 --compile --ar-again
 methods q35 150 $Q35 --temperatures 0 --num-prompts 24 --budgets 31,32 --phase-kernels
+# the kernels of each phase of demo-qwen3's replayed steps (AR against DDTree 31: what a small pair's step is made of)
+methods q3_kernels 90 $Q3 --temperatures 0 --num-prompts 4 --budgets 31 --phase-kernels
 # tree_budget=auto beside every fixed budget (issue 27's acceptance: >= 97% of the best, above the median)
 methods q3_auto 150 $Q3 --temperatures 0 --num-prompts 24 --budgets 15,31,63,127,255,auto,auto63
 methods q35_auto 200 $Q35 --temperatures 0 --num-prompts 24 --budgets 15,31,63,127,255,auto,auto63
@@ -103,6 +106,18 @@ methods q27b_deep 240 --random "$(preset qwen3.6-27b)" --dataset builtin --num-p
 # the kernels of each phase of a replayed AR step and DDTree 32 step at those widths (what holds the verify back)
 methods q27b_kernels 240 --random "$(preset qwen3.6-27b)" --dataset builtin --num-prompts 1 --max-new-tokens 32 \
   --budgets 32 --methods ddtree --temperatures 0 --random-drafter "$RANDOM_DRAFTER" --floor --phase-kernels
+# causal-conv1d's conv in the GDN layers (with fla): a wheel for this GPU, WHEELS/cc1d/*.whl where carried, else built
+# from WHEELS/causal_conv1d-*.tar.gz (bench/build_causal_conv1d.sh, ~minutes) into OUT/cc1d to carry next time
+CC1D=/tmp/suite-cc1d
+cc1d_wheel() { ls "${WHEELS:-/nonexistent}"/cc1d/*.whl "$OUT"/cc1d/*.whl 2>/dev/null | head -1; }
+[ -n "$(cc1d_wheel)" ] || step cc1d_build 420 bash bench/build_causal_conv1d.sh "${WHEELS:-.}"/causal_conv1d-*.tar.gz \
+  "$OUT/cc1d"
+case " ${STEPS:-all} " in *" all "* | *" q27b_cc1d "*)
+  python3 -m pip install -q --no-index --no-deps --no-compile --target $CC1D "$(cc1d_wheel)" ||
+    echo "q27b_cc1d: no causal-conv1d wheel (WHEELS/cc1d, or the cc1d_build step)" ;;
+esac
+PYTHONPATH=$CC1D${PYTHONPATH:+:$PYTHONPATH} methods q27b_cc1d 240 --random "$(preset qwen3.6-27b)" --dataset builtin \
+  --num-prompts 2 --max-new-tokens 48 --budgets 32,64 --temperatures 0 --random-drafter "$RANDOM_DRAFTER" --floor
 PYTHONPATH= methods q27b_nofla 240 --random "$(preset qwen3.6-27b)" --dataset builtin --num-prompts 2 \
   --max-new-tokens 48 --budgets 32,64 --temperatures 0 --random-drafter "$RANDOM_DRAFTER" --floor
 step profile_8b 120 python3 bench/bench_profile.py --preset qwen3-8b --rows 1,33,65 --out "$OUT/profile"

@@ -74,7 +74,9 @@ if triton is not None:
         o = tl.sum(s * qq[:, None], 0)
         tl.store(out + nh * DV + dv, o.to(out.dtype.element_ty), mask=in_v)
         if KEEP:
-            tl.store(states + nh * DK * DV + grid, s, mask=in_kv)
+            # Streaming (evict-first): commit reads one node's state of N, and at small widths N states a layer
+            # would push the weights out of L2 for the rest of the step and the next one
+            tl.store(states + nh * DK * DV + grid, s, mask=in_kv, cache_modifier=".cs")
 
 
 # Blocking: value columns a program holds, and its warps (bench_kernels --kinds gdn, session 9). At the demo's
