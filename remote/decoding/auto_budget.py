@@ -13,8 +13,8 @@ smaller size accepted, against what E said they would, scales E's increments (`a
 of its deep, unlikely nodes than it should be). (b) What a step of each size costs: every candidate size is its own
 captured step (as a fixed budget's is), timed on the device around each launch (CUDA events, read once the step is:
 no synchronisation). T(c) is the median of its warm steps in rounds: calibration runs each size TIMED_STEPS + 2
-times in a row, a round (every ROUND_EVERY steps) each size twice in a row, both largest first, and a step counts
-only when the step before it was of its size and its graph had been replayed before. Warm, because a size's step costs more right
+times in a row, a round (every ROUND_EVERY steps) each size twice in a row, and a step counts only when the step
+before it was of its size and its graph had been replayed before. Warm, because a size's step costs more right
 after another size's (on the H200, demo-qwen3_5: budget 15 took 0.870 ms a step right after budget 7, 0.811 ms in a
 run of its own, while budget 63, chosen in a row, took what its fixed run took), and a size chosen runs in a row;
 cold medians compressed the sizes' differences, and auto then chose 63 where 31 was the faster budget (on that
@@ -29,12 +29,7 @@ steps read back: the step in flight is not read (a verify's row count is fixed i
 graphs on the device needs conditional graph nodes: torch >= 2.13, the GPU image has 2.11), so the newest tree the
 host knows is two steps old and tells the next step's little on its own (measured on the H200: choosing from it
 alone accepted no more than a fixed mixture of the same sizes, at more cost); the mean follows the text as it
-changes, over ~1 / SMOOTHING steps (a plain mean until it has that many). And the bucket stays where it is unless
-another promises SWITCH_MARGIN of a step's tokens more. Both because switching costs and the estimates err: on the
-demo hybrid (H200, session 20) a step right after a larger bucket's cost 5-10% more than in a row, and with a
-mean over ~7 steps and no margin auto took 63 or 127 in a quarter of its steps where the fixed 31 was fastest, and
-those steps accepted no more than a random mixture of the same sizes would (tau 3.58 against 3.61): 95% of the
-best fixed budget. No host read is added: each step's predictions ride in the read it has anyway.
+changes. No host read is added: each step's predictions ride in the read it has anyway.
 
 Contract: `buckets(max_budget)` -> the candidate budgets, 2^k - 1 from 7 up to `max_budget`. `predictions(path_lp,
 budget, buckets)` -> [K] long: E(c) in thousandths per bucket, -1 where c is larger than the step's tree.
@@ -57,11 +52,10 @@ import torch
 
 TIMED_STEPS = 4          # timed steps per bucket before the first choice (after its capture and first replay)
 COST_WINDOW = 32         # a bucket's cost: the median of its newest warm steps in rounds
-ROUND_EVERY = 192        # steps between rounds (a round: each bucket twice in a row; ~1 step in 20 is a round's)
-EXPLORE_AFTER = 64       # steps without one of the next size up before one is taken
+ROUND_EVERY = 96         # steps between rounds (a round: each bucket twice in a row; ~1 step in 10 is a round's)
+EXPLORE_AFTER = 32       # steps without one of the next size up before one is taken
 RATIO_WEIGHT = 0.1       # of the newest step in the running ratios
-SMOOTHING = 0.05         # of the newest step in the running mean of E
-SWITCH_MARGIN = 0.03     # of a step's expected tokens: what another bucket must promise over the current one
+SMOOTHING = 0.15         # of the newest step in the running mean of E
 PRIOR = 8.0              # predicted tokens' weight of the next smaller increment's factor in a size's own
 EVENTS = 16              # CUDA events in turn: two a step, at most two steps queued and one being read
 MAX_BUCKETS = 17         # buckets() of any budget below 2^20: what a step's read has room for
@@ -114,13 +108,9 @@ class AutoBudget:
         self._gain_accepted = [0.0] * len(self.sizes)
         self._tokens = self._time = 0.0                    # committed tokens and their measured ms, since calibrated
         # calibration's, then the current round's buckets still to launch, each in a row of its own
-        # largest first: its steps tell E of every size, and a round ends going up to the bucket chosen (a step
-        # after a larger one's costs more than after a smaller one's)
-        self._round = [b for b in reversed(self.sizes) for _ in range(timed_steps + 2)]
-        self._observed = 0                                 # steps read
+        self._round = [b for b in self.sizes for _ in range(timed_steps + 2)]
         self._timing = True                                # the last pick is calibration's or a round's
         self._last: int | None = None                      # the bucket launched last
-        self._home: int | None = None                      # the bucket chosen last (rounds and explorations aside)
         self._since_round = 0                              # steps picked since the last round began
 
     @property
@@ -133,22 +123,17 @@ class AutoBudget:
         if self._round:
             return self._round.pop(0)
         if self.costs is None:         # calibration launched, not yet all read: the last bucket stays warm
-            return self._last or self.sizes[0]
+            return self.sizes[-1]
         self._since_round += 1
         if self._since_round >= ROUND_EVERY:
-            self._round, self._since_round = [b for b in reversed(self.sizes) for _ in range(2)], 0
+            self._round, self._since_round = [b for b in self.sizes for _ in range(2)], 0
             return self._round.pop(0)
         self._timing = False
         if self._mean is None:
-            return self._last or self.sizes[0]
+            return self.sizes[-1]
         rate = self._tokens / self._time if self._time > 0 else 0.0
-        accepted = self.accepted()
-        gains = [1 + a - rate * self.costs[b] for b, a in zip(self.sizes, accepted)]
+        gains = [1 + a - rate * self.costs[b] for b, a in zip(self.sizes, self.accepted())]
         best = max(range(len(gains)), key=lambda i: (gains[i], -i))      # ties: the smaller tree
-        home = self.sizes.index(self._home) if self._home in self.sizes else best
-        if gains[best] - gains[home] <= SWITCH_MARGIN * (1 + accepted[home]):
-            best = home                    # a change must promise more than a switch costs and the estimates err
-        self._home = self.sizes[best]
         if best + 1 < len(self.sizes) and self._stale[best + 1] >= EXPLORE_AFTER:
             best += 1                      # one size up now and then, so that its ratio follows the text
             self._stale[best] = 0
@@ -215,9 +200,7 @@ class AutoBudget:
             self._gain_accepted[j] += reached[j] - (reached[j - 1] if j else 0)
         self._stale = [0 if j <= known[-1] else n + 1 for j, n in enumerate(self._stale)]
         full = [e if e >= 0 else latest[known[-1]] * self._ratio.get((known[-1], j), 1.0) for j, e in enumerate(latest)]
-        self._observed += 1
-        weight = max(SMOOTHING, 1 / self._observed)       # a plain mean until it is as long as the running one
-        self._mean = full if self._mean is None else [m + weight * (f - m) for m, f in zip(self._mean, full)]
+        self._mean = full if self._mean is None else [m + SMOOTHING * (f - m) for m, f in zip(self._mean, full)]
         ms = self._elapsed(budget, span)
         if ms is not None:
             self._timed[budget].append(ms)
