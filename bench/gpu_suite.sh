@@ -75,7 +75,7 @@ methods q3_auto 150 $Q3 --temperatures 0 --num-prompts 24 --budgets 15,31,63,127
 methods q35_auto 200 $Q35 --temperatures 0 --num-prompts 24 --budgets 15,31,63,127,255,auto,auto63
 # a fixed budget's steps run as auto runs them (its steps, timing, caches for 127: only<b>@127), against its own
 # fixed run and auto's: where auto's per-budget cost differs from the fixed runs', and why
-DIAG=15,31,63,only15,only15@127,only31@127,only63@127,auto127
+DIAG=${DIAG:-15,31,63,only15,only15@127,only31@127,only63@127,auto127}
 methods q3_diag 150 $Q3 --temperatures 0 --num-prompts 24 --budgets $DIAG
 methods q35_diag 200 $Q35 --temperatures 0 --num-prompts 24 --budgets $DIAG
 # what a step costs right after another budget's (after_ms_<prev>_<b>): 31 after 31, after 127 and after 15

@@ -33,6 +33,7 @@ budget is a captured step of its own, and the host picks the graph of each step 
 """
 from __future__ import annotations
 
+import time
 from contextlib import nullcontext
 
 import torch
@@ -387,13 +388,15 @@ class GraphDecoder:
 
 class _Reads:
     """The speculative steps' `read`s (at most [2 * block + 1]), each copied to a host buffer behind its step (a
-    captured step's output tensor is overwritten by the next replay): a FIFO of up to two, read in order."""
+    captured step's output tensor is overwritten by the next replay): a FIFO of up to two, read in order. `waited`:
+    seconds the host has spent waiting for reads (near zero a step where the host, not the GPU, sets the pace)."""
 
     def __init__(self, size: int, device: torch.device):
         self._buffers = [torch.empty(size, dtype=torch.long, pin_memory=device.type == "cuda") for _ in range(2)]
         self._done: list = [None, None]          # the timer's mark after each copy (a CUDA event on CUDA)
         self._sizes = [0, 0]
         self._put = self._taken = 0
+        self.waited = 0.0
 
     def put(self, read: torch.Tensor, timer: PhaseTimer) -> None:
         slot = self._put % 2
@@ -407,7 +410,9 @@ class _Reads:
         slot = self._taken % 2
         done = self._done[slot]
         if isinstance(done, torch.cuda.Event):
+            start = time.perf_counter()
             done.synchronize()
+            self.waited += time.perf_counter() - start
         self._taken += 1
         return to_host(self._buffers[slot][:self._sizes[slot]]), done
 
