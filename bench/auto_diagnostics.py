@@ -7,6 +7,9 @@ cost.
 - `cycle<b1>.<b2>....`: the budgets in this order, over and over, every step timed; the row gets
   `after_ms_<prev>_<b>`, the median device time of a b step launched right after a prev step (say
   `cycle31.31.31.127`: what a 31 step costs after a 31 and after a 127 one).
+- `trace<b>`: budget b every step, each step's predictions for every bucket up to b and its accepted path kept
+  (`TraceAuto.trace`): what every smaller tree would have accepted at the same steps (the trees are nested), for
+  bench/bench_auto_policy.py's `--trace` to replay policies on.
 
 Contract: `diagnostic(budget, cuda)` -> (widest budget, AutoBudget) for such a token, None for any other;
 `figures(auto)` -> the extra row entries of that AutoBudget (empty for a plain one).
@@ -21,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from remote.decoding.auto_budget import AutoBudget  # noqa: E402
+from remote.decoding.auto_budget import AutoBudget, buckets  # noqa: E402
 
 
 class CycleAuto(AutoBudget):
@@ -51,6 +54,22 @@ class CycleAuto(AutoBudget):
         self._observed = budget              # steps are observed in launch order
 
 
+class TraceAuto(AutoBudget):
+    """AutoBudget over every bucket up to `budget` that launches `budget` every step and keeps what each step read
+    back: `trace`, one (predictions in thousandths per bucket, accepted path's node numbers) a step, in order."""
+
+    def __init__(self, budget: int, cuda: bool):
+        super().__init__(buckets(budget), cuda)
+        self.budget, self.trace = budget, []
+
+    def pick(self) -> int:
+        self._timing = False
+        return self.budget
+
+    def observe(self, budget, predicted, nodes, committed, span=None) -> None:
+        self.trace.append((list(predicted), list(nodes)))
+
+
 def diagnostic(budget, cuda: bool) -> tuple[int, AutoBudget] | None:
     if not isinstance(budget, str):
         return None
@@ -60,6 +79,9 @@ def diagnostic(budget, cuda: bool) -> tuple[int, AutoBudget] | None:
     if budget.startswith("cycle"):
         pattern = [int(b) for b in budget.removeprefix("cycle").split(".")]
         return max(pattern), CycleAuto(pattern, cuda)
+    if budget.startswith("trace"):
+        size = int(budget.removeprefix("trace"))
+        return size, TraceAuto(size, cuda)
     return None
 
 

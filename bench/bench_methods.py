@@ -93,6 +93,18 @@ def prepare(run: Run, method: str, budget: int | str) -> None:
     run.calibrate(d.max_new_tokens)
 
 
+def save_trace(auto, gens: list, path: Path) -> None:
+    """A `trace<b>` run's steps (bench/auto_diagnostics.TraceAuto), per measured generation, for
+    bench/bench_auto_policy.py --trace: its warm-up's steps, recorded first, are left out."""
+    counts = [len(g.committed) for g in gens]
+    steps, prompts = auto.trace[len(auto.trace) - sum(counts):], []
+    for n in counts:
+        prompts.append([{"predicted": p, "nodes": nodes} for p, nodes in steps[:n]])
+        steps = steps[n:]
+    path.write_text(json.dumps({"sizes": auto.sizes, "budget": auto.budget, "prompts": prompts}))
+    print(f"trace of {sum(counts)} steps: {path}", flush=True)
+
+
 def measure(run: Run, method: str, budget: int | str) -> tuple[list, dict]:
     prepare(run, method, budget)
     reset_peak_memory(run.device)
@@ -110,9 +122,9 @@ def measure(run: Run, method: str, budget: int | str) -> tuple[list, dict]:
 
 def parse_budgets(text: str, auto_max: int) -> list[int | str]:
     """`15,31,auto,auto63,only15@127` -> [15, 31, "auto127", "auto63", "only15@127"] (auto alone: up to
-    `auto_max`; only<b>[@<max>] and cycle<b>.<b>...: bench/auto_diagnostics.py)."""
+    `auto_max`; only<b>[@<max>], cycle<b>.<b>... and trace<b>: bench/auto_diagnostics.py)."""
     return [f"auto{b.removeprefix('auto') or auto_max}" if b.startswith("auto") else b
-            if b.startswith(("only", "cycle")) else int(b) for b in text.split(",")]
+            if b.startswith(("only", "cycle", "trace")) else int(b) for b in text.split(",")]
 
 
 def phase_kernels(run: Run, method: str, budget: int, out: Path, top: int = 12) -> None:
@@ -221,7 +233,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--budgets", default="16,32,64,128,256,512",
                    help="ddtree budgets; auto (tree_budget=auto up to --auto-max) or auto<N> (up to N) among them; "
-                        "only<b>[@<N>], cycle<b>.<b>...: fixed budgets through auto's machinery (bench/auto_diagnostics.py)")
+                        "only<b>[@<N>], cycle<b>.<b>..., trace<b>: fixed budgets through auto's machinery (bench/auto_diagnostics.py)")
     p.add_argument("--auto-max", type=int, default=127, help="tree_budget_max of a bare `auto` in --budgets")
     p.add_argument("--methods", default="ar,dflash,ddtree",
                    help="methods to measure (AR always: the baseline), e.g. `ar` alone at a wide preset, where each "
@@ -295,6 +307,8 @@ def main(argv: list[str] | None = None) -> None:
         for budget in budgets:
             gens, metrics = measure(run, "ddtree", budget)
             record(row("ddtree", budget, temperature, metrics, ar_metrics, gens, ar_gens))
+            if getattr(run.auto, "trace", None) is not None:
+                save_trace(run.auto, gens, out / f"trace{budget.removeprefix('trace')}-T{temperature:g}.json")
         if args.ar_again:         # order effects (clocks, allocator, caches) show as a drift between the two AR rows
             gens, metrics = measure(run, "ar", 1)
             again = row("ar", None, temperature, metrics, ar_metrics, gens, ar_gens)

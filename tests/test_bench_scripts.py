@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from remote.decoding.auto_budget import AutoBudget
+
 REPO = Path(__file__).resolve().parent.parent
 TINY_QWEN3 = {"model_type": "qwen3", "vocab_size": 1024, "hidden_size": 64, "intermediate_size": 128,
               "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
@@ -160,13 +162,44 @@ def _tiny_target():
 
 
 def test_auto_policy_replays_auto_against_a_cost_table(tmp_path):
-    """bench_auto_policy prices every step from the table: a table where 15 costs as much as 7 leaves auto no
-    reason to take 7 once calibrated, so its mean budget is 15's side of the two and its rate is at least 7's."""
-    last = _in_process("bench_auto_policy", ["--pair", "demo-qwen3", "--costs", '{"7": 1.0, "15": 1.0}',
-                                             "--max", "15", "--num-prompts", "1", "--max-new-tokens", "16"],
-                       tmp_path / "policy.stdout")
+    """bench_auto_policy makes a trace of the pair at the largest budget, then prices every step from the table: a
+    table where 15 costs as much as 7 leaves auto no reason to take 7 once calibrated, so its rate is at least 7's."""
+    trace = tmp_path / "trace.json"
+    args = ["--pair", "demo-qwen3", "--trace", str(trace), "--costs", '{"7": 1.0, "15": 1.0}', "--max", "15",
+            "--num-prompts", "1", "--max-new-tokens", "16"]
+    last = _in_process("bench_auto_policy", args, tmp_path / "policy.stdout")
+    assert trace.exists() and last["steps"] > 0
     assert set(last["rates"]) == {"7", "15", "auto"}
     assert last["rates"]["auto"] >= last["rates"]["7"] and last["auto_vs_best_fixed"] > 0.9
+
+
+def test_auto_policy_judges_each_budget_by_its_own_tree_of_the_trace():
+    """A trace step of the largest tree read as a smaller tree's: predictions past its size unknown, and only its
+    accepted nodes inside the smaller tree (node 9 lies outside a tree of 7). The replay shows a policy a step as
+    the runner does: after two more are queued (a step's choice knows the steps up to two before it)."""
+    bench = _bench("bench_auto_policy")
+    step = {"predicted": [1000, 1500], "nodes": [1, 9]}
+    assert bench.step_as(step, [7, 15], 7) == ([1000, -1], [1])
+    assert bench.step_as(step, [7, 15], 15) == ([1000, 1500], [1, 9])
+    trace = {"sizes": [7, 15], "prompts": [[step] * 4]}
+    tokens_per_ms = {b: bench.rate(trace, [[b] * 4], {7: 1.0, 15: 2.0}, {})[0] for b in (7, 15)}
+    assert tokens_per_ms == {7: pytest.approx(2.0), 15: pytest.approx(1.5)}
+
+    class Log(AutoBudget):
+        def __init__(self, sizes, cuda):
+            super().__init__(sizes, cuda)
+            self.events = []
+
+        def pick(self):
+            self.events.append("pick")
+            return 15
+
+        def observe(self, *args):
+            self.events.append("observe")
+
+    log = Log([7, 15], cuda=False)
+    assert bench.replay(trace, log) == [[15] * 4]
+    assert log.events == ["pick", "pick", "pick", "observe", "pick", "observe", "observe", "observe"]
 
 
 def test_auto_policy_prices_a_switch_by_its_direction():
