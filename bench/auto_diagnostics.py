@@ -61,6 +61,7 @@ class TraceAuto(AutoBudget):
     def __init__(self, budget: int, cuda: bool):
         super().__init__(buckets(budget), cuda)
         self.budget, self.trace = budget, []
+        self.costs = {}                    # no cost model to measure: no calibration generations
 
     def pick(self) -> int:
         self._timing = False

@@ -108,14 +108,14 @@ def save_trace(auto, gens: list, path: Path) -> None:
 def measure(run: Run, method: str, budget: int | str) -> tuple[list, dict]:
     prepare(run, method, budget)
     reset_peak_memory(run.device)
-    reads = run.graphed._reads if run.graphed and method != "ar" else None    # the speculative steps' reads
-    waited = reads.waited if reads else 0.0
+    waited = run.graphed.read_wait_s if run.graphed else 0.0
     gens = [run.generate(method, i) for i in range(len(run.inputs))]
     peak = peak_memory_gb(run.device) if run.device.type == "cuda" else None
     depth = run.drafter.block_size - 1 if method != "ar" else 0
-    # ms a step the host waited for the GPU's reads: near zero where the host sets the pace
-    wait = {"read_wait_ms": 1000 * (reads.waited - waited) / max(sum(len(g.committed) for g in gens), 1)} \
-        if reads and run.device.type == "cuda" else {}
+    # ms a speculative step the host waited for the GPU's read of it: near zero where the host sets the pace
+    steps = sum(len(g.committed) for g in gens)
+    wait = {"read_wait_ms": 1000 * (run.graphed.read_wait_s - waited) / steps} \
+        if run.graphed and run.device.type == "cuda" and method != "ar" and steps else {}
     return gens, {**aggregate(gens, peak, depth), **step_figures(run, method, gens, print), **figures(run.auto),
                   **wait}
 

@@ -78,6 +78,9 @@ methods q35_auto 200 $Q35 --temperatures 0 --num-prompts 24 --budgets 15,31,63,1
 DIAG=${DIAG:-15,31,63,only15,only15@127,only31@127,only63@127,auto127}
 methods q3_diag 150 $Q3 --temperatures 0 --num-prompts 24 --budgets $DIAG
 methods q35_diag 200 $Q35 --temperatures 0 --num-prompts 24 --budgets $DIAG
+# traces for bench/bench_auto_policy.py: DDTree 127's steps, each with what every smaller tree would have accepted
+methods q3_trace 90 $Q3 --temperatures 0 --num-prompts 24 --methods ddtree --budgets trace127
+methods q35_trace 120 $Q35 --temperatures 0 --num-prompts 24 --methods ddtree --budgets trace127
 # what a step costs right after another budget's (after_ms_<prev>_<b>): 31 after 31, after 127 and after 15
 methods q35_cycle 200 $Q35 --temperatures 0 --num-prompts 24 --methods ddtree \
   --budgets 31,only31@127,cycle31.31.31.127,cycle31.31.31.15,cycle15.15.15.127

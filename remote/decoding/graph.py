@@ -121,6 +121,11 @@ class GraphDecoder:
         # their forwards (logits, and drafter features for `featured`) run on this decoder's static cache
         self.featured, self.plain = AttentionTarget(self.model, target_layer_ids), AttentionTarget(self.model, None)
 
+    @property
+    def read_wait_s(self) -> float:
+        """Seconds the host has waited for speculative steps' reads: near zero a step where the host sets the pace."""
+        return self._reads.waited
+
     def reserve(self, prompt_len: int, max_new: int, method: str, budget: int, exact: bool = False) -> None:
         """Caches for a generation of this size; growing them drops the graphs captured on the old ones. `exact`:
         exactly this size, also smaller (attention runs over every row, so a cache sized for a larger budget slows
@@ -388,8 +393,8 @@ class GraphDecoder:
 
 class _Reads:
     """The speculative steps' `read`s (at most [2 * block + 1]), each copied to a host buffer behind its step (a
-    captured step's output tensor is overwritten by the next replay): a FIFO of up to two, read in order. `waited`:
-    seconds the host has spent waiting for reads (near zero a step where the host, not the GPU, sets the pace)."""
+    captured step's output tensor is overwritten by the next replay): a FIFO of up to two, read in order; `waited`:
+    seconds spent waiting for them."""
 
     def __init__(self, size: int, device: torch.device):
         self._buffers = [torch.empty(size, dtype=torch.long, pin_memory=device.type == "cuda") for _ in range(2)]
