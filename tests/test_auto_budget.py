@@ -157,6 +157,21 @@ def test_a_size_is_judged_by_what_its_extra_nodes_accepted():
     assert auto.pick() == 7
 
 
+def test_an_increment_is_judged_by_what_it_accepted_when_forecast_as_large():
+    """The running mean lags the text, so its increments are forecasts of uneven worth: here the 63-tree's extra
+    nodes accepted 2 tokens whenever the forecast at launch was 1.0 and none when it was 0.2. With the mean's
+    increment now 1.0, auto expects about 2 of them (the affine fit, pulled a little towards the overall factor),
+    where accepted / predicted over all steps (1.0) would say 1."""
+    auto = AutoBudget([7, 63], cuda=False)
+    for i in range(60):
+        high = i % 2 == 0
+        forecast = [1.0, 1.0 if high else 0.2]               # the mean's increments at the step's launch
+        nodes = [1, 20, 30] if high else [1]                  # nodes 20 and 30 lie in the 63-tree only
+        auto.observe(63, [1000, 2000], nodes, len(nodes) + 1, [None, None, False, forecast])
+    small, large = auto.accepted()
+    assert small == pytest.approx(1.0) and large - small > 1.5
+
+
 def test_auto_is_lossless_through_both_decoders():
     """Token for token AR's, through the eager loop and the graph decoder's steps (run eagerly), while the policy
     calibrates (every bucket) and then chooses."""

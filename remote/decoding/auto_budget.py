@@ -10,7 +10,9 @@ the surrogate promises is checked against what was accepted, size by size: the a
 best first, so a step of size b also tells what every tree of size c <= b would have accepted (its path nodes
 numbered <= c: ancestors come first, so they are a prefix of the path); what each size's extra nodes over the next
 smaller size accepted, against what E said they would, scales E's increments (`accepted`: a drafter is often surer
-of its deep, unlikely nodes than it should be). (b) What a step of each size costs: every candidate size is its own
+of its deep, unlikely nodes than it should be), and as steps come an affine fit of what an increment accepted
+against the running mean's increment at the step's launch replaces that scale (the mean lags the text: a large
+forecast is worth more than its size, a small one less). (b) What a step of each size costs: every candidate size is its own
 captured step (as a fixed budget's is), timed on the device around each launch (CUDA events, read once the step is:
 no synchronisation). T(c) is the median of its warm steps in rounds: calibration runs each size TIMED_STEPS + 2
 times in a row, a round (every ROUND_EVERY steps) each size twice in a row, and a step counts only when the step
@@ -57,6 +59,7 @@ EXPLORE_AFTER = 32       # steps without one of the next size up before one is t
 RATIO_WEIGHT = 0.1       # of the newest step in the running ratios
 SMOOTHING = 0.15         # of the newest step in the running mean of E
 PRIOR = 8.0              # predicted tokens' weight of the next smaller increment's factor in a size's own
+FIT_PRIOR = 20.0         # steps' weight of the factor-scaled increment against an increment's affine fit
 EVENTS = 16              # CUDA events in turn: two a step, at most two steps queued and one being read
 MAX_BUCKETS = 17         # buckets() of any budget below 2^20: what a step's read has room for
 
@@ -106,6 +109,9 @@ class AutoBudget:
         # added to E and to what was accepted (j = 0: E and the accepted of the smallest tree)
         self._gain_predicted = [0.0] * len(self.sizes)
         self._gain_accepted = [0.0] * len(self.sizes)
+        # per bucket j: sums (n, x, y, xx, xy) over the steps of at least its size, x the running mean's increment
+        # at the step's launch, y what the increment accepted (`accepted`'s affine fit)
+        self._fit = [[0.0] * 5 for _ in self.sizes]
         self._tokens = self._time = 0.0                    # committed tokens and their measured ms, since calibrated
         # calibration's, then the current round's buckets still to launch, each in a row of its own
         self._round = [b for b in self.sizes for _ in range(timed_steps + 2)]
@@ -140,19 +146,29 @@ class AutoBudget:
         return self.sizes[best]
 
     def accepted(self) -> list[float]:
-        """Drafted tokens a tree of each bucket's size is expected to accept next: the running mean of E, each size's
-        increment over the next smaller scaled by what such increments were seen to accept (accepted / predicted,
-        pulled towards the next smaller increment's factor while it has little data). Increments, not totals: a
-        size's figures then come from the same steps as its increment's, never from other texts than its neighbour's
-        (total accepted / predicted per size, over different steps, once ranked 15 above 31), and more nodes never
-        accept less."""
-        out, factor, total, below = [], 1.0, 0.0, 0.0
-        for mean, predicted, accepted in zip(self._mean, self._gain_predicted, self._gain_accepted):
+        """Drafted tokens a tree of each bucket's size is expected to accept next, increment by increment over the
+        next smaller size. An increment of the running mean of E is scaled by what such increments were seen to
+        accept (accepted / predicted, pulled towards the next smaller increment's factor while it has little data),
+        then replaced, as steps come, by an affine fit of what the increment accepted against the running mean's
+        increment at each step's launch: the mean lags the text, so what it promises is a forecast whose worth
+        depends on how large it is (on real drafts of the demo pairs an increment's top tenth of forecasts accepted
+        2-3x what was forecast, the rest about what was: bench/bench_auto_policy.py on traces, session 20).
+        Increments, not totals: a size's figures then come from the same steps as its increment's, never from
+        other texts than its neighbour's (total accepted / predicted per size, over different steps, once ranked 15
+        above 31), and more nodes never accept less."""
+        out, factor, total = [], 1.0, 0.0
+        for x, predicted, accepted, fit in zip(self._increments(), self._gain_predicted, self._gain_accepted,
+                                               self._fit):
             factor = (accepted + PRIOR * factor) / (predicted + PRIOR)
-            total += factor * max(mean - below, 0.0)
-            below = mean
+            total += max(_shrunk_fit(fit, x, factor * x), 0.0)
             out.append(total)
         return out
+
+    def _increments(self) -> list[float] | None:
+        """The running mean of E as increments over the next smaller bucket (never negative), None before any."""
+        if self._mean is None:
+            return None
+        return [max(m - below, 0.0) for m, below in zip(self._mean, [0.0, *self._mean[:-1]])]
 
     @contextmanager
     def timing(self, budget: int):
@@ -165,9 +181,10 @@ class AutoBudget:
         timed = self._times(budget)
         self._launched[budget] += 1
         self._last = budget
+        forecast = self._increments()        # what the step is chosen on, for `accepted`'s fit once it is read
         span = [self._mark() if timed else None]
         yield span
-        span += [self._mark() if timed else None, timed]
+        span += [self._mark() if timed else None, timed, forecast]
 
     def _times(self, budget: int) -> bool:
         """Whether the step of `budget` about to launch times its bucket (`timing`)."""
@@ -195,9 +212,14 @@ class AutoBudget:
                 old = self._ratio.get((i, j))
                 self._ratio[i, j] = seen if old is None else old + RATIO_WEIGHT * (seen - old)
         reached = [sum(1 for n in nodes if n <= self.sizes[j]) for j in known]     # what each smaller tree accepted
+        forecast = span[3] if span and len(span) > 3 else None
         for j in known:
+            gain = reached[j] - (reached[j - 1] if j else 0)
             self._gain_predicted[j] += latest[j] - (latest[j - 1] if j else 0.0)
-            self._gain_accepted[j] += reached[j] - (reached[j - 1] if j else 0)
+            self._gain_accepted[j] += gain
+            if forecast is not None:
+                for k, v in enumerate((1.0, forecast[j], gain, forecast[j] ** 2, forecast[j] * gain)):
+                    self._fit[j][k] += v
         self._stale = [0 if j <= known[-1] else n + 1 for j, n in enumerate(self._stale)]
         full = [e if e >= 0 else latest[known[-1]] * self._ratio.get((known[-1], j), 1.0) for j, e in enumerate(latest)]
         self._mean = full if self._mean is None else [m + SMOOTHING * (f - m) for m, f in zip(self._mean, full)]
@@ -221,3 +243,15 @@ class AutoBudget:
         if not end.query():            # the eager loop's commit runs past its read; a graphed step's read follows it
             end.synchronize()
         return start.elapsed_time(end)
+
+
+def _shrunk_fit(sums: list[float], x: float, prior: float) -> float:
+    """The affine least-squares fit of y on x from `sums` (n, x, y, xx, xy), its slope at least 0, at `x`, pulled
+    towards `prior` with the weight of FIT_PRIOR steps (all of it before two)."""
+    n, sx, sy, sxx, sxy = sums
+    if n < 2:
+        return prior
+    mx, my = sx / n, sy / n
+    var = sxx / n - mx * mx
+    slope = max((sxy / n - mx * my) / var, 0.0) if var > 1e-9 else 0.0
+    return (n * (my + slope * (x - mx)) + FIT_PRIOR * prior) / (n + FIT_PRIOR)
