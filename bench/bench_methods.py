@@ -233,7 +233,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--budgets", default="16,32,64,128,256,512",
                    help="ddtree budgets; auto (tree_budget=auto up to --auto-max) or auto<N> (up to N) among them; "
-                        "only<b>[@<N>], cycle<b>.<b>..., trace<b>: fixed budgets through auto's machinery (bench/auto_diagnostics.py)")
+                        "only<b>[@<N>], cycle<b>.<b>..., trace<b>: fixed budgets through auto's machinery "
+                        "(bench/auto_diagnostics.py)")
     p.add_argument("--auto-max", type=int, default=127, help="tree_budget_max of a bare `auto` in --budgets")
     p.add_argument("--methods", default="ar,dflash,ddtree",
                    help="methods to measure (AR always: the baseline), e.g. `ar` alone at a wide preset, where each "
