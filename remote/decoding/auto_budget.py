@@ -12,16 +12,16 @@ numbered <= c: ancestors come first, so they are a prefix of the path); what eac
 smaller size accepted, against what E said they would, scales E's increments (`accepted`: a drafter is often surer
 of its deep, unlikely nodes than it should be), and as steps come an affine fit of what an increment accepted
 against the running mean's increment at the step's launch replaces that scale (the mean lags the text: a large
-forecast is worth more than its size, a small one less). (b) What a step of each size costs: every candidate size
-is its own captured step (as a fixed budget's is), timed on the device around each launch (CUDA events, read once
-the step is: no synchronisation). T(c) is the median of its warm steps in rounds: calibration runs each size
-TIMED_STEPS + 2 times in a row, a round (every ROUND_EVERY steps) each size twice in a row, and a step counts only
-when the step before it was of its size and its graph had been replayed before. Warm, because a size's step costs more right
-after another size's (on the H200, demo-qwen3_5: budget 15 took 0.870 ms a step right after budget 7, 0.811 ms in a
-run of its own, while budget 63, chosen in a row, took what its fixed run took), and a size chosen runs in a row;
-cold medians compressed the sizes' differences, and auto then chose 63 where 31 was the faster budget (on that
-pair a mid size still costs more warm inside a mixed run than alone: docs/PERFORMANCE.md, session 16). Rounds,
-because they time every size on the same texts.
+forecast is worth more than its size, a small one less). (b) What a step of each size costs: every candidate size is
+its own captured step (as a fixed budget's is), timed on the device around each launch (CUDA events, read once the
+step is: no synchronisation). T(c) is the median of its warm steps in rounds: calibration runs each size TIMED_STEPS
++ 2 times in a row, a round (every ROUND_EVERY steps) each size twice in a row, and a step counts only when the step
+before it was of its size and its graph had been replayed before. Warm, because a size's step costs more right after
+another size's (on the H200, demo-qwen3_5: budget 15 took 0.870 ms a step right after budget 7, 0.811 ms in a run of
+its own, while budget 63, chosen in a row, took what its fixed run took), and a size chosen runs in a row; cold
+medians compressed the sizes' differences, and auto then chose 63 where 31 was the faster budget (on that pair a mid
+size still costs more warm inside a mixed run than alone: docs/PERFORMANCE.md, session 16). Rounds, because they
+time every size on the same texts.
 
 The choice, on the host, for each step it queues (a step is observed after the next one is queued, so that its
 bookkeeping overlaps the GPU's work): the budget b maximising 1 + A(b) - rate * T(b), A the calibrated
