@@ -32,6 +32,7 @@ from collections import deque
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))          # bench_methods, and --policy modules beside it
 
 from remote.decoding.auto_budget import AutoBudget  # noqa: E402
 
@@ -100,7 +101,6 @@ def rate(trace: dict, chosen: list[list[int]], table, extras) -> tuple[float, fl
 
 def make_trace(path: Path, args) -> None:
     """Decode the pair at budget `args.max` with bench_methods' `trace<max>` (float32, this machine's device)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     import bench_methods
 
     out = path.parent / f"{path.stem}.run"
@@ -113,7 +113,6 @@ def make_trace(path: Path, args) -> None:
 
 def load_policy(spec: str) -> type[AutoBudget]:
     module, _, name = spec.partition(":")
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     return getattr(importlib.import_module(module), name)
 
 

@@ -309,7 +309,7 @@ def main(argv: list[str] | None = None) -> None:
             gens, metrics = measure(run, "ddtree", budget)
             record(row("ddtree", budget, temperature, metrics, ar_metrics, gens, ar_gens))
             if getattr(run.auto, "trace", None) is not None:
-                save_trace(run.auto, gens, out / f"trace{budget.removeprefix('trace')}-T{temperature:g}.json")
+                save_trace(run.auto, gens, out / f"{budget}-T{temperature:g}.json")
         if args.ar_again:         # order effects (clocks, allocator, caches) show as a drift between the two AR rows
             gens, metrics = measure(run, "ar", 1)
             again = row("ar", None, temperature, metrics, ar_metrics, gens, ar_gens)
