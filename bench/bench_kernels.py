@@ -51,7 +51,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm  # noqa: E402
 
 from remote.kernels import attention as attention_kernel, tree_search  # noqa: E402
-from remote.decoding.tree_build import _plan, kernel_tree, ranked, torch_tree  # noqa: E402
+from remote.decoding.tree_build import _plan, _sizes, kernel_tree, ranked, torch_tree  # noqa: E402
 
 SHAPES = {   # (query heads, K/V heads, head dim, hidden size)
     "demo-qwen3": (4, 2, 64, 256),
@@ -154,10 +154,10 @@ def tree_fns(vocab: int, budget: int, draft: str) -> dict:
     plan = _plan(15, k, budget, torch.device("cuda"))
     top_lp, top_ids = tree_search.top_k(logits, k)
     search = {f"search-w{w}": (lambda w=w: tree_search._launch(
-        lambda kernel: kernel, top_lp, top_ids, plan.parent, plan.rank, budget, plan.levels,
-        min(budget, plan.real), num_warps=w)) for w in (1, 2, 4, 8, 16)}
+        lambda kernel: kernel, top_lp, top_ids, plan.parent, plan.rank, _sizes((budget,), top_lp.device), budget,
+        plan.levels, min(budget, plan.real), num_warps=w)) for w in (1, 2, 4, 8, 16)}
     return {"torch": lambda: torch_tree(logits, budget, k, plan),
-            "kernel": lambda: kernel_tree(logits, budget, k, plan), **search}
+            "kernel": lambda: kernel_tree(logits, budget, k, plan, ()), **search}
 
 
 def gdn_fns(preset: str, nodes: int, draft: str = "spine") -> dict:

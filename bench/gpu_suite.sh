@@ -48,7 +48,8 @@ date +%T
 step tests 240 python3 -m pytest -q -p no:cacheprovider --durations=8 \
   -k "cuda or phase_split or graphed or compiled_drafter" tests/test_tree_kernel.py tests/test_attention_kernel.py \
   tests/test_graph_decode.py tests/test_runner_syncs.py tests/test_runner_e2e.py tests/test_auto_budget.py
-step tests_graph 150 python3 -m pytest -q -p no:cacheprovider -k "cuda or graphed" tests/test_graph_decode.py \
+step tests_graph 150 python3 -m pytest -q -p no:cacheprovider -k "cuda or graphed" tests/test_tree_kernel.py \
+  tests/test_graph_decode.py \
   tests/test_phase_split.py tests/test_auto_budget.py tests/test_gdn_chunked_kernel.py
 step kernels 40 python3 bench/bench_kernels.py --preset demo-qwen3 --caps 1024 --kinds attention,norm,select \
   --out "$OUT/kernels.json"

@@ -115,6 +115,7 @@ class DeviceTree:
     chain: bool = False
     built: Ancestry | None = None    # the ancestry, where the builder made it (remote.kernels.tree_search)
     path_lp: torch.Tensor | None = None   # [n] float32: each node's path log-prob (best-first builder only)
+    expected: torch.Tensor | None = None  # [K] long: tree_budget=auto's predictions, when built with its buckets
 
     @property
     def size(self) -> int:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from remote.decoding.auto_budget import AutoBudget, buckets, predictions
+from remote.decoding.auto_budget import AutoBudget, buckets
 from remote.decoding.graph import GraphDecoder, HybridGraphDecoder
 from remote.decoding.loop import generate_ar, generate_spec
 from remote.decoding.tree_build import best_first_tree, build_tree
@@ -42,13 +42,13 @@ def test_a_tree_predicts_every_tree_up_to_its_own_size_exactly(confidence):
     logits, sizes = drafts(confidence), buckets(255)
     exact = {c: best_first_tree(logits, c).path_lp.exp().sum().item() for c in sizes}
     for budget in sizes:
-        got = predictions(best_first_tree(logits, budget).path_lp, budget, sizes).tolist()
+        got = best_first_tree(logits, budget, tuple(sizes)).expected.tolist()
         assert all(abs(g - 1000 * exact[c]) <= 2 if c <= budget else g == -1 for c, g in zip(sizes, got)), got
 
 
 def test_a_tree_holding_every_prefix_predicts_larger_trees_too():
     logits = drafts(0.5, depth=2, vocab=4)          # 4 + 16 prefixes: a budget of 31 holds them all
-    got = predictions(best_first_tree(logits, 31).path_lp, 31, [7, 15, 31, 63])
+    got = best_first_tree(logits, 31, (7, 15, 31, 63)).expected
     assert got[-1] == got[-2] > got[0] > 0
 
 
@@ -73,7 +73,7 @@ def _settle(costs: dict[int, float], logits: torch.Tensor, steps: int = 80) -> l
     chosen = []
     for _ in range(steps):
         budget = auto.pick()
-        expected = predictions(best_first_tree(logits, budget).path_lp, budget, auto.sizes).tolist()
+        expected = best_first_tree(logits, budget, tuple(auto.sizes)).expected.tolist()
         nodes = sampled_path(logits, budget, g)
         auto.observe(budget, expected, nodes, len(nodes) + 1)
         chosen.append(budget)

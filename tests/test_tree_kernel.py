@@ -1,7 +1,7 @@
 """The one-kernel tree build (remote.kernels.tree_search) against remote.decoding.tree_build's torch ops, run by
 Triton's interpreter on the CPU (a subprocess: the interpreter is chosen when the kernel module is imported): the same
-tokens, parents, depths, ancestry and path log-probs for budgets from 1 to past the candidates of one level, vocabularies smaller and
-larger than the budget."""
+tokens, parents, depths, ancestry, path log-probs and tree_budget=auto's predictions for budgets from 1 to past the
+candidates of one level, vocabularies smaller and larger than the budget."""
 from __future__ import annotations
 
 import json
@@ -37,8 +37,10 @@ for depth, vocab, budget, seed in json.loads(sys.argv[1]):
     top_lp, top_ids = torch.topk(torch.log_softmax(logits.float(), dim=-1), k, dim=-1)
     plan = tree_build._plan(depth, k, budget, logits.device)
     n = min(budget, plan.real)
-    tokens, parents, depths, ancestors, path_lp = tree_search.build_interpreted(top_lp, top_ids, plan.parent,
-                                                                                plan.rank, budget, plan.levels, n)
+    sizes = (1, 7, budget, 2 * budget + 1)      # tree_budget=auto's predictions, past the tree's size too
+    ref_expected = tree_build.predictions(ref.path_lp, budget, sizes)
+    tokens, parents, depths, ancestors, path_lp, expected = tree_search.build_interpreted(
+        top_lp, top_ids, plan.parent, plan.rank, torch.tensor(sizes), budget, plan.levels, n)
     want = ref.ancestry()
     top_k = None                         # the interpreter sorts slowly: small cases only
     if depth * vocab <= 2000:
@@ -49,7 +51,9 @@ for depth, vocab, budget, seed in json.loads(sys.argv[1]):
     out.append({"case": [depth, vocab, budget, seed], "top_k": top_k,
                 "tokens": torch.equal(tokens, ref.tokens), "parents": torch.equal(parents, want.parents),
                 "depths": torch.equal(depths, want.depth), "ancestors": torch.equal(ancestors, want.ancestors),
-                "path_lp": torch.allclose(path_lp, ref.path_lp, atol=1e-4), "n": n})
+                "path_lp": torch.allclose(path_lp, ref.path_lp, atol=1e-4), "n": n,
+                "expected": bool(((expected - ref_expected).abs() <= 1).all()) and
+                torch.equal(expected < 0, ref_expected < 0)})
 print(json.dumps(out))
 """
 
@@ -68,8 +72,8 @@ def test_kernel_builds_the_torch_tree():
     for r in results:
         # the last case takes impossible prefixes (all scored at the -1e30 floor: equal scores), whose order within
         # a level is free; across levels both keep the shallower first, so the depths still agree
-        keys = ("depths", "top_k") if r["case"] == list(cases[-1]) else \
-            ("tokens", "parents", "depths", "ancestors", "path_lp", "top_k")
+        keys = ("depths", "top_k", "expected") if r["case"] == list(cases[-1]) else \
+            ("tokens", "parents", "depths", "ancestors", "path_lp", "top_k", "expected")
         assert r["n"] > 0 and all(r[key] is not False for key in keys), r
     assert sum(r["top_k"] is True for r in results) >= 3
 
@@ -82,12 +86,14 @@ def test_cuda_tree_equals_the_torch_tree(vocab, budget):
     from remote.decoding.tree_build import best_first_tree
 
     logits = torch.randn(15, vocab, generator=torch.Generator().manual_seed(budget)) * 3
-    cpu, gpu = best_first_tree(logits, budget), best_first_tree(logits.cuda(), budget)
+    sizes = (7, 63, 255)
+    cpu, gpu = best_first_tree(logits, budget, sizes), best_first_tree(logits.cuda(), budget, sizes)
     assert gpu.built is not None, "the kernel did not run"
     want, got = cpu.ancestry(), gpu.ancestry()
     assert torch.equal(gpu.tokens.cpu(), cpu.tokens) and torch.equal(got.parents.cpu(), want.parents)
     assert torch.equal(got.depth.cpu(), want.depth) and torch.equal(got.ancestors.cpu(), want.ancestors)
     assert torch.allclose(gpu.path_lp.cpu(), cpu.path_lp, atol=1e-4)
+    assert (gpu.expected.cpu() - cpu.expected).abs().max() <= 1 and torch.equal(gpu.expected < 0, cpu.expected < 0)
 
 
 def hopper_ptx(kernel, signature: dict, constants: dict) -> str:
@@ -106,15 +112,16 @@ def test_kernels_compile_for_hopper():
     only on the GPU): both kernels compile for sm_90 here, without a GPU."""
     from remote.kernels import tree_search
 
-    longs = ("top_ids", "cand_parent", "cand_rank", "vindex", "tokens", "parents", "depths", "ancestors")
+    longs = ("top_ids", "cand_parent", "cand_rank", "vindex", "tokens", "parents", "depths", "ancestors", "sizes",
+             "expected")
     tree = {**{name: "*i64" for name in longs}, "top_lp": "*fp32", "path_lp": "*fp32",
-            **{name: "i32" for name in ("K", "C", "B", "levels", "n")}}
-    sizes = {"CP": 1024, "SP": 2048, "NP": 256, "HP": 16}
+            **{name: "i32" for name in ("K", "C", "B", "levels", "n", "S")}}
+    shapes = {"CP": 1024, "SP": 2048, "NP": 256, "HP": 16, "ZP": 8}
     chunk = {"logits": "*fp32", "part_key": "*i64", "part_max": "*fp32", "part_sum": "*fp32",
              **{name: "i32" for name in ("V", "per", "stride", "tie_top")}}
     merge = {"part_key": "*i64", "part_max": "*fp32", "part_sum": "*fp32", "top_lp": "*fp32", "top_ids": "*i64",
              **{name: "i32" for name in ("K", "chunks", "per", "tie_top")}}
-    for kernel, signature, constants in [(tree_search._tree_kernel, tree, sizes),
+    for kernel, signature, constants in [(tree_search._tree_kernel, tree, shapes),
                                          (tree_search._top_k_chunk_kernel, chunk, {"CHUNK": 512}),
                                          (tree_search._top_k_merge_kernel, merge, {"MP": 1024, "CP": 8})]:
         assert ".entry" in hopper_ptx(kernel, signature, constants)

@@ -3,9 +3,9 @@
 Two inputs. (a) What a tree of each candidate size would accept: under the drafter's surrogate (a node's path holds
 with its path probability, the product of its tokens' drafter probabilities), a tree's expected accepted length is
 the sum of its nodes' path probabilities, and a best-first tree of n nodes is the first n of the best-first order,
-so a step's own tree gives E(c) exactly for every size c up to its own (`predictions`, on the device, inside the
-step). Larger sizes are scaled from it by the ratio E(c) / E(own) that steps of size >= c measured (a running mean
-per pair of sizes; calibration runs every size, and a step one size up is explored when a ratio grew stale). What
+so a step's own tree gives E(c) exactly for every size c up to its own (the tree's `expected`, written by its
+builder on the device, inside the step). Larger sizes are scaled from it by the ratio E(c) / E(own) that steps of
+size >= c measured (a running mean per pair of sizes; calibration runs every size, and a step one size up is explored when a ratio grew stale). What
 the surrogate promises is checked against what was accepted, size by size: the accepted path's nodes are numbered
 best first, so a step of size b also tells what every tree of size c <= b would have accepted (its path nodes
 numbered <= c: ancestors come first, so they are a prefix of the path); what each size's extra nodes over the next
@@ -33,8 +33,9 @@ host knows is two steps old and tells the next step's little on its own (measure
 alone accepted no more than a fixed mixture of the same sizes, at more cost); the mean follows the text as it
 changes. No host read is added: each step's predictions ride in the read it has anyway.
 
-Contract: `buckets(max_budget)` -> the candidate budgets, 2^k - 1 from 7 up to `max_budget`. `predictions(path_lp,
-budget, buckets)` -> [K] long: E(c) in thousandths per bucket, -1 where c is larger than the step's tree.
+Contract: `buckets(max_budget)` -> the candidate budgets, 2^k - 1 from 7 up to `max_budget`; a step's tree built with them
+(remote.decoding.tree_build, `best_first_tree(logits, budget, buckets).expected`) predicts [K] long: E(c) in
+thousandths per bucket, -1 where c is larger than the step's tree.
 `AutoBudget(buckets, cuda)`: `pick()` the next step's budget; `with timing(budget) as span:` around its launch;
 `observe(budget, predicted, nodes, committed, span)` once it is read (`nodes`: the accepted path's node indices
 below the root); `costs` (ms a step per bucket) once measured, `calibrating` until then. Lossless by construction:
@@ -42,7 +43,6 @@ every step verifies a best-first tree of some size, as a fixed budget does.
 """
 from __future__ import annotations
 
-import functools
 import itertools
 import statistics
 import time
@@ -68,28 +68,6 @@ def buckets(max_budget: int) -> list[int]:
     """Candidate budgets: 7, 15, 31, ... (verify rows a power of two) up to `max_budget`; [max_budget] below 7."""
     sizes = [(1 << k) - 1 for k in range(3, 20) if (1 << k) - 1 <= max_budget]
     return sizes or [max_budget]
-
-
-def predictions(path_lp: torch.Tensor, budget: int, sizes: list[int]) -> torch.Tensor:
-    """Expected accepted drafted tokens (thousandths, long) of a best-first tree of each of `sizes` up to `budget`,
-    -1 past it, from one step's tree of `budget` nodes whose path log-probs, best first, are `path_lp` [n] (n <
-    budget: the tree holds every prefix there is, and no larger tree adds any). Static shapes: capturable; three
-    kernels (each small kernel costs a captured step ~2 us, and these ride in every step of an auto run)."""
-    weights, bias = _selector(path_lp.shape[0], budget, tuple(sizes), path_lp.device)
-    return torch.addmv(bias, weights, path_lp.float().exp()).long()
-
-
-@functools.lru_cache(maxsize=64)
-def _selector(n: int, budget: int, sizes: tuple[int, ...], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """[K, n] float32: 1000 where node i counts towards bucket k's E, and [K]: 0.5 (truncation rounds) or -1 past
-    the tree. Built on the step's first, uncaptured run (a host list copied to the device cannot be captured)."""
-    weights, bias = torch.zeros(len(sizes), n), torch.full((len(sizes),), 0.5)
-    for k, c in enumerate(sizes):
-        if c <= budget or n < budget:
-            weights[k, :min(c, n)] = 1000.0
-        else:
-            bias[k] = -1.0
-    return weights.to(device), bias.to(device)
 
 
 class AutoBudget:
@@ -202,7 +180,7 @@ class AutoBudget:
         return event
 
     def observe(self, budget: int, predicted: list[int], nodes: list[int], committed: int, span=None) -> None:
-        """One step read back: its budget, its `predictions` (thousandths), the accepted path's node indices below
+        """One step read back: its budget, its tree's `expected` (thousandths), the accepted path's node indices below
         the root (best-first numbers: node c is the c-th best), tokens committed, and its `timing` span."""
         latest = [p / 1000 if p >= 0 else -1.0 for p in predicted]
         known = [j for j, e in enumerate(latest) if e >= 0]

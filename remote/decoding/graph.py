@@ -50,7 +50,7 @@ from ..models.placement import devices
 from ..models.static_cache import StaticDrafterKV, StaticKV, visibility_mask
 from ..timing import PhaseTimer
 from ..tree import Ancestry
-from .auto_budget import MAX_BUCKETS, AutoBudget, predictions
+from .auto_budget import MAX_BUCKETS, AutoBudget
 from .loop import STATS_SIZE, Generation, accept, accepted_nodes, draft, read_step, to_host
 from .sampling import sample
 from .tree_build import argmax_chain, best_first_tree
@@ -311,7 +311,7 @@ class GraphDecoder:
         logits = self._draft(self.drafter, self.model, self.dkv, context, self.root, self.start, valid)
         if until == "draft":
             return logits
-        built = best_first_tree(logits, budget) if method == "ddtree" else argmax_chain(logits)
+        built = best_first_tree(logits, budget, sizes) if method == "ddtree" else argmax_chain(logits)
         tree, nodes = built.ancestry(), torch.cat([self.root, built.tokens])                  # nodes [N]
         if until == "tree_build":
             return tree.ancestors
@@ -319,8 +319,7 @@ class GraphDecoder:
         samples = self._choose(verified.logits)
         if until == "verify":
             return samples
-        expected = predictions(built.path_lp, budget, list(sizes)) if sizes else None
-        path, bonus, length, read = accept(tree, nodes, samples, logits, expected)   # tokens, StepStats, predictions
+        path, bonus, length, read = accept(tree, nodes, samples, logits, built.expected)   # tokens, StepStats, predictions
         commit(path, length)
         self.context[0, :path.shape[0]] = verified.features.index_select(0, path)
         self.context_rows.copy_(length)

@@ -39,7 +39,7 @@ from ..models.drafter import DFlashDrafter, DrafterCache
 from ..models.target import Target
 from ..timing import PhaseTimer
 from ..tree import Ancestry
-from .auto_budget import AutoBudget, predictions
+from .auto_budget import AutoBudget
 from .sampling import sample
 from .tree_build import argmax_chain, best_first_tree
 
@@ -91,7 +91,7 @@ class Generation:
 
     def chose(self, auto: AutoBudget, budget: int, predicted: list[int], nodes: list[int], committed: int,
               span) -> None:
-        """tree_budget=auto: a step's `budget`, its `predicted` (remote.decoding.auto_budget.predictions), the
+        """tree_budget=auto: a step's `budget`, its `predicted` (its tree's `expected`, remote.decoding.tree_build), the
         accepted path's `nodes` below the root, the tokens it `committed` and its timing `span` go to the policy and
         to this generation."""
         auto.observe(budget, predicted, nodes, committed, span)
@@ -262,15 +262,15 @@ def generate_spec(target: Target, drafter: DFlashDrafter, model, input_ids: torc
                 with timer.phase("draft"):
                     logits = draft(drafter, model, cache, context, root, target.length)
                 with timer.phase("tree_build"):
-                    tree = best_first_tree(logits, size) if method == "ddtree" else argmax_chain(logits)
+                    tree = best_first_tree(logits, size, auto.sizes if auto else ()) if method == "ddtree" \
+                        else argmax_chain(logits)
                     ancestry = tree.ancestry()
                 with timer.phase("verify"):
                     nodes = torch.cat([root.to(tree.tokens.device), tree.tokens])                 # [N]
                     verified = target.verify(nodes, ancestry)
                     samples = sample(verified.logits, temperature, generator).to(nodes.device)   # [N]
                 with timer.phase("commit"):
-                    expected = predictions(tree.path_lp, size, auto.sizes) if auto else None
-                    step = walk(ancestry, nodes, samples, logits, expected)
+                    step = walk(ancestry, nodes, samples, logits, tree.expected)
                     target.commit(step.path)
                     path = step.path.to(verified.features.device)
                     context = verified.features.index_select(0, path)[None].to(output_device(model))  # [1, L, F]

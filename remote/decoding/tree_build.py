@@ -4,9 +4,10 @@ Contract: `best_first_tree(draft_logits, budget)` returns the `budget` most like
 exist) under the drafter's product-of-marginals surrogate: a node at depth d (1-based) holding the rank-r token of
 draft position d-1 scores the sum of log-probs along its path. The result is prefix-closed, ordered best first
 (non-increasing score; on equal scores shallower first), so parents precede children, with the root (the last
-committed token) at index 0 and not counted in the budget; its `path_lp` holds the scores (what
-remote.decoding.auto_budget predicts acceptance from). `argmax_chain(draft_logits)` is the DFlash chain: the
-argmax token at every position. Both return a `DeviceTree` (remote.tree) without reading anything back to the host;
+committed token) at index 0 and not counted in the budget; its `path_lp` holds the scores. With `sizes`
+(tree_budget=auto's buckets), `best_first_tree(draft_logits, budget, sizes)` also sets the tree's `expected`:
+`predictions(path_lp, budget, sizes)`, what remote.decoding.auto_budget chooses from. `argmax_chain(draft_logits)`
+is the DFlash chain: the argmax token at every position. Both return a `DeviceTree` (remote.tree) without reading anything back to the host;
 its `ancestry()` is what a `Target` verifies against. `build_tree` / `chain_tree` return the same trees as host
 lists (`Tree`, one copy) for offline tools. Non-goal: the per-node conditional distributions (the drafter emits
 marginals, so every parent at depth d draws from the same depth-d top-k list).
@@ -87,23 +88,60 @@ def ranked(scores: torch.Tensor, budget: int) -> tuple[torch.Tensor, torch.Tenso
     return best, pick
 
 
-def best_first_tree(draft_logits: torch.Tensor, budget: int) -> DeviceTree:
+def best_first_tree(draft_logits: torch.Tensor, budget: int, sizes: tuple[int, ...] = ()) -> DeviceTree:
     """Best-first tree of at most `budget` nodes from `draft_logits` [D, V] (row d predicts depth d+1)."""
     depth_limit, vocab = draft_logits.shape
     k = min(budget, vocab)
     plan = _plan(depth_limit, k, budget, draft_logits.device)
-    build = kernel_tree if tree_search.available(draft_logits.device) else torch_tree
-    return build(draft_logits, budget, k, plan)
+    if tree_search.available(draft_logits.device):
+        return kernel_tree(draft_logits, budget, k, plan, tuple(sizes))
+    tree = torch_tree(draft_logits, budget, k, plan)
+    if sizes:
+        tree.expected = predictions(tree.path_lp, budget, sizes)
+    return tree
 
 
-def kernel_tree(draft_logits: torch.Tensor, budget: int, k: int, plan: _Plan) -> DeviceTree:
-    """`best_first_tree` by remote.kernels.tree_search (CUDA): the draft top-k (two kernels) and the whole search
-    (one)."""
+def kernel_tree(draft_logits: torch.Tensor, budget: int, k: int, plan: _Plan, sizes: tuple[int, ...]) -> DeviceTree:
+    """`best_first_tree` by remote.kernels.tree_search (CUDA): the draft top-k (two kernels) and the whole search,
+    the predictions included (one)."""
     top_lp, top_ids = tree_search.top_k(draft_logits, k)                                        # [D, k] each
-    tokens, parents, depth, ancestors, path_lp = tree_search.build(top_lp, top_ids, plan.parent, plan.rank, budget,
-                                                                   plan.levels, min(budget, plan.real))
+    tokens, parents, depth, ancestors, path_lp, expected = tree_search.build(
+        top_lp, top_ids, plan.parent, plan.rank, _sizes(sizes or (budget,), draft_logits.device), budget,
+        plan.levels, min(budget, plan.real))
     return DeviceTree(tokens=tokens, parents=parents[1:], depths=depth[1:], height=plan.levels + 1,
-                      built=Ancestry(parents, depth, ancestors, False), path_lp=path_lp)
+                      built=Ancestry(parents, depth, ancestors, False), path_lp=path_lp,
+                      expected=expected if sizes else None)
+
+
+@lru_cache(maxsize=64)
+def _sizes(sizes: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    """The buckets on the device, made on a step's first, uncaptured run (a host list copied to the device cannot
+    be captured)."""
+    with torch.inference_mode(False):
+        return torch.tensor(sizes, dtype=torch.long, device=device)
+
+
+def predictions(path_lp: torch.Tensor, budget: int, sizes: tuple[int, ...]) -> torch.Tensor:
+    """Expected accepted drafted tokens (thousandths, long) of a best-first tree of each of `sizes` up to `budget`,
+    -1 past it, from one step's tree of `budget` nodes whose path log-probs, best first, are `path_lp` [n] (n <
+    budget: the tree holds every prefix there is, and no larger tree adds any): the mass of each size's first
+    nodes. The torch path's; the CUDA kernel writes the same in the tree's own launch (each small kernel costs a
+    captured step ~2 us, and these ride in every step of an auto run)."""
+    weights, bias = _selector(path_lp.shape[0], budget, tuple(sizes), path_lp.device)
+    return torch.addmv(bias, weights, path_lp.float().exp()).long()
+
+
+@lru_cache(maxsize=64)
+def _selector(n: int, budget: int, sizes: tuple[int, ...], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """[K, n] float32: 1000 where node i counts towards bucket k's E, and [K]: 0.5 (truncation rounds) or -1 past
+    the tree."""
+    weights, bias = torch.zeros(len(sizes), n), torch.full((len(sizes),), 0.5)
+    for k, c in enumerate(sizes):
+        if c <= budget or n < budget:
+            weights[k, :min(c, n)] = 1000.0
+        else:
+            bias[k] = -1.0
+    return weights.to(device), bias.to(device)
 
 
 def torch_tree(draft_logits: torch.Tensor, budget: int, k: int, plan: _Plan) -> DeviceTree:

@@ -61,7 +61,8 @@ if triton is not None:
 
     @triton.jit
     def _tree_kernel(top_lp, top_ids, cand_parent, cand_rank, vindex, tokens, parents, depths, ancestors, path_lp,
-                     K, C, B, levels, n, CP: tl.constexpr, SP: tl.constexpr, NP: tl.constexpr, HP: tl.constexpr):
+                     sizes, expected, K, C, B, levels, n, S, CP: tl.constexpr, SP: tl.constexpr, NP: tl.constexpr,
+                     HP: tl.constexpr, ZP: tl.constexpr):
         neg = float("-inf")
         c = tl.arange(0, CP)                # the candidates, and the kept slots (CP >= C and CP >= B)
         live = c < C
@@ -100,7 +101,15 @@ if triton is not None:
         pick = tl.gather(picks, slot, 0)
         token = tl.load(top_ids + depth * K + tl.gather(rank, pick, 0), mask=chosen, other=0)
         tl.store(tokens + s, token, mask=chosen)
-        tl.store(path_lp + s, _score(key), mask=chosen)
+        lp = _score(key)
+        tl.store(path_lp + s, lp, mask=chosen)
+        # tree_budget=auto's predictions: each bucket's expected accepted tokens (thousandths, rounded) is the mass
+        # of its first nodes, -1 for a bucket larger than this tree (unless the tree holds every prefix there is)
+        z = tl.arange(0, ZP)
+        size = tl.load(sizes + z, mask=z < S, other=1)
+        mass = tl.cumsum(tl.where(chosen, tl.exp(lp), 0.0), 0)
+        thousandths = tl.floor(tl.gather(mass, tl.maximum(tl.minimum(size, n) - 1, 0), 0) * 1000.0 + 0.5)
+        tl.store(expected + z, tl.where((size > B) & (n >= B), -1, thousandths.to(tl.int64)), mask=z < S)
         tl.store(vindex + slot, s + 1, mask=chosen)
         tl.debug_barrier()
         above = tl.maximum(depth - 1, 0) * B + tl.gather(par, pick, 0)
@@ -184,7 +193,8 @@ def _launch_top_k(wrap, logits, k: int, chunk: int = TOP_K_CHUNK):
     return top_lp, top_ids
 
 
-def _launch(wrap, top_lp, top_ids, parent, rank, budget: int, levels: int, n: int, num_warps: int | None = None):
+def _launch(wrap, top_lp, top_ids, parent, rank, sizes, budget: int, levels: int, n: int,
+            num_warps: int | None = None):
     """Allocate and run; `wrap` is torch.library.wrap_triton inside the op, identity otherwise; `num_warps` other
     than the default for bench/bench_kernels.py."""
     device, k, c = top_lp.device, top_lp.shape[1], parent.shape[0]
@@ -193,18 +203,21 @@ def _launch(wrap, top_lp, top_ids, parent, rank, budget: int, levels: int, n: in
     tokens, parents, depths = torch.empty(n, **as_long), torch.empty(n + 1, **as_long), torch.empty(n + 1, **as_long)
     path_lp = torch.empty(n, dtype=torch.float32, device=device)
     ancestors = torch.empty(n + 1, levels + 1, **as_long)
+    expected = torch.empty(sizes.shape[0], **as_long)
     sp = _pow2(levels * budget)
     wrap(_tree_kernel)[(1,)](top_lp, top_ids, parent, rank, vindex, tokens, parents, depths, ancestors, path_lp,
-                             k, c, budget, levels, n, CP=_pow2(max(c, budget)), SP=sp, NP=_pow2(n + 1),
-                             HP=_pow2(levels + 1), num_warps=num_warps or _warps(sp))
-    return tokens, parents, depths, ancestors, path_lp
+                             sizes, expected, k, c, budget, levels, n, sizes.shape[0], CP=_pow2(max(c, budget)),
+                             SP=sp, NP=_pow2(n + 1), HP=_pow2(levels + 1), ZP=_pow2(sizes.shape[0]),
+                             num_warps=num_warps or _warps(sp))
+    return tokens, parents, depths, ancestors, path_lp, expected
 
 
 if triton is not None:
     @torch.library.triton_op("ddtree::best_first_tree", mutates_args=())
-    def _op(top_lp: torch.Tensor, top_ids: torch.Tensor, parent: torch.Tensor, rank: torch.Tensor, budget: int,
-            levels: int, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        return _launch(torch.library.wrap_triton, top_lp, top_ids, parent, rank, budget, levels, n)
+    def _op(top_lp: torch.Tensor, top_ids: torch.Tensor, parent: torch.Tensor, rank: torch.Tensor,
+            sizes: torch.Tensor, budget: int, levels: int, n: int
+            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        return _launch(torch.library.wrap_triton, top_lp, top_ids, parent, rank, sizes, budget, levels, n)
 
     @torch.library.triton_op("ddtree::top_k", mutates_args=())
     def _top_k_op(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -226,10 +239,10 @@ def top_k(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     return _top_k_op(logits.contiguous(), k)
 
 
-def build(top_lp: torch.Tensor, top_ids: torch.Tensor, parent: torch.Tensor, rank: torch.Tensor, budget: int,
-          levels: int, n: int):
+def build(top_lp: torch.Tensor, top_ids: torch.Tensor, parent: torch.Tensor, rank: torch.Tensor, sizes: torch.Tensor,
+          budget: int, levels: int, n: int):
     """See the module docstring; top_lp [D, K] float32 and top_ids [D, K] long, each row best first."""
-    return _op(top_lp.contiguous(), top_ids.contiguous(), parent, rank, budget, levels, n)
+    return _op(top_lp.contiguous(), top_ids.contiguous(), parent, rank, sizes, budget, levels, n)
 
 
 def build_interpreted(*args):
