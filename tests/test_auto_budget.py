@@ -121,16 +121,16 @@ def _calibrated(sizes: list[int], ms: float) -> tuple[AutoBudget, object]:
 
 
 def test_only_warm_steps_of_rounds_time_the_buckets():
-    """After calibration, a round (each bucket twice in a row) comes every ROUND_EVERY chosen steps, and only a
-    round's second step of a bucket times it (no other step has a span): a step right after another bucket's costs
-    more than one in a row (as a chosen bucket runs), and a step the policy chose for its text says nothing of
-    another size's cost."""
+    """After calibration, a round (each bucket twice in a row) comes after ROUND_EVERY chosen steps, the next after
+    twice as many, and only a round's second step of a bucket times it (no other step has a span): a step right
+    after another bucket's costs more than one in a row (as a chosen bucket runs), and a step the policy chose for
+    its text says nothing of another size's cost."""
     from remote.decoding.auto_budget import ROUND_EVERY
 
     auto, read = _calibrated([7, 15], ms=1.0)
     assert auto.costs == {7: 1.0, 15: 1.0}
     picks = []
-    for _ in range(ROUND_EVERY + 4):
+    for _ in range(3 * ROUND_EVERY + 8):
         budget = auto.pick()
         with auto.timing(budget) as span:
             pass
@@ -140,7 +140,10 @@ def test_only_warm_steps_of_rounds_time_the_buckets():
         read(budget, span)
     assert all(not timed for _, timed in picks[:ROUND_EVERY - 1])
     assert picks[ROUND_EVERY - 1:ROUND_EVERY + 3] == [(7, False), (7, True), (15, False), (15, True)]
-    assert auto.costs == {7: 1.5, 15: 1.5}      # medians of the calibration's 1 ms and the round's 2 ms
+    second = ROUND_EVERY + 3 + 2 * ROUND_EVERY - 1
+    assert all(not timed for _, timed in picks[ROUND_EVERY + 3:second])
+    assert picks[second:second + 4] == [(7, False), (7, True), (15, False), (15, True)]
+    assert auto.costs == {7: 2.0, 15: 2.0}      # medians of the calibration's 1 ms and the two rounds' 2 ms
 
 
 def test_a_size_is_judged_by_what_its_extra_nodes_accepted():

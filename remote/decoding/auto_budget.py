@@ -15,8 +15,10 @@ against the running mean's increment at the step's launch replaces that scale (t
 forecast is worth more than its size, a small one less). (b) What a step of each size costs: every candidate size is
 its own captured step (as a fixed budget's is), timed on the device around each launch (CUDA events, read once the
 step is: no synchronisation). T(c) is the median of its warm steps in rounds: calibration runs each size TIMED_STEPS
-+ 2 times in a row, a round (every ROUND_EVERY steps) each size twice in a row, and a step counts only when the step
-before it was of its size and its graph had been replayed before. Warm, because a size's step costs more right after
++ 2 times in a row, a round each size twice in a row (ROUND_EVERY chosen steps after calibration, then twice as
+many after each round, up to ROUND_EVERY_MAX: a round's steps are mostly of sizes not chosen, ~1 step in 10 when they
+came every 96, and on the replayed traces of bench/bench_auto_policy.py fewer rounds lost less, session 21), and a
+step counts only when the step before it was of its size and its graph had been replayed before. Warm, because a size's step costs more right after
 another size's (on the H200, demo-qwen3_5: budget 15 took 0.870 ms a step right after budget 7, 0.811 ms in a run of
 its own, while budget 63, chosen in a row, took what its fixed run took), and a size chosen runs in a row; cold
 medians compressed the sizes' differences, and auto then chose 63 where 31 was the faster budget (on that pair a mid
@@ -54,7 +56,8 @@ import torch
 
 TIMED_STEPS = 4          # timed steps per bucket before the first choice (after its capture and first replay)
 COST_WINDOW = 32         # a bucket's cost: the median of its newest warm steps in rounds
-ROUND_EVERY = 96         # steps between rounds (a round: each bucket twice in a row; ~1 step in 10 is a round's)
+ROUND_EVERY = 192        # chosen steps before the first round (a round: each bucket twice in a row) ...
+ROUND_EVERY_MAX = 1536   # ... and between rounds, doubling each round up to this
 EXPLORE_AFTER = 32       # steps without one of the next size up before one is taken
 RATIO_WEIGHT = 0.1       # of the newest step in the running ratios
 SMOOTHING = 0.15         # of the newest step in the running mean of E
@@ -96,6 +99,7 @@ class AutoBudget:
         self._timing = True                                # the last pick is calibration's or a round's
         self._last: int | None = None                      # the bucket launched last
         self._since_round = 0                              # steps picked since the last round began
+        self._round_every = ROUND_EVERY                    # steps from one round to the next
 
     @property
     def calibrating(self) -> bool:
@@ -109,8 +113,9 @@ class AutoBudget:
         if self.costs is None:         # calibration launched, not yet all read: the last bucket stays warm
             return self.sizes[-1]
         self._since_round += 1
-        if self._since_round >= ROUND_EVERY:
+        if self._since_round >= self._round_every:
             self._round, self._since_round = [b for b in self.sizes for _ in range(2)], 0
+            self._round_every = min(2 * self._round_every, ROUND_EVERY_MAX)
             return self._round.pop(0)
         self._timing = False
         if self._mean is None:
