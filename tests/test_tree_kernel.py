@@ -93,7 +93,8 @@ def test_cuda_tree_equals_the_torch_tree(vocab, budget):
     assert torch.equal(gpu.tokens.cpu(), cpu.tokens) and torch.equal(got.parents.cpu(), want.parents)
     assert torch.equal(got.depth.cpu(), want.depth) and torch.equal(got.ancestors.cpu(), want.ancestors)
     assert torch.allclose(gpu.path_lp.cpu(), cpu.path_lp, atol=1e-4)
-    assert (gpu.expected.cpu() - cpu.expected).abs().max() <= 1 and torch.equal(gpu.expected.cpu() < 0, cpu.expected < 0)
+    expected = gpu.expected.cpu()
+    assert (expected - cpu.expected).abs().max() <= 1 and torch.equal(expected < 0, cpu.expected < 0)
 
 
 def hopper_ptx(kernel, signature: dict, constants: dict) -> str:

@@ -2,28 +2,28 @@
 
 Two inputs. (a) What a tree of each candidate size would accept: under the drafter's surrogate (a node's path holds
 with its path probability, the product of its tokens' drafter probabilities), a tree's expected accepted length is
-the sum of its nodes' path probabilities, and a best-first tree of n nodes is the first n of the best-first order,
-so a step's own tree gives E(c) exactly for every size c up to its own (the tree's `expected`, written by its
-builder on the device, inside the step). Larger sizes are scaled from it by the ratio E(c) / E(own) that steps of
-size >= c measured (a running mean per pair of sizes; calibration runs every size, and a step one size up is explored when a ratio grew stale). What
-the surrogate promises is checked against what was accepted, size by size: the accepted path's nodes are numbered
-best first, so a step of size b also tells what every tree of size c <= b would have accepted (its path nodes
-numbered <= c: ancestors come first, so they are a prefix of the path); what each size's extra nodes over the next
-smaller size accepted, against what E said they would, scales E's increments (`accepted`: a drafter is often surer
-of its deep, unlikely nodes than it should be), and as steps come an affine fit of what an increment accepted
-against the running mean's increment at the step's launch replaces that scale (the mean lags the text: a large
-forecast is worth more than its size, a small one less). (b) What a step of each size costs: every candidate size is
-its own captured step (as a fixed budget's is), timed on the device around each launch (CUDA events, read once the
-step is: no synchronisation). T(c) is the median of its warm steps in rounds: calibration runs each size TIMED_STEPS
-+ 2 times in a row, a round each size twice in a row (ROUND_EVERY chosen steps after calibration, then twice as
-many after each round, up to ROUND_EVERY_MAX: a round's steps are mostly of sizes not chosen, ~1 step in 10 when they
-came every 96, and on the replayed traces of bench/bench_auto_policy.py fewer rounds lost less, session 21), and a
-step counts only when the step before it was of its size and its graph had been replayed before. Warm, because a size's step costs more right after
-another size's (on the H200, demo-qwen3_5: budget 15 took 0.870 ms a step right after budget 7, 0.811 ms in a run of
-its own, while budget 63, chosen in a row, took what its fixed run took), and a size chosen runs in a row; cold
-medians compressed the sizes' differences, and auto then chose 63 where 31 was the faster budget (on that pair a mid
-size still costs more warm inside a mixed run than alone: docs/PERFORMANCE.md, session 16). Rounds, because they
-time every size on the same texts.
+the sum of its nodes' path probabilities, and a best-first tree of n nodes is the first n of the best-first order, so
+a step's own tree gives E(c) exactly for every size c up to its own (the tree's `expected`, written by its builder on
+the device, inside the step). Larger sizes are scaled from it by the ratio E(c) / E(own) that steps of size >= c
+measured (a running mean per pair of sizes; calibration runs every size, and a step one size up is explored when a
+ratio grew stale). What the surrogate promises is checked against what was accepted, size by size: the accepted
+path's nodes are numbered best first, so a step of size b also tells what every tree of size c <= b would have
+accepted (its path nodes numbered <= c: ancestors come first, so they are a prefix of the path); what each size's
+extra nodes over the next smaller size accepted, against what E said they would, scales E's increments (`accepted`: a
+drafter is often surer of its deep, unlikely nodes than it should be), and as steps come an affine fit of what an
+increment accepted against the running mean's increment at the step's launch replaces that scale (the mean lags the
+text: a large forecast is worth more than its size, a small one less). (b) What a step of each size costs: every
+candidate size is its own captured step (as a fixed budget's is), timed on the device around each launch (CUDA
+events, read once the step is: no synchronisation). T(c) is the median of its warm steps in rounds: calibration runs
+each size TIMED_STEPS + 2 times in a row, a round each size twice in a row (ROUND_EVERY chosen steps after
+calibration, then twice as many after each round, up to ROUND_EVERY_MAX: a round's steps are mostly of sizes not
+chosen, ~1 step in 10 when they came every 96, and on the replayed traces of bench/bench_auto_policy.py fewer rounds
+lost less, session 21), and a step counts only when the step before it was of its size and its graph had been
+replayed before. Warm, because a size's step costs more right after another size's (on the H200, demo-qwen3_5: budget
+15 took 0.870 ms a step right after budget 7, 0.811 ms in a run of its own, while budget 63, chosen in a row, took
+what its fixed run took), and a size chosen runs in a row; cold medians compressed the sizes' differences, and auto
+then chose 63 where 31 was the faster budget (on that pair a mid size still costs more warm inside a mixed run than
+alone: docs/PERFORMANCE.md, session 16). Rounds, because they time every size on the same texts.
 
 The choice, on the host, for each step it queues (a step is observed after the next one is queued, so that its
 bookkeeping overlaps the GPU's work): the budget b maximising 1 + A(b) - rate * T(b), A the calibrated
@@ -35,13 +35,13 @@ host knows is two steps old and tells the next step's little on its own (measure
 alone accepted no more than a fixed mixture of the same sizes, at more cost); the mean follows the text as it
 changes. No host read is added: each step's predictions ride in the read it has anyway.
 
-Contract: `buckets(max_budget)` -> the candidate budgets, 2^k - 1 from 7 up to `max_budget`; a step's tree built with them
-(remote.decoding.tree_build, `best_first_tree(logits, budget, buckets).expected`) predicts [K] long: E(c) in
-thousandths per bucket, -1 where c is larger than the step's tree.
-`AutoBudget(buckets, cuda)`: `pick()` the next step's budget; `with timing(budget) as span:` around its launch;
-`observe(budget, predicted, nodes, committed, span)` once it is read (`nodes`: the accepted path's node indices
-below the root); `costs` (ms a step per bucket) once measured, `calibrating` until then. Lossless by construction:
-every step verifies a best-first tree of some size, as a fixed budget does.
+Contract: `buckets(max_budget)` -> the candidate budgets, 2^k - 1 from 7 up to `max_budget`; a step's tree built with
+them (remote.decoding.tree_build, `best_first_tree(logits, budget, buckets).expected`) predicts [K] long: E(c) in
+thousandths per bucket, -1 where c is larger than the step's tree. `AutoBudget(buckets, cuda)`: `pick()` the next
+step's budget; `with timing(budget) as span:` around its launch; `observe(budget, predicted, nodes, committed, span)`
+once it is read (`nodes`: the accepted path's node indices below the root); `costs` (ms a step per bucket) once
+measured, `calibrating` until then. Lossless by construction: every step verifies a best-first tree of some size, as
+a fixed budget does.
 """
 from __future__ import annotations
 

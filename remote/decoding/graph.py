@@ -319,7 +319,7 @@ class GraphDecoder:
         samples = self._choose(verified.logits)
         if until == "verify":
             return samples
-        path, bonus, length, read = accept(tree, nodes, samples, logits, built.expected)   # tokens, StepStats, predictions
+        path, bonus, length, read = accept(tree, nodes, samples, logits, built.expected)  # + auto's predictions
         commit(path, length)
         self.context[0, :path.shape[0]] = verified.features.index_select(0, path)
         self.context_rows.copy_(length)

@@ -6,11 +6,11 @@ draft position d-1 scores the sum of log-probs along its path. The result is pre
 (non-increasing score; on equal scores shallower first), so parents precede children, with the root (the last
 committed token) at index 0 and not counted in the budget; its `path_lp` holds the scores. With `sizes`
 (tree_budget=auto's buckets), `best_first_tree(draft_logits, budget, sizes)` also sets the tree's `expected`:
-`predictions(path_lp, budget, sizes)`, what remote.decoding.auto_budget chooses from. `argmax_chain(draft_logits)`
-is the DFlash chain: the argmax token at every position. Both return a `DeviceTree` (remote.tree) without reading anything back to the host;
-its `ancestry()` is what a `Target` verifies against. `build_tree` / `chain_tree` return the same trees as host
-lists (`Tree`, one copy) for offline tools. Non-goal: the per-node conditional distributions (the drafter emits
-marginals, so every parent at depth d draws from the same depth-d top-k list).
+`predictions(path_lp, budget, sizes)`, what remote.decoding.auto_budget chooses from. `argmax_chain(draft_logits)` is
+the DFlash chain: the argmax token at every position. Both return a `DeviceTree` (remote.tree) without reading
+anything back to the host; its `ancestry()` is what a `Target` verifies against. `build_tree` / `chain_tree` return
+the same trees as host lists (`Tree`, one copy) for offline tools. Non-goal: the per-node conditional distributions
+(the drafter emits marginals, so every parent at depth d draws from the same depth-d top-k list).
 
 How the best-first set is found without a heap: a prefix never scores above its parent (log-probs are <= 0), so
 the best `budget` prefixes of depth d+1 only ever extend kept prefixes of depth d. Depth by depth, children of the
