@@ -16,10 +16,11 @@ kept levels.
 Contract: `top_k(draft_logits, k)` -> the k best log-probs and token ids per row (two kernels where the chunks'
 candidates fit TOP_K_MERGE: the demo's 4096 vocabulary up to k = 256). `build(top_lp, top_ids, parent, rank, sizes,
 budget, levels, n)` -> (tokens [n], parents [n + 1], depth [n + 1], ancestors [n + 1, levels + 1], path_lp [n]: each
-node's path log-prob, float32, expected [len(sizes)]: tree_budget=auto's predictions for trees of `sizes` nodes, long,
-remote.decoding.tree_build.predictions) with the root at index 0 (parent -1): the tree remote.decoding.tree_build's
-torch ops build, up to the order of equal scores (lower candidate index first here). `available(device)` says whether
-they can run. Under torch.compile each is an opaque op (`torch.library.triton_op`). `torch_top_k` is top_k in torch ops (the fallback, and tree_build's CPU path).
+node's path log-prob, float32, expected [len(sizes)]: tree_budget=auto's predictions for trees of `sizes` nodes,
+long, remote.decoding.tree_build.predictions) with the root at index 0 (parent -1): the tree
+remote.decoding.tree_build's torch ops build, up to the order of equal scores (lower candidate index first here).
+`available(device)` says whether they can run. Under torch.compile each is an opaque op (`torch.library.triton_op`).
+`torch_top_k` is top_k in torch ops (the fallback, and tree_build's CPU path).
 """
 from __future__ import annotations
 
