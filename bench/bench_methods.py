@@ -121,7 +121,7 @@ def measure(run: Run, method: str, budget: int | str) -> tuple[list, dict]:
 
 
 def parse_budgets(text: str, auto_max: int) -> list[int | str]:
-    """`15,31,auto,auto63,only15@127` -> [15, 31, "auto127", "auto63", "only15@127"] (auto alone: up to
+    """`15,31,auto,auto127,only15@127` -> [15, 31, "auto63", "auto127", "only15@127"] (auto alone: up to
     `auto_max`; only<b>[@<max>], cycle<b>.<b>... and trace<b>: bench/auto_diagnostics.py)."""
     return [f"auto{b.removeprefix('auto') or auto_max}" if b.startswith("auto") else b
             if b.startswith(("only", "cycle", "trace")) else int(b) for b in text.split(",")]
@@ -235,7 +235,8 @@ def main(argv: list[str] | None = None) -> None:
                    help="ddtree budgets; auto (tree_budget=auto up to --auto-max) or auto<N> (up to N) among them; "
                         "only<b>[@<N>], cycle<b>.<b>..., trace<b>: fixed budgets through auto's machinery "
                         "(bench/auto_diagnostics.py)")
-    p.add_argument("--auto-max", type=int, default=127, help="tree_budget_max of a bare `auto` in --budgets")
+    p.add_argument("--auto-max", type=int, default=DecodingSpec.tree_budget_max,
+                   help="tree_budget_max of a bare `auto` in --budgets")
     p.add_argument("--methods", default="ar,dflash,ddtree",
                    help="methods to measure (AR always: the baseline), e.g. `ar` alone at a wide preset, where each "
                         "method's capture and compile take a minute")

@@ -72,8 +72,8 @@ methods q35 150 $Q35 --temperatures 0 --num-prompts 24 --budgets 31,32 --phase-k
 # the kernels of each phase of demo-qwen3's replayed steps (AR against DDTree 31: what a small pair's step is made of)
 methods q3_kernels 90 $Q3 --temperatures 0 --num-prompts 4 --budgets 31 --phase-kernels
 # tree_budget=auto beside every fixed budget (issue 27's acceptance: >= 97% of the best, above the median)
-methods q3_auto 150 $Q3 --temperatures 0 --num-prompts 24 --budgets 15,31,63,127,255,auto,auto63
-methods q35_auto 200 $Q35 --temperatures 0 --num-prompts 24 --budgets 15,31,63,127,255,auto,auto63
+methods q3_auto 150 $Q3 --temperatures 0 --num-prompts 24 --budgets 15,31,63,127,255,auto,auto127
+methods q35_auto 200 $Q35 --temperatures 0 --num-prompts 24 --budgets 15,31,63,127,255,auto,auto127
 # a fixed budget's steps run as auto runs them (its steps, timing, caches for 127: only<b>@127), against its own
 # fixed run and auto's: where auto's per-budget cost differs from the fixed runs', and why
 DIAG=${DIAG:-15,31,63,only15,only15@127,only31@127,only63@127,auto127}

@@ -52,7 +52,7 @@ class DrafterSpec:
 class DecodingSpec:
     method: str = "ar"
     tree_budget: int | str = 63            # ddtree's node budget, or "auto": chosen per step (decoding.auto_budget)
-    tree_budget_max: int = 127             # tree_budget=auto: the largest budget it may choose
+    tree_budget_max: int = 63              # tree_budget=auto: the largest budget it may choose (README says why)
     max_new_tokens: int = 64
     temperature: float = 0.0
     baseline: str = "ar"                   # "ar": also run AR on the same prompts (in turns); "none": skip it
