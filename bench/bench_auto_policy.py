@@ -67,7 +67,8 @@ def step_as(step: dict, sizes: list[int], budget: int) -> tuple[list[int], list[
 
 def replay(trace: dict, auto: AutoBudget) -> list[list[int]]:
     """`auto` through every generation of `trace` as remote.decoding.graph drives it (up to two steps queued; a
-    step's read is observed once two more are queued); the budgets it chose, per generation."""
+    step's read is observed once two more are queued); the budgets it chose, per generation. Its buckets are the
+    trace's first ones (all, or those up to a smaller tree_budget_max)."""
     chosen = []
     for steps in trace["prompts"]:
         queued, observed, budgets = deque(), None, []
@@ -82,7 +83,7 @@ def replay(trace: dict, auto: AutoBudget) -> list[list[int]]:
                 auto.observe(*observed)
             budget, span = queued.popleft()
             predicted, nodes = step_as(steps[i], trace["sizes"], budget)
-            observed = (budget, predicted, nodes, len(nodes) + 1, span)
+            observed = (budget, predicted[:len(auto.sizes)], nodes, len(nodes) + 1, span)
         if observed:
             auto.observe(*observed)
         chosen.append(budgets)
@@ -124,6 +125,7 @@ def main(argv: list[str] | None = None) -> None:
                    help='JSON {"budget": [ms after a smaller budget\'s step, ms after a larger one\'s]} over its cost')
     p.add_argument("--policy", action="append", default=[], help="module:Class, an AutoBudget to replay beside auto")
     p.add_argument("--max", type=int, default=127, help="making a trace: the budget it runs at (auto's largest)")
+    p.add_argument("--auto-max", type=int, help="tree_budget_max of the replayed policies (default: the trace's)")
     p.add_argument("--pair", default="demo-qwen3", help="making a trace: a target under remote/assets/models")
     p.add_argument("--dataset", default=f"jsonl:{MODELS / 'heldout_prompts.jsonl'}")
     p.add_argument("--num-prompts", type=int, default=12)
@@ -142,7 +144,7 @@ def main(argv: list[str] | None = None) -> None:
     steps = sum(len(s) for s in trace["prompts"])
     rates = {str(b): rate(trace, [[b] * len(s) for s in trace["prompts"]], table, extras) for b in sizes}
     for name, cls in [("auto", AutoBudget), *((spec, load_policy(spec)) for spec in args.policy)]:
-        auto = priced_policy(cls, sizes, table)
+        auto = priced_policy(cls, [b for b in sizes if b <= (args.auto_max or sizes[-1])], table)
         for prompt in itertools.cycle(trace["prompts"]):     # warm-up up to calibrated, as bench_methods does
             replay({**trace, "prompts": [prompt]}, auto)
             if not auto.calibrating:

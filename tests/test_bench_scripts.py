@@ -201,6 +201,12 @@ def test_auto_policy_judges_each_budget_by_its_own_tree_of_the_trace():
     assert bench.replay(trace, log) == [[15] * 4]
     assert log.events == ["pick", "pick", "pick", "observe", "pick", "observe", "observe", "observe"]
 
+    class Small(AutoBudget):      # tree_budget_max 7 on a trace up to 15: it reads its own bucket's prediction only
+        def observe(self, budget, predicted, nodes, committed, span=None):
+            assert (budget, predicted, nodes) == (7, [1000], [1])
+
+    assert bench.replay(trace, Small([7], cuda=False)) == [[7] * 4]
+
 
 def test_auto_policy_prices_a_switch_by_its_direction():
     """A step right after another size's costs its extra: from below the first, from above the second; in a row,
