@@ -262,8 +262,8 @@ def generate_spec(target: Target, drafter: DFlashDrafter, model, input_ids: torc
                 with timer.phase("draft"):
                     logits = draft(drafter, model, cache, context, root, target.length)
                 with timer.phase("tree_build"):
-                    tree = best_first_tree(logits, size, auto.sizes if auto else ()) if method == "ddtree" \
-                        else argmax_chain(logits)
+                    tree = best_first_tree(logits, size, tuple(auto.sizes) if auto else ()) \
+                        if method == "ddtree" else argmax_chain(logits)
                     ancestry = tree.ancestry()
                 with timer.phase("verify"):
                     nodes = torch.cat([root.to(tree.tokens.device), tree.tokens])                 # [N]

@@ -105,6 +105,7 @@ def kernel_tree(draft_logits: torch.Tensor, budget: int, k: int, plan: _Plan, si
     """`best_first_tree` by remote.kernels.tree_search (CUDA): the draft top-k (two kernels) and the whole search,
     the predictions included (one)."""
     top_lp, top_ids = tree_search.top_k(draft_logits, k)                                        # [D, k] each
+    # without buckets the kernel still writes one prediction (its own size's), unread: one kernel for both uses
     tokens, parents, depth, ancestors, path_lp, expected = tree_search.build(
         top_lp, top_ids, plan.parent, plan.rank, _sizes(sizes or (budget,), draft_logits.device), budget,
         plan.levels, min(budget, plan.real))
@@ -134,7 +135,7 @@ def predictions(path_lp: torch.Tensor, budget: int, sizes: tuple[int, ...]) -> t
 @lru_cache(maxsize=64)
 def _selector(n: int, budget: int, sizes: tuple[int, ...], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """[K, n] float32: 1000 where node i counts towards bucket k's E, and [K]: 0.5 (truncation rounds) or -1 past
-    the tree."""
+    the tree. Made on the step's first, uncaptured run, as `_sizes`."""
     weights, bias = torch.zeros(len(sizes), n), torch.full((len(sizes),), 0.5)
     for k, c in enumerate(sizes):
         if c <= budget or n < budget:
