@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
 from contextlib import contextmanager
@@ -118,6 +119,19 @@ def measure(run: Run, method: str, budget: int | str) -> tuple[list, dict]:
         if run.graphed and run.device.type == "cuda" and method != "ar" and steps else {}
     return gens, {**aggregate(gens, peak, depth), **step_figures(run, method, gens, print), **figures(run.auto),
                   **wait}
+
+
+def auto_verdicts(rows: list[dict], temperature: float) -> list[str]:
+    """A line per tree_budget=auto row of `temperature` against that temperature's fixed DDTree budgets (issue 27's
+    bar: at least 97% of the best one's tokens a second, and above the median), by decode time a token."""
+    ddtree = [r for r in rows if r["method"] == "ddtree" and r["temperature"] == temperature and r.get("tpot_ms")]
+    fixed = {r["tree_budget"]: r["tpot_ms"] for r in ddtree if isinstance(r["tree_budget"], int)}
+    if len(fixed) < 2:
+        return []
+    best, median = min(fixed, key=fixed.get), statistics.median(fixed.values())
+    return [f"{r['tree_budget']}-T{temperature:g}: {fixed[best] / r['tpot_ms']:.1%} of the best fixed budget ({best}: "
+            f"{fixed[best]:.4f} ms a token), {'above' if r['tpot_ms'] < median else 'not above'} the median of "
+            f"{len(fixed)} ({median:.4f})" for r in ddtree if str(r["tree_budget"]).startswith("auto")]
 
 
 def parse_budgets(text: str, auto_max: int) -> list[int | str]:
@@ -311,6 +325,8 @@ def main(argv: list[str] | None = None) -> None:
             record(row("ddtree", budget, temperature, metrics, ar_metrics, gens, ar_gens))
             if getattr(run.auto, "trace", None) is not None:
                 save_trace(run.auto, gens, out / f"{budget}-T{temperature:g}.json")
+        for line in auto_verdicts(rows, temperature):
+            print(line, flush=True)
         if args.ar_again:         # order effects (clocks, allocator, caches) show as a drift between the two AR rows
             gens, metrics = measure(run, "ar", 1)
             again = row("ar", None, temperature, metrics, ar_metrics, gens, ar_gens)

@@ -208,6 +208,24 @@ def test_auto_policy_judges_each_budget_by_its_own_tree_of_the_trace():
     assert bench.replay(trace, Small([7], cuda=False)) == [[7] * 4]
 
 
+def test_methods_judges_auto_against_the_fixed_budgets_of_its_temperature():
+    """bench_methods' verdict line per auto row: its share of the best fixed budget's speed and whether it beats
+    the median fixed budget, among the rows of its own temperature only (diagnostic rows and other methods aside)."""
+    verdicts = _bench("bench_methods").auto_verdicts
+    budgets = [(15, 0.168), (31, 0.16), (63, 0.161), ("auto63", 0.1625), ("only31@127", 0.1), ("auto127", 0.165)]
+    rows = [{"method": "ddtree", "temperature": 0.0, "tree_budget": b, "tpot_ms": ms} for b, ms in budgets]
+    rows += [{"method": "dflash", "temperature": 0.0, "tree_budget": None, "tpot_ms": 0.1},
+             {"method": "ddtree", "temperature": 1.0, "tree_budget": 7, "tpot_ms": 0.01}]
+    lines = verdicts(rows, 0.0)
+    assert lines == [
+        "auto63-T0: 98.5% of the best fixed budget (31: 0.1600 ms a token), not above the median of 3 (0.1610)",
+        "auto127-T0: 97.0% of the best fixed budget (31: 0.1600 ms a token), not above the median of 3 (0.1610)"]
+    rows[2]["tpot_ms"] = 0.17          # 63 slower: 15 is the median now, and auto63 beats it
+    assert verdicts(rows, 0.0)[0] == \
+        "auto63-T0: 98.5% of the best fixed budget (31: 0.1600 ms a token), above the median of 3 (0.1680)"
+    assert verdicts(rows, 1.0) == []
+
+
 def test_auto_policy_prices_a_switch_by_its_direction():
     """A step right after another size's costs its extra: from below the first, from above the second; in a row,
     and a generation's first step, nothing."""
