@@ -37,7 +37,8 @@ step() {  # name seconds command...
   case " ${STEPS:-all} " in *" all "* | *" $name "*) ;; *) return ;; esac
   timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
   echo "$name rc=$? $(date +%T)"
-  grep -E 'decode_path|^floor|^ +[a-z_0-9-]+-T[01] +tau|^auto[0-9]+-T|^\||^kernel|passed|failed' "$OUT/$name.log" | head -40
+  grep -E 'decode_path|^floor|^ +[a-z_0-9-]+-T[01] +tau|^auto[0-9]+-T|^\||^kernel|passed|failed' \
+    "$OUT/$name.log" | head -40
 }
 methods() {  # name seconds args...
   local name=$1 limit=$2; shift 2
