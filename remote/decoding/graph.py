@@ -40,6 +40,7 @@ import torch
 
 from ..errors import SpecError, first_line
 from ..kernels.step import step_kernels
+from ..models.attention_loop import AttentionLoop
 from ..models.attention_target import AttentionTarget
 from ..models.backends import is_hybrid
 from ..models.compat import input_device
@@ -118,8 +119,10 @@ class GraphDecoder:
         self.temperature, self.rng = 0.0, None           # this generation's sampling (`_sampling`)
 
     def _targets(self, target_layer_ids: list[int] | None) -> None:
-        # their forwards (logits, and drafter features for `featured`) run on this decoder's static cache
+        # their forwards (logits, and drafter features for `featured`) run on this decoder's static cache: the prompt
+        # through transformers' forward, the steps through our layer loop where it can run the model
         self.featured, self.plain = AttentionTarget(self.model, target_layer_ids), AttentionTarget(self.model, None)
+        self.loop = None if AttentionLoop.unsupported(self.model) else AttentionLoop(self.model, target_layer_ids)
 
     @property
     def read_wait_s(self) -> float:
@@ -283,9 +286,12 @@ class GraphDecoder:
 
     def _ar_step(self) -> torch.Tensor:
         self.kv.slots = self.start.view(1)
-        mask = visibility_mask((self._cols <= self.start)[None], self.dtype)
-        out = self.model(input_ids=self.root.view(1, 1), position_ids=self.start.view(1, 1), attention_mask=mask,
-                         use_cache=True, **{self.plain.cache_kw: self.kv})
+        visible = (self._cols <= self.start)[None]
+        if self.loop is not None:
+            return self._advance(self.loop.forward(self.root.view(1, 1), self.start.view(1), self.kv, visible).logits)
+        out = self.model(input_ids=self.root.view(1, 1), position_ids=self.start.view(1, 1),
+                         attention_mask=visibility_mask(visible, self.dtype), use_cache=True,
+                         **{self.plain.cache_kw: self.kv})
         return self._advance(out.logits[0, -1:])
 
     def _advance(self, logits: torch.Tensor) -> torch.Tensor:
@@ -330,8 +336,11 @@ class GraphDecoder:
     def _verify(self, tree: Ancestry, nodes: torch.Tensor):
         """The target's verify of `nodes` at `start`, and the commit to call with the accepted (path, length)."""
         self.kv.slots = self.start + torch.arange(nodes.shape[0], device=self.device)
-        mask = visibility_mask(self._tree_visible(tree), self.dtype)
-        verified = self.featured.forward(nodes[None], (self.start + tree.depth)[None], mask)
+        visible, positions = self._tree_visible(tree), self.start + tree.depth
+        if self.loop is not None:
+            verified = self.loop.forward(nodes[None], positions, self.kv, visible, featured=True)
+        else:
+            verified = self.featured.forward(nodes[None], positions[None], visibility_mask(visible, self.dtype))
         return verified, lambda path, length: self.kv.compact(self.start, path)
 
     def _absorb(self, features: torch.Tensor) -> None:

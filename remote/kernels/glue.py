@@ -1,6 +1,6 @@
 """The elementwise glue of the captured steps, torch.compile'd: the target's rotary embedding, silu(gate) * up in its
-MLPs, the zero-centred and gated RMSNorms of the hybrids and, in the hybrids' own layer loop, each residual add with
-the norm after it, one fused kernel each.
+MLPs, the zero-centred and gated RMSNorms of the hybrids and, in our own layer loops (remote.models.layer_loop), each
+residual add with the norm after it and a Qwen3 attention's q / k norms with its rotary, one fused kernel each.
 
 Why: at the widths users deploy a small kernel costs a captured step ~2.5 us, and these are many of a step's kernels.
 transformers' `apply_rotary_pos_emb` is five kernels for q and five for k (multiply, negate, cat, multiply, add),
@@ -44,6 +44,11 @@ class _Compiled:
         return self.fn(*args, **kwargs)
 
 
+def plain(fn):
+    """The function itself where `fn` is its compiled wrapper (to be traced inside another compiled function)."""
+    return fn.fn if isinstance(fn, _Compiled) else fn
+
+
 _CACHE: dict = {}       # function -> its _Compiled (compiled once per process)
 
 
@@ -66,6 +71,21 @@ def add_zero_centred_norm(x: torch.Tensor, h: torch.Tensor, scale: torch.Tensor,
     """(x + h, zero_centred_norm(x + h)): a residual add and the next zero-centred norm."""
     s = x + h
     return s, zero_centred_norm(s, scale, eps)
+
+
+def add_rms_norm(x: torch.Tensor, h: torch.Tensor, weight: torch.Tensor, eps: float):
+    """(x + h, RMSNorm(x + h)) with a Qwen3 / Llama-style norm's weight: a residual add and the next norm."""
+    s = x + h
+    return s, F.rms_norm(s, (s.shape[-1],), weight, eps)
+
+
+def norm_rotary(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor, eps: float,
+                cos: torch.Tensor, sin: torch.Tensor, rotate):
+    """Qwen3's per-head q / k norms and the rotary `rotate` (the modeling module's `apply_rotary_pos_emb`) at once:
+    q [1, T, Hq, D], k [1, T, Hkv, D] -> q, k [1, H, T, D]."""
+    q = F.rms_norm(q, (q.shape[-1],), q_weight, eps).transpose(1, 2)
+    k = F.rms_norm(k, (k.shape[-1],), k_weight, eps).transpose(1, 2)
+    return rotate(q, k, cos, sin)
 
 
 def gated_norm(x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

@@ -38,7 +38,8 @@ from torch.nn import functional as F
 
 from . import attention as attention_kernel
 from .fused_linear import grouped
-from .glue import active, add_zero_centred_norm, compiled_glue, gated_norm, zero_centred_norm
+from .glue import active, add_rms_norm, add_zero_centred_norm, compiled_glue, gated_norm, norm_rotary, plain, \
+    zero_centred_norm
 
 FUSABLE = ("Qwen3RMSNorm", "Qwen2RMSNorm", "LlamaRMSNorm", "MistralRMSNorm")
 ZERO_CENTRED = ("Qwen3_5RMSNorm", "Qwen3_5MoeRMSNorm", "Qwen3NextRMSNorm")     # x_normed * (1 + weight)
@@ -101,13 +102,40 @@ def _fused_gated_norm(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor
     return active(gated_norm)(x, gate, self.weight, self.variance_epsilon)
 
 
+def _fused(norm: torch.nn.Module | None, forward) -> bool:
+    """Whether `norm`'s forward is `forward` (`step_kernels` patched it)."""
+    return getattr(getattr(norm, "forward", None), "__func__", None) is forward
+
+
 def residual_norm(norm: torch.nn.Module, x: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(x + h, norm(x + h)) for a layer loop of our own (remote.models.hybrid_target): inside `step_kernels` with a
-    zero-centred norm (the hybrids'), the add and the norm as one function (one kernel when compiled)."""
-    if getattr(norm.forward, "__func__", None) is _fused_zero_centred_norm:
+    """(x + h, norm(x + h)) for a layer loop of our own (remote.models.layer_loop): inside `step_kernels` the add and
+    the norm as one function (one kernel when compiled)."""
+    if _fused(norm, _fused_zero_centred_norm):
         return active(add_zero_centred_norm)(x, h, _SCALES[norm], norm.eps)
+    if _fused(norm, _fused_norm):
+        return active(add_rms_norm)(x, h, norm.weight, norm.variance_epsilon)
     s = x + h
     return s, norm(s)
+
+
+def qk_rotary(attn: torch.nn.Module, q: torch.Tensor, k: torch.Tensor, rope, rotate):
+    """An attention's queries and keys [1, T, H, D] normed per head (Qwen3's q_norm / k_norm, where it has them) and
+    rotated by `rotate` (the modeling module's `apply_rotary_pos_emb`) -> q, k [1, H, T, D]: inside `step_kernels`
+    one function (one kernel when compiled); elsewhere the modules' own forwards."""
+    q_norm, k_norm = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)
+    if _fused(q_norm, _fused_norm) and _fused(k_norm, _fused_norm) and q_norm.variance_epsilon == k_norm.variance_epsilon:
+        return active(norm_rotary)(q, k, q_norm.weight, k_norm.weight, q_norm.variance_epsilon, *rope, plain(rotate))
+    if q_norm is not None:
+        q, k = q_norm(q), k_norm(k)
+    return rotate(q.transpose(1, 2), k.transpose(1, 2), *rope)
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torch.Tensor, scale: float) -> torch.Tensor:
+    """A step's queries q [1, Hq, T, D] over a static cache k / v [1, Hkv, K, D], `visible` [T or 1, K] bool ->
+    [1, T, Hq, D]: the attention kernel where it serves (remote.kernels.attention), else `grouped_attention`."""
+    if attention_kernel.available(q):
+        return attention_kernel.attention(q, k, v, visible, scale)
+    return grouped_attention(q, k, v, visible, scale).transpose(1, 2)
 
 
 def _patch(norm: torch.nn.Module) -> None:

@@ -44,11 +44,11 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import SpecError
-from ..kernels import attention as attention_kernel
 from ..kernels.gdn_paths import select_gdn_kernels
-from ..kernels.step import residual_norm
+from ..kernels.step import attend
 from ..tree import Ancestry
 from .gdn import TreeLayout, gdn_sequence, gdn_step, gdn_tree
+from .layer_loop import run_layers
 from .placement import devices
 from .static_cache import move_rows
 from .target import Target, Verified
@@ -285,39 +285,14 @@ class HybridTarget(Target):
         return self.config.linear_conv_kernel_dim
 
     def _forward(self, input_ids: torch.Tensor, positions: torch.Tensor, tree):
-        """Embed, run every decoder layer, final norm. Returns (normed hidden [T, H], features [T, F])."""
-        dec = self.decoder
-        x = dec.embed_tokens(input_ids)                                               # [1, T, H]
-        pos = positions.reshape(1, -1).to(x.device)
-        rope = dec.rotary_emb(x, pos.expand(3, 1, -1) if self._mrope else pos)       # cos, sin [1, T, rotary_dim]
-        # Each residual add goes with the norm after it (`residual_norm`: one kernel in captured steps), so a layer's
-        # MLP output (`late`) is added at the next layer's input norm, and layer i's hidden state is known there.
-        feats: dict[int, torch.Tensor] = {}
-        late = None
-        for i, layer in enumerate(dec.layers[: len(self.layer_types)]):
-            dev = layer.input_layernorm.weight.device
-            x = x.to(dev)
-            with self._on(dev):
-                if late is None:
-                    h = layer.input_layernorm(x)
-                else:
-                    x, h = residual_norm(layer.input_layernorm, x, late.to(dev))
-                    feats[i - 1] = x
-                if self.layer_types[i] == "linear_attention":
-                    h = self._gdn(i, layer.linear_attn, h, tree)
-                else:
-                    h = self._attention(i, layer.self_attn, h, tuple(r.to(dev) for r in rope), tree)
-                x, h = residual_norm(layer.post_attention_layernorm, x, h)
-                h = layer.mlp(h)
-                late = h[0] if isinstance(h, tuple) else h                            # MoE blocks may return a tuple
-        dev = dec.norm.weight.device
-        with self._on(dev):
-            _, x = residual_norm(dec.norm, x.to(dev), late.to(dev))
-        feats[len(self.layer_types) - 1] = x                                          # HF ties the last hidden state
-        device = self.lm_head.weight.device
-        features = torch.cat([feats[i][0].to(device) for i in self.target_layer_ids], dim=-1) \
-            if self.target_layer_ids else x.new_zeros(x.shape[1], 0)
-        return x[0], features
+        """Every decoder layer (remote.models.layer_loop). Returns (normed hidden [T, H], features [T, F])."""
+        def mix(i: int, layer, h: torch.Tensor, rope) -> torch.Tensor:
+            if self.layer_types[i] == "linear_attention":
+                return self._gdn(i, layer.linear_attn, h, tree)
+            return self._attention(i, layer.self_attn, h, rope, tree)
+
+        return run_layers(self.decoder, len(self.layer_types), input_ids, positions, mix, self.target_layer_ids,
+                          self.lm_head.weight.device, on=self._on, mrope=self._mrope)
 
     def _on(self, device: torch.device):
         """On a target split over GPUs, `device` as the current one: Triton kernels launch on the current device."""
@@ -354,11 +329,7 @@ class HybridTarget(Target):
         kv = self._kv[i]
         if isinstance(tree, Static):        # all reserved rows, masked to the committed ones and these tokens
             kv.put(tree.start + torch.arange(t, device=h.device), k, v)
-            if attention_kernel.available(q):    # one kernel, no mask copies (remote.kernels.attention)
-                o = attention_kernel.attention(q, kv.keys, kv.values, tree.visible, attn.scaling)    # [1, T, Hq, D]
-            else:
-                o = F.scaled_dot_product_attention(q, kv.keys, kv.values, attn_mask=tree.visible[None, None],
-                                                   scale=attn.scaling, enable_gqa=True).transpose(1, 2)
+            o = attend(q, kv.keys, kv.values, tree.visible, attn.scaling)                     # [1, T, Hq, D]
             return attn.o_proj(o.reshape(1, t, -1) * torch.sigmoid(gate))
         kv.write(self._len, k, v)
         keys, values = kv.keys[:, :, : self._len + t], kv.values[:, :, : self._len + t]

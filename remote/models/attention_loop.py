@@ -1,0 +1,77 @@
+"""A pure-attention target's captured steps through a layer loop of our own (remote.models.layer_loop) on a static
+cache, in place of transformers' forward.
+
+Why: at Qwen3-8B widths the GEMMs of an AR step read their weights at ~4 TB/s, and what kept the step at 1.46x
+the weights' floor was the ~12 small kernels a layer between them (H200, session 15). transformers' layer adds each
+residual and norms apart (two kernels, twice a layer), norms q and k and rotates them in three, copies the
+attention output back to [T, Hq * D] and builds its mask arguments per call. Here each residual add goes with the
+next norm, q / k norms with the rotary (`remote.kernels.step.residual_norm` / `qk_rotary`: one compiled kernel each
+inside `step_kernels` with the compiled glue), and the attention reads the step's bool visibility directly and
+writes [T, Hq, D] (`attend`).
+
+Contract: `AttentionLoop.unsupported(model)` is None where the loop can run `model` (decoder layers with
+input_layernorm, self_attn with q/k/v/o projections, post_attention_layernorm and mlp; a text decoder with
+embed_tokens, layers, norm and rotary_emb), else why not. `AttentionLoop(model, target_layer_ids).forward(ids,
+positions, kv, visible, featured)` runs ids [1, T] at positions [T] on `kv` (a `StaticKV` whose `slots` the caller
+set: the rows the T tokens' K/V go to) with `visible` [T or 1, capacity] bool (the rows each token sees, itself
+included) and returns logits [T, V] float32 and, with `featured`, the drafter features of `target_layer_ids`:
+what transformers' forward returns for the same cache rows and mask, up to rounding (tests compare the two).
+Non-goals: sliding-window layers (graph_support refuses them), a target split over devices.
+"""
+from __future__ import annotations
+
+import sys
+
+import torch
+
+from ..kernels.step import attend, qk_rotary
+from .layer_loop import run_layers
+from .static_cache import StaticKV
+from .target import Verified
+
+ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
+LAYER = ("input_layernorm", "self_attn", "post_attention_layernorm", "mlp")
+DECODER = ("embed_tokens", "layers", "norm", "rotary_emb")
+
+
+def _text_decoder(model: torch.nn.Module):
+    inner = getattr(model, "model", None)
+    return getattr(inner, "language_model", inner)
+
+
+class AttentionLoop:
+    def __init__(self, model: torch.nn.Module, target_layer_ids: list[int] | None):
+        self.decoder, self.lm_head = _text_decoder(model), model.lm_head
+        self.layers = len(self.decoder.layers)
+        self.target_layer_ids = list(target_layer_ids or [])
+        self._modeling = sys.modules[type(self.decoder).__module__]     # its apply_rotary_pos_emb, looked up per call
+
+    @staticmethod
+    def unsupported(model: torch.nn.Module) -> str | None:
+        decoder = _text_decoder(model)
+        if decoder is None or not all(hasattr(decoder, n) for n in DECODER) or not hasattr(model, "lm_head"):
+            return f"{type(model).__name__} is not a decoder with {', '.join(DECODER)} and lm_head"
+        for i, layer in enumerate(decoder.layers):
+            attn = getattr(layer, "self_attn", None)
+            if not all(hasattr(layer, n) for n in LAYER) or not all(hasattr(attn, n) for n in ATTENTION):
+                return f"decoder layer {i} ({type(layer).__name__}) is not norm / q,k,v,o attention / norm / MLP"
+        return None
+
+    def forward(self, ids: torch.Tensor, positions: torch.Tensor, kv: StaticKV, visible: torch.Tensor,
+                featured: bool = False) -> Verified:
+        def mix(i: int, layer, h: torch.Tensor, rope) -> torch.Tensor:
+            return self._attention(i, layer.self_attn, h, rope, kv, visible)
+
+        hidden, features = run_layers(self.decoder, self.layers, ids, positions, mix,
+                                      self.target_layer_ids if featured else [], self.lm_head.weight.device)
+        return Verified(self.lm_head(hidden).float(), features)
+
+    def _attention(self, i: int, attn: torch.nn.Module, h: torch.Tensor, rope, kv: StaticKV,
+                   visible: torch.Tensor) -> torch.Tensor:
+        t, d = h.shape[1], attn.head_dim
+        q, k = attn.q_proj(h).view(1, t, -1, d), attn.k_proj(h).view(1, t, -1, d)
+        v = attn.v_proj(h).view(1, t, -1, d).transpose(1, 2)                           # [1, Hkv, T, D]
+        q, k = qk_rotary(attn, q, k, rope, self._modeling.apply_rotary_pos_emb)        # [1, H, T, D]
+        keys, values = kv.update(k, v, i)
+        o = attend(q, keys, values, visible, attn.scaling)                              # [1, T, Hq, D]
+        return attn.o_proj(o.reshape(1, t, -1))
