@@ -21,7 +21,9 @@ What is timed (microseconds per call: --calls calls captured in one graph, media
   `search-w<N>` (the search kernel alone at N warps).
 - `proj/<group>-<separate|fused>`: the projections that share an input (q/k/v, gate/up, a GDN layer's in_proj_*)
   of --proj-preset's first layers, each member its own GEMM against one GEMM over the concatenated weight
-  (remote.kernels.fused_linear), for --queries rows; `gbps` is the weights' bytes read per second.
+  (remote.kernels.fused_linear), for --queries rows; `gbps` is the weights' bytes read per second. For one row
+  also `<group>-gemv` and, for o_proj, down_proj and lm_head, `<name>-<cublas|gemv>`: cuBLAS against the one-row
+  kernel (remote.kernels.gemv).
 - `glue/<piece>-<eager|compiled>`: each piece of remote.kernels.glue (rotary, silu_mul; on a hybrid preset also
   the gated norm, the GDN gates, the zero-centred norm and a residual add with it) at --proj-preset's widths for
   --queries rows, plain against torch.compile'd.
@@ -50,7 +52,7 @@ from torch.nn import functional as F  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm  # noqa: E402
 
-from remote.kernels import attention as attention_kernel, tree_search  # noqa: E402
+from remote.kernels import attention as attention_kernel, gemv, tree_search  # noqa: E402
 from remote.decoding.tree_build import _plan, _sizes, kernel_tree, ranked, torch_tree  # noqa: E402
 
 SHAPES = {   # (query heads, K/V heads, head dim, hidden size)
@@ -276,6 +278,15 @@ def proj_fns(preset: str, q: int) -> dict:
         members = [(m.weight, m.bias) for m in group.members]
         fns[f"{name}-separate"] = (lambda ms=members: [F.linear(x, w, b) for w, b in ms], size)
         fns[f"{name}-fused"] = (lambda g=group: F.linear(x, g.weight, g.bias), size)
+        if q == 1:
+            fns[f"{name}-gemv"] = (lambda g=group: gemv._op(x, g.weight, g.bias), size)
+    layer = model.model.layers[-1]
+    for name, linear in [("o", getattr(layer.self_attn, "o_proj", None)), ("down", layer.mlp.down_proj),
+                         ("lm_head", model.lm_head)] if q == 1 else ():
+        if linear is not None:
+            size = linear.weight.numel() * linear.weight.element_size()
+            fns[f"{name}-cublas"] = (lambda m=linear: F.linear(x, m.weight, m.bias), size)
+            fns[f"{name}-gemv"] = (lambda m=linear: gemv._op(x, m.weight, m.bias), size)
     return fns
 
 

@@ -38,8 +38,13 @@ MAX_HEAD = 64    # where it was measured faster than SDPA (the demo targets); la
 
 
 def available(q: torch.Tensor) -> bool:
-    d = q.shape[-1]
-    return triton is not None and q.is_cuda and 16 <= d <= MAX_HEAD and d & (d - 1) == 0
+    return serves(q.device, q.shape[-1])
+
+
+def serves(device: torch.device, head_dim: int) -> bool:
+    """Whether captured steps attend with this kernel at this head size on `device` (see `available`)."""
+    d = head_dim
+    return triton is not None and device.type == "cuda" and 16 <= d <= MAX_HEAD and d & (d - 1) == 0
 
 
 if triton is not None:

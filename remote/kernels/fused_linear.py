@@ -10,7 +10,9 @@ weight a view of its rows, so memory is unchanged and every other caller (prefil
 `generate`) reads the same values. Inside `grouped(model)` a member's forward runs the whole group's GEMM once
 for an input and hands the other members their slices when they are called with that same input tensor; called
 with another input, a member computes its own. So the modules' own forwards (transformers' attention and MLP,
-remote.models.gdn's projections) need no change, whatever order they call the members in.
+remote.models.gdn's projections) need no change, whatever order they call the members in. Every GEMM there, the
+groups' and every other plain `nn.Linear`'s of the model, goes through remote.kernels.gemv, which takes an AR
+step's one-row products where it streams the weight faster than cuBLAS.
 
 Contract: a group is fused only where its members are plain `nn.Linear` of one dtype and device with the same
 input size (a member without a bias gets zeros in the group's). Outputs equal the members' own up to GEMM rounding
@@ -27,6 +29,8 @@ import weakref
 import torch
 from torch import nn
 from torch.nn import functional as F
+
+from . import gemv
 
 GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"),
           ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a"), ("in_proj_qkvz", "in_proj_ba"))
@@ -69,7 +73,7 @@ class Group:
         held = self._stash.pop(index, None)
         if held is not None and held[0] is x:
             return held[1]
-        outs = F.linear(x, self.weight, self.bias).split(self.sizes, dim=-1)
+        outs = gemv.linear(x, self.weight, self.bias).split(self.sizes, dim=-1)
         self._stash = {i: (x, out) for i, out in enumerate(outs) if i != index}
         return outs[index]
 
@@ -107,6 +111,10 @@ def _member_forward(group: Group, index: int):
     return lambda self, x: group.output(index, x)
 
 
+def _single_forward(self, x: torch.Tensor) -> torch.Tensor:
+    return gemv.linear(x, self.weight, self.bias)
+
+
 @contextlib.contextmanager
 def grouped(model: nn.Module):
     """Inside, each fused group of `model` runs as one GEMM per input (see the module docstring). Yields the
@@ -116,6 +124,10 @@ def grouped(model: nn.Module):
     for group in groups:
         for i, member in enumerate(group.members):
             member.forward = types.MethodType(_member_forward(group, i), member)
+    members = {id(m) for g in fuse(model) for m in g.members}
+    singles = [m for m in model.modules() if type(m) is nn.Linear and id(m) not in members and "forward" not in vars(m)]
+    for single in singles:
+        single.forward = types.MethodType(_single_forward, single)
     try:
         yield len(groups)
     finally:
@@ -123,3 +135,5 @@ def grouped(model: nn.Module):
             group.clear()
             for member in group.members:
                 del member.forward           # back to nn.Linear's own
+        for single in singles:
+            del single.forward

@@ -79,13 +79,14 @@ def add_rms_norm(x: torch.Tensor, h: torch.Tensor, weight: torch.Tensor, eps: fl
     return s, F.rms_norm(s, (s.shape[-1],), weight, eps)
 
 
-def norm_rotary(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor, eps: float,
-                cos: torch.Tensor, sin: torch.Tensor, rotate):
+def norm_rotary(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
+                eps: float, cos: torch.Tensor, sin: torch.Tensor, rotate):
     """Qwen3's per-head q / k norms and the rotary `rotate` (the modeling module's `apply_rotary_pos_emb`) at once:
-    q [1, T, Hq, D], k [1, T, Hkv, D] -> q, k [1, H, T, D]."""
+    q [1, T, Hq, D], k / v [1, T, Hkv, D] -> q [1, Hq, T, D] contiguous, K/V stacked [2, Hkv, T, D]."""
     q = F.rms_norm(q, (q.shape[-1],), q_weight, eps).transpose(1, 2)
     k = F.rms_norm(k, (k.shape[-1],), k_weight, eps).transpose(1, 2)
-    return rotate(q, k, cos, sin)
+    q, k = rotate(q, k, cos, sin)
+    return q.contiguous(), torch.stack([k[0], v[0].transpose(0, 1)])
 
 
 def gated_norm(x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

@@ -50,13 +50,13 @@ GROUPED = "grouped_sdpa"        # the attention implementation name registered w
 
 
 def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
-                      scale: float | None) -> torch.Tensor:
+                      scale: float | None, stacked: bool = False) -> torch.Tensor:
     """SDPA with fewer K/V heads than query heads, without repeating K/V: the query heads that share a K/V head
     are stacked along the query axis, and a per-query mask with them. q [1, Hq, Q, D], k / v [1, Hkv, K, D],
-    mask None, or bool / additive [Q or 1, K] -> [1, Hq, Q, D]."""
+    mask None, or bool / additive [Q or 1, K] (`stacked`: already [groups * Q or 1, K]) -> [1, Hq, Q, D]."""
     _, heads, q_len, dim = q.shape
     groups = heads // k.shape[1]
-    if mask is not None and mask.shape[0] > 1:
+    if mask is not None and mask.shape[0] > 1 and not stacked:
         mask = mask.repeat(groups, 1)                                  # row g * Q + i: query i of group member g
     out = F.scaled_dot_product_attention(q.reshape(1, k.shape[1], groups * q_len, dim), k, v, attn_mask=mask,
                                          scale=scale)
@@ -118,24 +118,39 @@ def residual_norm(norm: torch.nn.Module, x: torch.Tensor, h: torch.Tensor) -> tu
     return s, norm(s)
 
 
-def qk_rotary(attn: torch.nn.Module, q: torch.Tensor, k: torch.Tensor, rope, rotate):
-    """An attention's queries and keys [1, T, H, D] normed per head (Qwen3's q_norm / k_norm, where it has them) and
-    rotated by `rotate` (the modeling module's `apply_rotary_pos_emb`) -> q, k [1, H, T, D]: inside `step_kernels`
-    one function (one kernel when compiled); elsewhere the modules' own forwards."""
+def qkv_rotary(attn: torch.nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope, rotate):
+    """An attention's queries, keys and values [1, T, H, D], q and k normed per head (Qwen3's q_norm / k_norm, where
+    it has them) and rotated by `rotate` (the modeling module's `apply_rotary_pos_emb`) -> q [1, Hq, T, D]
+    contiguous (stacking the heads that share a K/V head is then a view) and K/V stacked [2, Hkv, T, D] (one cache
+    write): inside `step_kernels` one function (one kernel each for q and K/V when compiled); elsewhere the
+    modules' own forwards."""
     q_norm, k_norm = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)
     if _fused(q_norm, _fused_norm) and _fused(k_norm, _fused_norm) and q_norm.variance_epsilon == k_norm.variance_epsilon:
-        return active(norm_rotary)(q, k, q_norm.weight, k_norm.weight, q_norm.variance_epsilon, *rope, plain(rotate))
+        return active(norm_rotary)(q, k, v, q_norm.weight, k_norm.weight, q_norm.variance_epsilon, *rope,
+                                   plain(rotate))
     if q_norm is not None:
         q, k = q_norm(q), k_norm(k)
-    return rotate(q.transpose(1, 2), k.transpose(1, 2), *rope)
+    q, k = rotate(q.transpose(1, 2), k.transpose(1, 2), *rope)
+    return q.contiguous(), torch.stack([k[0], v[0].transpose(0, 1)])
 
 
-def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torch.Tensor, scale: float) -> torch.Tensor:
-    """A step's queries q [1, Hq, T, D] over a static cache k / v [1, Hkv, K, D], `visible` [T or 1, K] bool ->
+def step_mask(visible: torch.Tensor, dtype: torch.dtype, head_dim: int, groups: int) -> torch.Tensor:
+    """The mask `attend` reads, made once a step for every layer from `visible` [T or 1, K] bool: itself where the
+    attention kernel serves; else additive (dtype's min where hidden) and, for several queries, repeated for the
+    `groups` query heads stacked on each K/V head. Made per layer, SDPA's conversion of a bool mask and the
+    stacking's repeat were four kernels a layer (Qwen3-8B widths, H200, session 22)."""
+    if attention_kernel.serves(visible.device, head_dim):
+        return visible
+    mask = torch.zeros(visible.shape, dtype=dtype, device=visible.device).masked_fill_(~visible, torch.finfo(dtype).min)
+    return mask.repeat(groups, 1) if mask.shape[0] > 1 else mask
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
+    """A step's queries q [1, Hq, T, D] over a static cache k / v [1, Hkv, K, D] with `mask` from `step_mask` ->
     [1, T, Hq, D]: the attention kernel where it serves (remote.kernels.attention), else `grouped_attention`."""
     if attention_kernel.available(q):
-        return attention_kernel.attention(q, k, v, visible, scale)
-    return grouped_attention(q, k, v, visible, scale).transpose(1, 2)
+        return attention_kernel.attention(q, k, v, mask, scale)
+    return grouped_attention(q, k, v, mask, scale, stacked=True).transpose(1, 2)
 
 
 def _patch(norm: torch.nn.Module) -> None:

@@ -24,7 +24,7 @@ import sys
 
 import torch
 
-from ..kernels.step import attend, qk_rotary
+from ..kernels.step import attend, qkv_rotary, step_mask
 from .layer_loop import run_layers
 from .static_cache import StaticKV
 from .target import Verified
@@ -45,6 +45,9 @@ class AttentionLoop:
         self.layers = len(self.decoder.layers)
         self.target_layer_ids = list(target_layer_ids or [])
         self._modeling = sys.modules[type(self.decoder).__module__]     # its apply_rotary_pos_emb, looked up per call
+        attn = self.decoder.layers[0].self_attn
+        self.head_dim = attn.head_dim
+        self.groups = attn.q_proj.out_features // attn.k_proj.out_features      # query heads per K/V head
 
     @staticmethod
     def unsupported(model: torch.nn.Module) -> str | None:
@@ -59,19 +62,20 @@ class AttentionLoop:
 
     def forward(self, ids: torch.Tensor, positions: torch.Tensor, kv: StaticKV, visible: torch.Tensor,
                 featured: bool = False) -> Verified:
+        mask = step_mask(visible, self.lm_head.weight.dtype, self.head_dim, self.groups)
+
         def mix(i: int, layer, h: torch.Tensor, rope) -> torch.Tensor:
-            return self._attention(i, layer.self_attn, h, rope, kv, visible)
+            return self._attention(i, layer.self_attn, h, rope, kv, mask)
 
         hidden, features = run_layers(self.decoder, self.layers, ids, positions, mix,
                                       self.target_layer_ids if featured else [], self.lm_head.weight.device)
         return Verified(self.lm_head(hidden).float(), features)
 
     def _attention(self, i: int, attn: torch.nn.Module, h: torch.Tensor, rope, kv: StaticKV,
-                   visible: torch.Tensor) -> torch.Tensor:
+                   mask: torch.Tensor) -> torch.Tensor:
         t, d = h.shape[1], attn.head_dim
-        q, k = attn.q_proj(h).view(1, t, -1, d), attn.k_proj(h).view(1, t, -1, d)
-        v = attn.v_proj(h).view(1, t, -1, d).transpose(1, 2)                           # [1, Hkv, T, D]
-        q, k = qk_rotary(attn, q, k, rope, self._modeling.apply_rotary_pos_emb)        # [1, H, T, D]
-        keys, values = kv.update(k, v, i)
-        o = attend(q, keys, values, visible, attn.scaling)                              # [1, T, Hq, D]
+        q, k, v = (proj(h).view(1, t, -1, d) for proj in (attn.q_proj, attn.k_proj, attn.v_proj))
+        q, stacked = qkv_rotary(attn, q, k, v, rope, self._modeling.apply_rotary_pos_emb)   # q [1, Hq, T, D]
+        keys, values = kv.write(i, stacked)
+        o = attend(q, keys, values, mask, attn.scaling)                                     # [1, T, Hq, D]
         return attn.o_proj(o.reshape(1, t, -1))

@@ -45,7 +45,7 @@ import torch.nn.functional as F
 
 from ..errors import SpecError
 from ..kernels.gdn_paths import select_gdn_kernels
-from ..kernels.step import attend
+from ..kernels.step import attend, step_mask
 from ..tree import Ancestry
 from .gdn import TreeLayout, gdn_sequence, gdn_step, gdn_tree
 from .layer_loop import run_layers
@@ -117,6 +117,7 @@ class Static:
     visible: torch.Tensor
     layout: TreeLayout | None = None
     states: dict = field(default_factory=dict)
+    mask: torch.Tensor | None = None        # `visible` as every attention layer reads it (`HybridTarget._static`)
 
 
 class HybridTarget(Target):
@@ -258,7 +259,7 @@ class HybridTarget(Target):
     def decode(self, token: torch.Tensor, step: Static) -> torch.Tensor:
         """Logits [1, V] of one token ([1], on the device) at `step.start`, advancing the committed state in place
         without a host value (capture-safe). Needs `reserve`; the caller keeps its own length."""
-        hidden, _ = self._forward(token.view(1, 1), step.start.view(1), tree=step)
+        hidden, _ = self._forward(token.view(1, 1), step.start.view(1), tree=self._static(step))
         return self._logits(hidden)
 
     @torch.inference_mode()
@@ -266,8 +267,15 @@ class HybridTarget(Target):
         """`verify` of N tree tokens after a device-side prefix length `step.start` (capture-safe): K/V go to
         rows start.., positions are start + depth, GDN node states go to `step.states`; nothing is committed
         until `commit_static`."""
-        hidden, feats = self._forward(tokens.view(1, -1), step.start + step.layout.depth, tree=step)
+        hidden, feats = self._forward(tokens.view(1, -1), step.start + step.layout.depth, tree=self._static(step))
         return Verified(self._logits(hidden), feats)
+
+    def _static(self, step: Static) -> Static:
+        """`step` with its attention mask made (once for every attention layer: `remote.kernels.step.step_mask`)."""
+        config = self.config
+        step.mask = step_mask(step.visible, self.lm_head.weight.dtype, config.head_dim,
+                              config.num_attention_heads // config.num_key_value_heads)
+        return step
 
     @torch.inference_mode()
     def commit_static(self, step: Static, path: torch.Tensor, length: torch.Tensor) -> None:
@@ -329,7 +337,7 @@ class HybridTarget(Target):
         kv = self._kv[i]
         if isinstance(tree, Static):        # all reserved rows, masked to the committed ones and these tokens
             kv.put(tree.start + torch.arange(t, device=h.device), k, v)
-            o = attend(q, kv.keys, kv.values, tree.visible, attn.scaling)                     # [1, T, Hq, D]
+            o = attend(q, kv.keys, kv.values, tree.mask, attn.scaling)                        # [1, T, Hq, D]
             return attn.o_proj(o.reshape(1, t, -1) * torch.sigmoid(gate))
         kv.write(self._len, k, v)
         keys, values = kv.keys[:, :, : self._len + t], kv.values[:, :, : self._len + t]

@@ -38,17 +38,23 @@ class StaticKV:
         config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         weight, layers = model.get_input_embeddings().weight, config.num_hidden_layers
-        # keys, then values, of every layer in one tensor: a commit moves the accepted rows of all in two kernels
+        # every layer's keys and values in one tensor (layer i's at 2i and 2i + 1): a commit moves the accepted rows
+        # of all in two kernels, a step writes a layer's K/V in one (`write`)
         self.store = torch.zeros(2 * layers, config.num_key_value_heads, capacity, head_dim, dtype=weight.dtype,
                                  device=weight.device)
-        self.keys = list(self.store[:layers, None])          # per layer [1, Hkv, capacity, D], views of `store`
-        self.values = list(self.store[layers:, None])
+        self.keys = list(self.store[0::2, None])             # per layer [1, Hkv, capacity, D], views of `store`
+        self.values = list(self.store[1::2, None])
         self.capacity = capacity
         self.slots: torch.Tensor | None = None
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
         self.keys[layer_idx].index_copy_(2, self.slots, key_states)
         self.values[layer_idx].index_copy_(2, self.slots, value_states)
+        return self.keys[layer_idx], self.values[layer_idx]
+
+    def write(self, layer_idx: int, kv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """`update` for K/V stacked [2, Hkv, n, D]."""
+        self.store[2 * layer_idx:2 * layer_idx + 2].index_copy_(2, self.slots, kv)
         return self.keys[layer_idx], self.values[layer_idx]
 
     def get_seq_length(self, layer_idx: int = 0) -> int:

@@ -1,0 +1,78 @@
+"""The one-row projection kernel (remote.kernels.gemv) against F.linear: run by Triton's interpreter on the CPU (a
+subprocess: the interpreter is chosen when the kernel module is imported), compiled for sm_90 here, and on CUDA
+through `linear` with its choice of kernel or cuBLAS; off its ground (CPU, several rows, float32) it is F.linear."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+ROOT = Path(__file__).resolve().parent.parent
+CHECK = r"""
+import json, sys
+import torch
+from remote.kernels.gemv import gemv_interpreted
+
+out = []
+for n, k, bias, lead, bn, bk in json.loads(sys.argv[1]):
+    g = torch.Generator().manual_seed(n * k)
+    w, x = torch.randn(n, k, generator=g), torch.randn(*lead, k, generator=g)
+    b = torch.randn(n, generator=g) if bias else None
+    got = gemv_interpreted(x, w, b, BN=bn, BK=bk)
+    want = torch.nn.functional.linear(x, w, b)
+    out.append({"shape": list(got.shape), "want": list(want.shape), "error": (got - want).abs().max().item()})
+print(json.dumps(out))
+"""
+# (N, K, bias, x's leading shape, rows a program, K block): N and K not multiples of the blocks, a bias, x as an
+# AR step's [1, 1, K] and as a bare [K]
+CASES = [(37, 200, False, [1, 1], 4, 64), (64, 256, True, [1], 8, 128), (5, 70, True, [], 2, 32)]
+
+
+def test_interpreted_kernel_equals_linear():
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", CHECK, json.dumps(CASES)], env=env, capture_output=True, text=True,
+                          timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(results) == len(CASES)
+    for r in results:
+        assert r["shape"] == r["want"] and r["error"] < 1e-4, r
+
+
+def test_kernel_compiles_for_hopper():
+    from remote.kernels import gemv
+    from tests.test_tree_kernel import hopper_ptx
+
+    signature = {"x": "*bf16", "w": "*bf16", "b": "*bf16", "out": "*bf16", "N": "i32", "K": "i32", "stride_n": "i32"}
+    ptx = hopper_ptx(gemv._gemv_fixed, signature, {"HAS_BIAS": True, "BN": 8, "BK": 512})
+    assert ".target sm_90" in ptx and "ld.global" in ptx
+
+
+def test_off_its_ground_it_is_linear():
+    from remote.kernels import gemv
+
+    w, x = torch.randn(16, 32), torch.randn(1, 32)
+    assert not gemv.eligible(x, w)                                   # CPU, float32
+    assert torch.equal(gemv.linear(x, w), torch.nn.functional.linear(x, w))
+    assert not gemv.eligible(torch.randn(3, 32, dtype=torch.bfloat16), w.bfloat16())     # three rows
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the kernel runs on CUDA")
+def test_cuda_linear_equals_cublas_and_picks_per_shape():
+    from remote.kernels import gemv
+
+    for n, k, bias in [(4096, 4096, False), (6144, 4096, False), (4096, 12288, False), (1000, 896, True)]:
+        w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k ** 0.5
+        x = torch.randn(1, 1, k, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(n, device="cuda", dtype=torch.bfloat16) if bias else None
+        want = torch.nn.functional.linear(x, w, b).float()
+        assert (gemv._op(x, w, b).float() - want).abs().max().item() < 2e-2
+        assert (gemv.linear(x, w, b).float() - want).abs().max().item() < 2e-2
+        assert (tuple(w.shape), w.dtype, bias, x.device) in gemv._FASTER            # measured once, then kept
