@@ -45,6 +45,7 @@ from bench_verify import save_profile  # noqa: E402
 from orchestrator.compare import render_table, summarize  # noqa: E402
 from remote.decoding.phase_split import split_kernels  # noqa: E402
 from remote.errors import first_line  # noqa: E402
+from remote.kernels import gemv  # noqa: E402
 from remote.metrics import aggregate, compare  # noqa: E402
 from remote.models.placement import describe  # noqa: E402
 from remote.runner import Run, peak_memory_gb, reset_peak_memory, step_figures  # noqa: E402
@@ -341,6 +342,9 @@ def main(argv: list[str] | None = None) -> None:
                         and isinstance(r["tree_budget"], int)), key=lambda r: r.get("speedup_vs_ar", 0))["tree_budget"]
             traces = profile_methods(run, best, Path(args.profile), args.profile_gens)
         del run
+    if gemv.FASTER:            # which one-row projection shapes the kernel serves (remote.kernels.gemv)
+        print("gemv: " + ", ".join(f"{'x'.join(map(str, key[0]))} {'kernel' if fast else 'cublas'}"
+                                   for key, fast in gemv.FASTER.items()), flush=True)
     from rich.console import Console
 
     Console(width=200).print(render_table(rows, "bench_methods"))

@@ -76,16 +76,16 @@ if triton is not None:
         return _launch(torch.library.wrap_triton, _gemv_tuned, x, weight, bias)
 
 
-_FASTER: dict[tuple, bool] = {}      # (weight shape, dtype, bias, device) -> whether the kernel beat cuBLAS there
+FASTER: dict[tuple, bool] = {}      # (weight shape, dtype, bias, device) -> whether the kernel beat cuBLAS there
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """See the module docstring."""
     if eligible(x, weight) and not torch.compiler.is_compiling():     # traced whole (compile_steps): cuBLAS
         key = (tuple(weight.shape), weight.dtype, bias is not None, x.device)
-        if key not in _FASTER and not torch.cuda.is_current_stream_capturing():
-            _FASTER[key] = _faster(x, weight, bias)
-        if _FASTER.get(key):
+        if key not in FASTER and not torch.cuda.is_current_stream_capturing():
+            FASTER[key] = _faster(x, weight, bias)
+        if FASTER.get(key):
             return _op(x, weight, bias)
     return F.linear(x, weight, bias)
 
