@@ -12,10 +12,11 @@ K, so no second kernel and no partial sums through memory. On first use of a wei
 warm-up, never inside a capture) its configurations are autotuned, then it is timed against cuBLAS, and the faster
 of the two serves that shape from then on: a GPU or shape where cuBLAS streams better keeps cuBLAS.
 
-Contract: `linear(x, weight, bias)` equals `F.linear` up to float32 summation order for x of any leading shape;
-the kernel runs only where it was built for (CUDA, Triton, one row: x.numel() == K, x and weight of one 16-bit
-dtype, weight rows contiguous) and measured faster; everything else goes to `F.linear`. `gemv_interpreted` runs the kernel under
-Triton's interpreter (TRITON_INTERPRET=1, CPU tensors) for tests. Under torch.compile the kernel is an opaque op.
+Contract: `linear(x, weight, bias)` equals `F.linear` up to float32 summation order for x of any leading shape; the
+kernel runs only where it was built for (CUDA, Triton, one row: x.numel() == K, x and weight of one 16-bit dtype,
+weight rows contiguous) and measured faster; everything else goes to `F.linear`. `gemv_interpreted` runs the kernel
+under Triton's interpreter (TRITON_INTERPRET=1, CPU tensors) for tests. Under torch.compile the kernel is an opaque
+op.
 """
 from __future__ import annotations
 

@@ -125,7 +125,8 @@ def qkv_rotary(attn: torch.nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch
     write): inside `step_kernels` one function (one kernel each for q and K/V when compiled); elsewhere the
     modules' own forwards."""
     q_norm, k_norm = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)
-    if _fused(q_norm, _fused_norm) and _fused(k_norm, _fused_norm) and q_norm.variance_epsilon == k_norm.variance_epsilon:
+    fused = _fused(q_norm, _fused_norm) and _fused(k_norm, _fused_norm)
+    if fused and q_norm.variance_epsilon == k_norm.variance_epsilon:
         return active(norm_rotary)(q, k, v, q_norm.weight, k_norm.weight, q_norm.variance_epsilon, *rope,
                                    plain(rotate))
     if q_norm is not None:
