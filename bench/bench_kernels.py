@@ -285,8 +285,9 @@ def proj_fns(preset: str, q: int) -> dict:
                          ("lm_head", model.lm_head)] if q == 1 else ():
         if linear is not None:
             size = linear.weight.numel() * linear.weight.element_size()
-            fns[f"{name}-cublas"] = (lambda m=linear: F.linear(x, m.weight, m.bias), size)
-            fns[f"{name}-gemv"] = (lambda m=linear: gemv._op(x, m.weight, m.bias), size)
+            xi = torch.randn(1, q, linear.in_features, device="cuda", dtype=torch.bfloat16)
+            fns[f"{name}-cublas"] = (lambda m=linear, xi=xi: F.linear(xi, m.weight, m.bias), size)
+            fns[f"{name}-gemv"] = (lambda m=linear, xi=xi: gemv._op(xi, m.weight, m.bias), size)
     return fns
 
 
