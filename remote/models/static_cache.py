@@ -5,7 +5,8 @@ Contract: `StaticKV(model, capacity)` stands in for a transformers cache in a pu
 implements the two methods those forwards call: `update` and `get_seq_length`). Before each forward the caller sets
 `slots` ([n] long, on the device): the cache rows the n new tokens' K/V go to. `update` writes them there and
 returns all `capacity` rows, so the caller's 4-D mask (`visibility_mask`) decides which rows a query sees: rows past
-the committed length hold stale or padding K/V and must be masked. `StaticDrafterKV` is the same for the DFlash
+the committed length hold stale or padding K/V and must be masked. `write(layer, kv)` is `update` for K/V stacked
+[2, Hkv, n, D] in one kernel (remote.models.attention_loop). `StaticDrafterKV` is the same for the DFlash
 drafter's context K/V (remote.models.drafter calls `extend` and `context_mask`). `compact(start, path)` keeps the path's
 rows at `start..start+H-1` (the accepted path of a verify, padded to the tree height: rows past the accepted
 length are stale copies, masked later). Non-goal: sliding-window layers and recurrent (hybrid) layers.
