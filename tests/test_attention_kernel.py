@@ -4,17 +4,14 @@ on CUDA through the op the captured steps call."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
+from tests.interpreted import run_interpreted
+
 pytest.importorskip("triton")
 
-ROOT = Path(__file__).resolve().parent.parent
 CHECK = r"""
 import json, sys
 import torch
@@ -70,11 +67,7 @@ def reference(q, k, v, mask, scale):
 
 
 def test_interpreted_kernel_equals_sdpa():
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-c", CHECK, json.dumps(CASES)], env=env, capture_output=True, text=True,
-                          timeout=600, cwd=ROOT)
-    assert done.returncode == 0, done.stderr[-3000:]
-    results = json.loads(done.stdout.strip().splitlines()[-1])
+    results = run_interpreted(CHECK, json.dumps(CASES))
     assert len(results) == len(CASES)
     for r in results:
         heads, _, queries, _, dim = r["case"][:5]

@@ -5,16 +5,13 @@ zero keep limit, recomputing the accepted node's at commit; both kernels compile
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
+from tests.interpreted import run_interpreted
+
 pytest.importorskip("triton")
 
-ROOT = Path(__file__).resolve().parent.parent
 CHECK = r"""
 import dataclasses, json, sys
 from remote.kernels import gdn_tree as gdn_tree_kernel
@@ -46,11 +43,7 @@ def test_tree_kernel_matches_the_oracle_under_the_interpreter():
     cases = [("test_every_tree_node_matches_its_ancestor_path", KEEP_LIMIT),
              ("test_commit_installs_the_state_of_a_plain_forward", KEEP_LIMIT),
              ("test_commit_installs_the_state_of_a_plain_forward", 0)]
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-c", CHECK, json.dumps(cases)], env=env, capture_output=True, text=True,
-                          timeout=900, cwd=ROOT)
-    assert done.returncode == 0, done.stderr[-3000:]
-    ran = json.loads(done.stdout.strip().splitlines()[-1])
+    ran = run_interpreted(CHECK, json.dumps(cases), timeout=900)
     assert [test for test, _, _ in ran] == [test for test, _ in cases]
     (_, tree_calls, tree_kept), (_, commit_calls, commit_kept), (_, recompute_calls, recompute_kept) = ran
     assert tree_calls == tree_kept > 0 and commit_calls == commit_kept > 0     # verifies keep node states

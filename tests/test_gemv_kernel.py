@@ -4,17 +4,14 @@ through `linear` with its choice of kernel or cuBLAS; off its ground (CPU, sever
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
+from tests.interpreted import run_interpreted
+
 pytest.importorskip("triton")
 
-ROOT = Path(__file__).resolve().parent.parent
 CHECK = r"""
 import json, sys
 import torch
@@ -36,11 +33,7 @@ CASES = [(37, 200, False, [1, 1], 4, 64), (64, 256, True, [1], 8, 128), (5, 70, 
 
 
 def test_interpreted_kernel_equals_linear():
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-c", CHECK, json.dumps(CASES)], env=env, capture_output=True, text=True,
-                          timeout=600, cwd=ROOT)
-    assert done.returncode == 0, done.stderr[-3000:]
-    results = json.loads(done.stdout.strip().splitlines()[-1])
+    results = run_interpreted(CHECK, json.dumps(CASES))
     assert len(results) == len(CASES)
     for r in results:
         assert r["shape"] == r["want"] and r["error"] < 1e-4, r

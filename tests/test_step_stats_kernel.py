@@ -5,18 +5,14 @@ target's token tied with the row's maximum, every rank 1, nothing accepted, ever
 longer and shorter than the drafter's rows, -inf and NaN logits, fp32 / bf16 / fp16."""
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
+from tests.interpreted import run_interpreted
+
 pytest.importorskip("triton")
 
-ROOT = Path(__file__).resolve().parent.parent
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -71,11 +67,7 @@ print(json.dumps(out))
 
 
 def test_interpreted_kernels_equal_the_torch_stats():
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-c", CHECK], env=env, capture_output=True, text=True, timeout=600,
-                          cwd=ROOT)
-    assert done.returncode == 0, done.stderr[-3000:]
-    results = json.loads(done.stdout.strip().splitlines()[-1])
+    results = run_interpreted(CHECK)
     assert len(results) == len(cases())
     for r in results:
         assert r["got"] == r["want"], r

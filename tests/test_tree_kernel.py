@@ -5,17 +5,14 @@ candidates of one level, vocabularies smaller and larger than the budget."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
+from tests.interpreted import run_interpreted
+
 pytest.importorskip("triton")
 
-ROOT = Path(__file__).resolve().parent.parent
 CHECK = r"""
 import json, sys
 import torch
@@ -63,11 +60,7 @@ def test_kernel_builds_the_torch_tree():
     # 128) is left to the CUDA test in tests/test_graph_decode.py
     cases = [(15, 500, 32, 9), (7, 50, 64, 2), (4, 9, 16, 5), (15, 300, 1, 3), (6, 200, 100, 11), (15, 200, 32, 165),
              (10, 100, 16, 130), (2, 6, 30, 13)]
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-c", CHECK, json.dumps(cases)], env=env, capture_output=True, text=True,
-                          timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    results = json.loads(done.stdout.strip().splitlines()[-1])
+    results = run_interpreted(CHECK, json.dumps(cases))
     assert len(results) == len(cases)
     for r in results:
         # the last case takes impossible prefixes (all scored at the -1e30 floor: equal scores), whose order within

@@ -28,7 +28,6 @@ import weakref
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from . import gemv
 

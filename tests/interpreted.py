@@ -1,0 +1,20 @@
+"""Triton kernels run by Triton's interpreter on the CPU, for tests: the interpreter is chosen when a kernel module
+is imported, so each check runs in a Python process of its own."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_interpreted(script: str, *args: str, timeout: int = 600):
+    """`python -c script *args` under TRITON_INTERPRET=1 from the repository root; the JSON of its last stdout line."""
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", script, *args], env=env, capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
