@@ -77,8 +77,14 @@ def test_inside_the_step_kernels_the_adds_norms_and_rotary_are_compiled():
     assert (ours.features - theirs.features).abs().max() < 1e-4
 
 
-def test_a_model_of_other_parts_is_refused_with_the_reason():
+def test_a_model_of_other_parts_or_type_is_refused_with_the_reason():
+    from transformers import GraniteConfig, GraniteForCausalLM
+
     model = _tiny("qwen3")
     del model.model.layers[1].self_attn.o_proj
     assert "decoder layer 1" in AttentionLoop.unsupported(model)
-    assert "not a decoder" in AttentionLoop.unsupported(nn.Linear(2, 2))
+    assert "model type None" in AttentionLoop.unsupported(nn.Linear(2, 2))
+    # the same parts as Llama's, but residuals scaled inside the layer's forward: the loop would compute otherwise
+    granite = GraniteForCausalLM(GraniteConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                               num_attention_heads=2, num_key_value_heads=1))
+    assert "'granite'" in AttentionLoop.unsupported(granite)

@@ -11,9 +11,9 @@ and the mask is made once a step for every layer (`step_mask`). Measured (H200, 
 widths 1.44-1.46x -> 1.38-1.40x the floor with the loop, 1.33-1.35x with the one mask and K/V write (674 -> 569
 launches); demo-qwen3's AR 0.28 -> 0.24 ms a token.
 
-Contract: `AttentionLoop.unsupported(model)` is None where the loop can run `model` (decoder layers with
-input_layernorm, self_attn with q/k/v/o projections, post_attention_layernorm and mlp; a text decoder with
-embed_tokens, layers, norm and rotary_emb), else why not. `AttentionLoop(model, target_layer_ids).forward(ids,
+Contract: `AttentionLoop.unsupported(model)` is None where the loop can run `model` (a model type of MODEL_TYPES;
+decoder layers with input_layernorm, self_attn with q/k/v/o projections, post_attention_layernorm and mlp; a text
+decoder with embed_tokens, layers, norm and rotary_emb), else why not; other models keep transformers' forward. `AttentionLoop(model, target_layer_ids).forward(ids,
 positions, kv, visible, featured)` runs ids [1, T] at positions [T] on `kv` (a `StaticKV` whose `slots` the caller
 set: the rows the T tokens' K/V go to) with `visible` [T or 1, capacity] bool (the rows each token sees, itself
 included) and returns logits [T, V] float32 and, with `featured`, the drafter features of `target_layer_ids`:
@@ -31,6 +31,9 @@ from .layer_loop import run_layers
 from .static_cache import StaticKV
 from .target import Verified
 
+# Models whose decoder layer is exactly norm -> attention -> add -> norm -> MLP -> add: a layer of the same parts can
+# still compute otherwise (Granite scales its residuals, Gemma 2 norms after each block), so the type is checked too.
+MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe")
 ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
 LAYER = ("input_layernorm", "self_attn", "post_attention_layernorm", "mlp")
 DECODER = ("embed_tokens", "layers", "norm", "rotary_emb")
@@ -53,6 +56,9 @@ class AttentionLoop:
 
     @staticmethod
     def unsupported(model: torch.nn.Module) -> str | None:
+        model_type = getattr(getattr(model, "config", None), "model_type", None)
+        if model_type not in MODEL_TYPES:
+            return f"model type {model_type!r} is not one the loop was written for ({', '.join(MODEL_TYPES)})"
         decoder = _text_decoder(model)
         if decoder is None or not all(hasattr(decoder, n) for n in DECODER) or not hasattr(model, "lm_head"):
             return f"{type(model).__name__} is not a decoder with {', '.join(DECODER)} and lm_head"
