@@ -158,7 +158,7 @@ def _sweep(tmp_path: Path, name: str, seeds: str) -> subprocess.Popen:
     return start_cli(["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", pool,
                       f"pool.lock_dir={tmp_path / name / 'leases'}", "device=cpu", "method=ar", "baseline=none",
                       "num_prompts=2", "max_new_tokens=24", f"seed={seeds}"],
-                     cwd=tmp_path, env={"SPECBENCH_RUNS_DIR": str(tmp_path / name)})
+                     cwd=tmp_path, env={"SPECBENCH_RUNS_DIR": str(tmp_path / name), "COLUMNS": "1000"})   # unwrapped
 
 
 def _sweep_runners(workdir: Path) -> list[int]:
@@ -211,7 +211,7 @@ def test_a_sweep_killed_with_kill_9_never_shares_its_gpus_with_the_next(tmp_path
             os.killpg(pgid, signal.SIGCONT)
     out = "".join(waited) + finish(second, timeout=600)
     assert second.returncode == 0, out[-3000:]
-    assert "held on the host by runners of ours: lh GPU 0, 1" in out, out[-3000:]
+    assert "held on the host by runners of ours: lh GPU 0, 1" in out, out[:3000] + "\n[...]\n" + out[-2000:]
     spans = _spans(workdir)
     assert len(spans) == 4
     for gpu in ("0", "1"):
