@@ -119,11 +119,12 @@ def grouped(model: nn.Module):
     """Inside, each fused group of `model` runs as one GEMM per input (see the module docstring). Yields the
     number of groups."""
     # a member whose forward is already wrapped (accelerate's device hooks set an instance `forward`) keeps it
-    groups = [g for g in fuse(model) if not any("forward" in vars(m) for m in g.members)]
+    fused = fuse(model)
+    groups = [g for g in fused if not any("forward" in vars(m) for m in g.members)]
     for group in groups:
         for i, member in enumerate(group.members):
             member.forward = types.MethodType(_member_forward(group, i), member)
-    members = {id(m) for g in fuse(model) for m in g.members}
+    members = {id(m) for g in fused for m in g.members}
     singles = [m for m in model.modules() if type(m) is nn.Linear and id(m) not in members and "forward" not in vars(m)]
     for single in singles:
         single.forward = types.MethodType(_single_forward, single)
