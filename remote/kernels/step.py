@@ -142,8 +142,14 @@ def step_mask(visible: torch.Tensor, dtype: torch.dtype, head_dim: int, groups: 
     stacking's repeat were four kernels a layer (Qwen3-8B widths, H200, session 22)."""
     if attention_kernel.serves(visible.device, head_dim):
         return visible
-    mask = torch.zeros(visible.shape, dtype=dtype, device=visible.device).masked_fill_(~visible, torch.finfo(dtype).min)
+    mask = additive_mask(visible, dtype)
     return mask.repeat(groups, 1) if mask.shape[0] > 1 else mask
+
+
+def additive_mask(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """An additive attention mask of `visible`'s shape from it (True = may attend): 0 there, dtype's min elsewhere."""
+    mask = torch.zeros(visible.shape, dtype=dtype, device=visible.device)
+    return mask.masked_fill_(~visible, torch.finfo(dtype).min)
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:

@@ -13,12 +13,13 @@ launches); demo-qwen3's AR 0.28 -> 0.24 ms a token.
 
 Contract: `AttentionLoop.unsupported(model)` is None where the loop can run `model` (a model type of MODEL_TYPES;
 decoder layers with input_layernorm, self_attn with q/k/v/o projections, post_attention_layernorm and mlp; a text
-decoder with embed_tokens, layers, norm and rotary_emb), else why not; other models keep transformers' forward. `AttentionLoop(model, target_layer_ids).forward(ids,
-positions, kv, visible, featured)` runs ids [1, T] at positions [T] on `kv` (a `StaticKV` whose `slots` the caller
-set: the rows the T tokens' K/V go to) with `visible` [T or 1, capacity] bool (the rows each token sees, itself
-included) and returns logits [T, V] float32 and, with `featured`, the drafter features of `target_layer_ids`:
-what transformers' forward returns for the same cache rows and mask, up to rounding (tests compare the two).
-Non-goals: sliding-window layers (graph_support refuses them), a target split over devices.
+decoder with embed_tokens, layers, norm and rotary_emb), else why not; other models keep transformers' forward.
+`AttentionLoop(model, target_layer_ids).forward(ids, positions, kv, visible, featured)` runs ids [1, T] at positions
+[T] on `kv` (a `StaticKV` whose `slots` the caller set: the rows the T tokens' K/V go to) with `visible` [T or 1,
+capacity] bool (the rows each token sees, itself included) and returns logits [T, V] float32 and, with `featured`,
+the drafter features of `target_layer_ids`: what transformers' forward returns for the same cache rows and mask, up
+to rounding (tests compare the two). Non-goals: sliding-window layers (graph_support refuses them), a target split
+over devices.
 """
 from __future__ import annotations
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import torch
 
+from ..kernels.step import additive_mask
+
 
 def _zeros(layers: int, heads: int, capacity: int, head_dim: int, dtype, device) -> list[torch.Tensor]:
     return list(torch.zeros(layers, 1, heads, capacity, head_dim, dtype=dtype, device=device))
@@ -30,8 +32,7 @@ def move_rows(caches: tuple[torch.Tensor, ...], start: torch.Tensor | int, path:
 
 def visibility_mask(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """Additive attention mask [1, 1, Q, K] from a bool [Q, K] (True = may attend)."""
-    mask = torch.zeros(visible.shape, dtype=dtype, device=visible.device)
-    return mask.masked_fill_(~visible, torch.finfo(dtype).min)[None, None]
+    return additive_mask(visible, dtype)[None, None]
 
 
 class StaticKV:
