@@ -21,9 +21,9 @@ What is timed (microseconds per call: --calls calls captured in one graph, media
   `search-w<N>` (the search kernel alone at N warps).
 - `proj/<group>-<separate|fused>`: the projections that share an input (q/k/v, gate/up, a GDN layer's in_proj_*)
   of --proj-preset's first layers, each member its own GEMM against one GEMM over the concatenated weight
-  (remote.kernels.fused_linear), for --queries rows; `gbps` is the weights' bytes read per second. For one row
+  (remote.kernels.fused_linear), for --queries rows; `gbps` is the weights' bytes read per second. Up to 128 rows
   also `<group>-gemv` and, for o_proj, down_proj and lm_head, `<name>-<cublas|gemv>`: cuBLAS against the one-row
-  kernel (remote.kernels.gemv).
+  and few-row kernels (remote.kernels.gemv).
 - `glue/<piece>-<eager|compiled>`: each piece of remote.kernels.glue (rotary, silu_mul; on a hybrid preset also
   the gated norm, the GDN gates, the zero-centred norm and a residual add with it) at --proj-preset's widths for
   --queries rows, plain against torch.compile'd.
@@ -278,11 +278,11 @@ def proj_fns(preset: str, q: int) -> dict:
         members = [(m.weight, m.bias) for m in group.members]
         fns[f"{name}-separate"] = (lambda ms=members: [F.linear(x, w, b) for w, b in ms], size)
         fns[f"{name}-fused"] = (lambda g=group: F.linear(x, g.weight, g.bias), size)
-        if q == 1:
+        if q <= gemv.MAX_ROWS:
             fns[f"{name}-gemv"] = (lambda g=group: gemv._op(x, g.weight, g.bias), size)
     layer = model.model.layers[-1]
     for name, linear in [("o", getattr(layer.self_attn, "o_proj", None)), ("down", layer.mlp.down_proj),
-                         ("lm_head", model.lm_head)] if q == 1 else ():
+                         ("lm_head", model.lm_head)] if q <= gemv.MAX_ROWS else ():
         if linear is not None:
             size = linear.weight.numel() * linear.weight.element_size()
             xi = torch.randn(1, q, linear.in_features, device="cuda", dtype=torch.bfloat16)

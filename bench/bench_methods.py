@@ -342,8 +342,8 @@ def main(argv: list[str] | None = None) -> None:
                         and isinstance(r["tree_budget"], int)), key=lambda r: r.get("speedup_vs_ar", 0))["tree_budget"]
             traces = profile_methods(run, best, Path(args.profile), args.profile_gens)
         del run
-    if gemv.FASTER:            # which one-row projection shapes the kernel serves (remote.kernels.gemv)
-        print("gemv: " + ", ".join(f"{'x'.join(map(str, key[0]))} {'kernel' if fast else 'cublas'}"
+    if gemv.FASTER:            # which projection shapes and row buckets the kernels serve (remote.kernels.gemv)
+        print("gemv: " + ", ".join(f"{'x'.join(map(str, key[0]))}/{key[-1]} {'kernel' if fast else 'cublas'}"
                                    for key, fast in gemv.FASTER.items()), flush=True)
     from rich.console import Console
 

@@ -49,7 +49,7 @@ date +%T
 step tests 240 python3 -m pytest -q -p no:cacheprovider --durations=8 \
   -k "cuda or phase_split or graphed or compiled_drafter" tests/test_tree_kernel.py tests/test_attention_kernel.py \
   tests/test_graph_decode.py tests/test_runner_syncs.py tests/test_runner_e2e.py tests/test_auto_budget.py
-step tests_graph 150 python3 -m pytest -q -p no:cacheprovider -k "cuda or graphed" tests/test_tree_kernel.py \
+step tests_graph 240 python3 -m pytest -q -p no:cacheprovider -k "cuda or graphed" tests/test_tree_kernel.py \
   tests/test_graph_decode.py \
   tests/test_phase_split.py tests/test_auto_budget.py tests/test_gdn_chunked_kernel.py tests/test_gemv_kernel.py
 step kernels 40 python3 bench/bench_kernels.py --preset demo-qwen3 --caps 1024 --kinds attention,norm,select \
@@ -58,9 +58,9 @@ step kernels 40 python3 bench/bench_kernels.py --preset demo-qwen3 --caps 1024 -
 # the plain ops (remote.kernels.glue), and the attention kernel at head size 128, at the widths users deploy
 step proj 180 sh -c "python3 bench/bench_kernels.py --kinds proj,glue --queries 1,33,65 --out $OUT/proj_8b.json &&
   python3 bench/bench_kernels.py --kinds proj,glue --queries 1,33,65 --proj-preset qwen3.6-27b --out $OUT/proj_27b.json"
-# one-row projections (an AR step's): cuBLAS against remote.kernels.gemv at both widths
-step gemv 120 sh -c "python3 bench/bench_kernels.py --kinds proj --queries 1 --out $OUT/gemv_8b.json &&
-  python3 bench/bench_kernels.py --kinds proj --queries 1 --proj-preset qwen3.6-27b --out $OUT/gemv_27b.json"
+# projections of one row (an AR step's) and of a verify's 33 / 65: cuBLAS against remote.kernels.gemv at both widths
+step gemv 180 sh -c "python3 bench/bench_kernels.py --kinds proj --queries 1,33,65 --out $OUT/gemv_8b.json &&
+  python3 bench/bench_kernels.py --kinds proj --queries 1,33,65 --proj-preset qwen3.6-27b --out $OUT/gemv_27b.json"
 step attn_8b 60 python3 bench/bench_kernels.py --preset qwen3-8b --kinds attention --caps 1024 --queries 1,33,65 \
   --out "$OUT/attn_8b.json"
 step tree 120 python3 bench/bench_kernels.py --kinds tree,gdn --budgets 31,63,127 --out "$OUT/tree.json"

@@ -1,6 +1,7 @@
-"""The one-row projection kernel (remote.kernels.gemv) against F.linear: run by Triton's interpreter on the CPU (a
-subprocess: the interpreter is chosen when the kernel module is imported), compiled for sm_90 here, and on CUDA
-through `linear` with its choice of kernel or cuBLAS; off its ground (CPU, several rows, float32) it is F.linear."""
+"""The projection kernels of one row and of a few (remote.kernels.gemv) against F.linear: run by Triton's interpreter
+on the CPU (a subprocess: the interpreter is chosen when the kernel module is imported), compiled for sm_90 here, and
+on CUDA through `linear` with its choice of kernel or cuBLAS; off their ground (CPU, float32, over 128 rows) it is
+F.linear."""
 from __future__ import annotations
 
 import json
@@ -27,9 +28,11 @@ for n, k, bias, lead, bn, bk in json.loads(sys.argv[1]):
     out.append({"shape": list(got.shape), "want": list(want.shape), "error": (got - want).abs().max().item()})
 print(json.dumps(out))
 """
-# (N, K, bias, x's leading shape, rows a program, K block): N and K not multiples of the blocks, a bias, x as an
-# AR step's [1, 1, K] and as a bare [K]
-CASES = [(37, 200, False, [1, 1], 4, 64), (64, 256, True, [1], 8, 128), (5, 70, True, [], 2, 32)]
+# (N, K, bias, x's leading shape, columns a program, K block): N and K not multiples of the blocks, a bias, x as an
+# AR step's [1, 1, K] and as a bare [K]; then a verify's rows (33: padded to 64), two rows (padded to 16), 17 rows
+# with a bias
+CASES = [(37, 200, False, [1, 1], 4, 64), (64, 256, True, [1], 8, 128), (5, 70, True, [], 2, 32),
+         (70, 200, False, [1, 33], 16, 64), (40, 96, False, [2], 32, 32), (33, 130, True, [17], 16, 64)]
 
 
 def test_interpreted_kernel_equals_linear():
@@ -46,6 +49,8 @@ def test_kernel_compiles_for_hopper():
     signature = {"x": "*bf16", "w": "*bf16", "b": "*bf16", "out": "*bf16", "N": "i32", "K": "i32", "stride_n": "i32"}
     ptx = hopper_ptx(gemv._gemv_fixed, signature, {"HAS_BIAS": True, "BN": 8, "BK": 512})
     assert ".target sm_90" in ptx and "ld.global" in ptx
+    ptx = hopper_ptx(gemv._rows_fixed, {**signature, "M": "i32"}, {"HAS_BIAS": False, "BM": 64, "BN": 64, "BK": 128})
+    assert "mma" in ptx                                              # the few rows' product on tensor cores
 
 
 def test_off_its_ground_it_is_linear():
@@ -54,18 +59,20 @@ def test_off_its_ground_it_is_linear():
     w, x = torch.randn(16, 32), torch.randn(1, 32)
     assert not gemv.eligible(x, w)                                   # CPU, float32
     assert torch.equal(gemv.linear(x, w), torch.nn.functional.linear(x, w))
-    assert not gemv.eligible(torch.randn(3, 32, dtype=torch.bfloat16), w.bfloat16())     # three rows
+    assert not gemv.eligible(torch.randn(3, 32, dtype=torch.bfloat16), w.bfloat16())     # CPU
+    assert [gemv.bucket(m) for m in (1, 2, 16, 17, 33, 65, 128)] == [1, 16, 16, 32, 64, 128, 128]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the kernel runs on CUDA")
 def test_cuda_linear_equals_cublas_and_picks_per_shape():
     from remote.kernels import gemv
 
-    for n, k, bias in [(4096, 4096, False), (6144, 4096, False), (4096, 12288, False), (1000, 896, True)]:
+    for n, k, bias, m in [(4096, 4096, False, 1), (6144, 4096, False, 1), (4096, 12288, False, 1),
+                          (1000, 896, True, 1), (4096, 4096, False, 33), (6144, 4096, False, 65), (1000, 896, True, 7)]:
         w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k ** 0.5
-        x = torch.randn(1, 1, k, device="cuda", dtype=torch.bfloat16)
+        x = torch.randn(1, m, k, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(n, device="cuda", dtype=torch.bfloat16) if bias else None
         want = torch.nn.functional.linear(x, w, b).float()
         assert (gemv._op(x, w, b).float() - want).abs().max().item() < 2e-2
         assert (gemv.linear(x, w, b).float() - want).abs().max().item() < 2e-2
-        assert (tuple(w.shape), w.dtype, bias, x.device) in gemv.FASTER            # measured once, then kept
+        assert (tuple(w.shape), w.dtype, bias, x.device, gemv.bucket(m)) in gemv.FASTER   # measured once, then kept

@@ -12,7 +12,7 @@ for an input and hands the other members their slices when they are called with 
 with another input, a member computes its own. So the modules' own forwards (transformers' attention and MLP,
 remote.models.gdn's projections) need no change, whatever order they call the members in. Every GEMM there, the
 groups' and every other plain `nn.Linear`'s of the model, goes through remote.kernels.gemv, which takes an AR
-step's one-row products where it streams the weight faster than cuBLAS.
+step's one-row products and a verify's few-row ones where it streams the weight faster than cuBLAS.
 
 Contract: a group is fused only where its members are plain `nn.Linear` of one dtype and device with the same
 input size (a member without a bias gets zeros in the group's). Outputs equal the members' own up to GEMM rounding

@@ -1,24 +1,27 @@
-"""A projection of one row (an AR step's) as one Triton kernel that streams the weight once, in place of cuBLAS.
+"""Projections of one row (an AR step's) or a few (a verify's 16-128) as Triton kernels that stream the weight once,
+in place of cuBLAS.
 
-Why: an AR step's projections are matrix-vector products, bound by reading their weights. At Qwen3-8B widths
-cuBLAS read them at 3.1 (q/k/v, 50 MB), 3.2 (o_proj, 34 MB, split over K with a second reduce kernel) and 3.6 TB/s
-(down_proj, 101 MB, the same), where gate/up (201 MB) and lm_head (1.2 GB) reach 4.1-4.2 and a device copy 4.2
-(H200, the kernels of a replayed AR step, session 22): ~0.5 ms of a 5.3 ms step over what the bytes need.
+Why: a step's projections are bound by reading their weights. At Qwen3-8B widths cuBLAS read them at 3.1 (q/k/v,
+50 MB), 3.2 (o_proj, 34 MB, split over K with a second reduce kernel) and 3.6 TB/s (down_proj, 101 MB, the same)
+for one row, where gate/up (201 MB) and lm_head (1.2 GB) reach 4.1-4.2 and a device copy 4.2 (H200, the kernels of
+a replayed AR step, session 22): ~0.5 ms of a 5.3 ms step over what the bytes need. A verify's 33-65 rows fare no
+better: 2.7-3.5 TB/s at Qwen3-8B, 3.0-3.75 at Qwen3.6-27B widths (session 23), 1.4 ms of a 27B verify.
 
-How: each program owns a few output rows, walks the whole input length in blocks, loading a [rows, block] tile of
-the weight (contiguous along K: one coalesced, evict-first stream) and the matching block of x, accumulating
-products in float32 and reducing once at the end, then adds the bias and rounds to the output dtype. No split over
-K, so no second kernel and no partial sums through memory. On first use of a weight shape (a captured step's eager
-warm-up, never inside a capture) its configurations are autotuned, then it is timed against cuBLAS in a CUDA graph,
-and the faster of the two serves that shape from then on: a GPU or shape where cuBLAS streams better keeps cuBLAS.
-In graphs on the H200 the kernel read 4.2-4.6 TB/s where cuBLAS read 4.0-4.2 (gate/up, GDN in_proj, lm_head at
-Qwen3-8B and Qwen3.6-27B widths; o_proj 3.3 against 3.0; q/k/v at Qwen3-8B 3.56 against 3.63: cuBLAS kept).
+How: each program owns a few output columns and walks the whole input length in blocks, loading a [columns, block]
+tile of the weight (contiguous along K: one coalesced, evict-first stream) and the matching block of x. One row
+(`_gemv_fixed`): products accumulated in float32 and reduced once at the end. A few rows (`_rows_fixed`): the rows
+padded to a power of two (at least 16) and a tensor-core product per block, pipelined over stages. No split over K,
+so no second kernel and no partial sums through memory; the bias added and the result rounded once. On first use of
+a weight shape and row bucket (a captured step's eager warm-up, never inside a capture) its configurations are
+autotuned, then it is timed against cuBLAS, both in CUDA graphs, and the faster of the two serves that shape and
+bucket from then on: a GPU or shape where cuBLAS streams better keeps cuBLAS. In graphs on the H200 the one-row
+kernel read 4.2-4.6 TB/s where cuBLAS read 4.0-4.2 (gate/up, GDN in_proj, lm_head at Qwen3-8B and Qwen3.6-27B
+widths; o_proj 3.3 against 3.0; q/k/v at Qwen3-8B 3.56 against 3.63: cuBLAS kept).
 
 Contract: `linear(x, weight, bias)` equals `F.linear` up to float32 summation order for x of any leading shape; the
-kernel runs only where it was built for (CUDA, Triton, one row: x.numel() == K, x and weight of one 16-bit dtype,
-weight rows contiguous) and measured faster; everything else goes to `F.linear`. `gemv_interpreted` runs the kernel
-under Triton's interpreter (TRITON_INTERPRET=1, CPU tensors) for tests. Under torch.compile the kernel is an opaque
-op.
+kernels run only where they were built for (CUDA, Triton, 1-128 rows of x, x and weight of one 16-bit dtype,
+weight rows contiguous) and measured faster; everything else goes to `F.linear`. `gemv_interpreted` runs them
+under Triton's interpreter (TRITON_INTERPRET=1, CPU tensors) for tests. Under torch.compile they are an opaque op.
 """
 from __future__ import annotations
 
@@ -32,60 +35,106 @@ except ImportError:          # CPU-only installs: F.linear only
     triton = None
 
 HALF = (torch.bfloat16, torch.float16)
+MAX_ROWS = 128          # past this a projection has the rows to keep cuBLAS's tiles busy
+
+
+def rows(x: torch.Tensor, weight: torch.Tensor) -> int:
+    """The rows of x a projection by `weight` multiplies."""
+    return x.numel() // max(weight.shape[1], 1)
+
+
+def bucket(m: int) -> int:
+    """The rows the few-row kernel computes for m (a power of two, at least the 16 a tensor-core product needs):
+    what it is compiled, tuned and chosen for, so a verify's 33 and 40 rows share one tuning."""
+    return 1 if m == 1 else max(16, 1 << (m - 1).bit_length())
 
 
 def eligible(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    return (triton is not None and x.is_cuda and x.numel() == weight.shape[1] and x.dtype == weight.dtype
-            and x.dtype in HALF and weight.stride(1) == 1)
+    return (triton is not None and x.is_cuda and x.shape[-1] == weight.shape[1] and 1 <= rows(x, weight) <= MAX_ROWS
+            and x.dtype == weight.dtype and x.dtype in HALF and weight.stride(1) == 1)
 
 
 if triton is not None:
+    def _graph_bench(kernel_call, quantiles):
+        """The autotuner's timing, in a CUDA graph as the steps replay it (per launch, Python's dispatch counts)."""
+        return triton.testing.do_bench_cudagraph(kernel_call, rep=10, quantiles=quantiles)
+
     _CONFIGS = [triton.Config({"BN": bn, "BK": bk}, num_warps=w)
                 for bn, bk, w in ((2, 1024, 4), (4, 512, 4), (4, 1024, 4), (8, 512, 4), (8, 256, 4), (16, 256, 8))]
+    _ROW_CONFIGS = [triton.Config({"BN": bn, "BK": bk}, num_warps=w, num_stages=st)
+                    for bn, bk, w, st in ((16, 256, 4, 4), (32, 128, 4, 4), (32, 256, 4, 3), (64, 128, 4, 4),
+                                          (64, 64, 4, 6), (128, 64, 4, 4), (128, 128, 8, 3))]
 
     @triton.jit
     def _gemv_fixed(x, w, b, out, N, K, stride_n, HAS_BIAS: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
-        rows = tl.program_id(0) * BN + tl.arange(0, BN)
-        live = rows < N
+        cols = tl.program_id(0) * BN + tl.arange(0, BN)
+        live = cols < N
         acc = tl.zeros([BN, BK], tl.float32)
         for start in range(0, K, BK):
-            cols = start + tl.arange(0, BK)
-            inside = cols < K
-            xs = tl.load(x + cols, mask=inside, other=0.0).to(tl.float32)
-            ws = tl.load(w + rows[:, None] * stride_n + cols[None, :], mask=live[:, None] & inside[None, :],
+            ks = start + tl.arange(0, BK)
+            inside = ks < K
+            xs = tl.load(x + ks, mask=inside, other=0.0).to(tl.float32)
+            ws = tl.load(w + cols[:, None] * stride_n + ks[None, :], mask=live[:, None] & inside[None, :],
                          other=0.0, eviction_policy="evict_first")
             acc += ws.to(tl.float32) * xs[None, :]
         y = tl.sum(acc, 1)
         if HAS_BIAS:
-            y += tl.load(b + rows, mask=live, other=0.0).to(tl.float32)
-        tl.store(out + rows, y.to(out.dtype.element_ty), mask=live)
+            y += tl.load(b + cols, mask=live, other=0.0).to(tl.float32)
+        tl.store(out + cols, y.to(out.dtype.element_ty), mask=live)
 
-    _gemv_tuned = triton.autotune(configs=_CONFIGS, key=["N", "K"])(_gemv_fixed)   # wraps, leaves _gemv_fixed as is
+    @triton.jit
+    def _rows_fixed(x, w, b, out, M, N, K, stride_n, HAS_BIAS: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+                    BK: tl.constexpr):
+        cols = tl.program_id(0) * BN + tl.arange(0, BN)
+        ms = tl.arange(0, BM)
+        live, used = cols < N, ms < M
+        acc = tl.zeros([BM, BN], tl.float32)
+        for start in range(0, K, BK):
+            ks = start + tl.arange(0, BK)
+            inside = ks < K
+            xs = tl.load(x + ms[:, None] * K + ks[None, :], mask=used[:, None] & inside[None, :], other=0.0)
+            ws = tl.load(w + cols[:, None] * stride_n + ks[None, :], mask=live[:, None] & inside[None, :],
+                         other=0.0, eviction_policy="evict_first")
+            acc = tl.dot(xs, tl.trans(ws), acc)
+        if HAS_BIAS:
+            acc += tl.load(b + cols, mask=live, other=0.0).to(tl.float32)[None, :]
+        tl.store(out + ms[:, None] * N + cols[None, :], acc.to(out.dtype.element_ty),
+                 mask=used[:, None] & live[None, :])
+
+    # wrapped, leaving the fixed kernels as they are
+    _gemv_tuned = triton.autotune(configs=_CONFIGS, key=["N", "K"], do_bench=_graph_bench)(_gemv_fixed)
+    _rows_tuned = triton.autotune(configs=_ROW_CONFIGS, key=["N", "K", "BM"], do_bench=_graph_bench)(_rows_fixed)
 
 
-def _launch(wrap, kernel, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, **fixed):
+def _launch(wrap, one, few, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, **fixed):
     n, k = weight.shape
+    m = rows(x, weight)
     out = torch.empty(*x.shape[:-1], n, dtype=x.dtype, device=x.device)
-    x = x.reshape(k) if x.is_contiguous() else x.reshape(k).contiguous()
+    x = x.reshape(m, k).contiguous()
     grid = lambda meta: (triton.cdiv(n, meta["BN"]),)        # noqa: E731 - the autotuner's grid
-    wrap(kernel)[grid](x, weight, bias if bias is not None else x, out, n, k, weight.stride(0),
-                       HAS_BIAS=bias is not None, **fixed)
+    b = bias if bias is not None else x
+    if m == 1:
+        wrap(one)[grid](x, weight, b, out, n, k, weight.stride(0), HAS_BIAS=bias is not None, **fixed)
+    else:
+        wrap(few)[grid](x, weight, b, out, m, n, k, weight.stride(0), HAS_BIAS=bias is not None, BM=bucket(m),
+                        **fixed)
     return out
 
 
 if triton is not None:
     @torch.library.triton_op("ddtree::gemv", mutates_args=())
     def _op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        return _launch(torch.library.wrap_triton, _gemv_tuned, x, weight, bias)
+        return _launch(torch.library.wrap_triton, _gemv_tuned, _rows_tuned, x, weight, bias)
 
 
-FASTER: dict[tuple, bool] = {}      # (weight shape, dtype, bias, device) -> whether the kernel beat cuBLAS there
+# (weight shape, dtype, bias, device, row bucket) -> whether the kernel beat cuBLAS there
+FASTER: dict[tuple, bool] = {}
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """See the module docstring."""
     if eligible(x, weight) and not torch.compiler.is_compiling():     # traced whole (compile_steps): cuBLAS
-        key = (tuple(weight.shape), weight.dtype, bias is not None, x.device)
+        key = (tuple(weight.shape), weight.dtype, bias is not None, x.device, bucket(rows(x, weight)))
         if key not in FASTER and not torch.cuda.is_current_stream_capturing():
             FASTER[key] = _faster(x, weight, bias)
         if FASTER.get(key):
@@ -109,5 +158,5 @@ def _faster(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) ->
 
 def gemv_interpreted(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, BN: int = 4,
                      BK: int = 64) -> torch.Tensor:
-    """The kernel under Triton's interpreter (one fixed configuration), for tests."""
-    return _launch(lambda kernel: kernel, _gemv_fixed, x, weight, bias, BN=BN, BK=BK)
+    """The kernels under Triton's interpreter (one fixed configuration), for tests."""
+    return _launch(lambda kernel: kernel, _gemv_fixed, _rows_fixed, x, weight, bias, BN=BN, BK=BK)
