@@ -1,5 +1,5 @@
-"""Projections of one row (an AR step's) or a few (a verify's 16-128) as Triton kernels that stream the weight once,
-in place of cuBLAS.
+"""Projections of one row (an AR step's) or a few (a verify's, up to 64) as Triton kernels that stream the weight
+once, in place of cuBLAS.
 
 Why: a step's projections are bound by reading their weights. At Qwen3-8B widths cuBLAS read them at 3.1 (q/k/v,
 50 MB), 3.2 (o_proj, 34 MB, split over K with a second reduce kernel) and 3.6 TB/s (down_proj, 101 MB, the same)
@@ -16,10 +16,12 @@ a weight shape and row bucket (a captured step's eager warm-up, never inside a c
 autotuned, then it is timed against cuBLAS, both in CUDA graphs, and the faster of the two serves that shape and
 bucket from then on: a GPU or shape where cuBLAS streams better keeps cuBLAS. In graphs on the H200 the one-row
 kernel read 4.2-4.6 TB/s where cuBLAS read 4.0-4.2 (gate/up, GDN in_proj, lm_head at Qwen3-8B and Qwen3.6-27B
-widths; o_proj 3.3 against 3.0; q/k/v at Qwen3-8B 3.56 against 3.63: cuBLAS kept).
+widths; o_proj 3.3 against 3.0; q/k/v at Qwen3-8B 3.56 against 3.63: cuBLAS kept). At 33 rows the few-row kernel
+won only for the GDN in_proj (27B, 3.95 against 3.83) and the 8B o_proj (3.37 against 3.00); the runners' choice
+took it there and for lm_head at 16 rows, cuBLAS elsewhere (session 23: a 27B verify of 33 rows 0.36 ms faster).
 
 Contract: `linear(x, weight, bias)` equals `F.linear` up to float32 summation order for x of any leading shape; the
-kernels run only where they were built for (CUDA, Triton, 1-128 rows of x, x and weight of one 16-bit dtype,
+kernels run only where they were built for (CUDA, Triton, 1-64 rows of x, x and weight of one 16-bit dtype,
 weight rows contiguous) and measured faster; everything else goes to `F.linear`. `gemv_interpreted` runs them
 under Triton's interpreter (TRITON_INTERPRET=1, CPU tensors) for tests. Under torch.compile they are an opaque op.
 """
@@ -35,7 +37,9 @@ except ImportError:          # CPU-only installs: F.linear only
     triton = None
 
 HALF = (torch.bfloat16, torch.float16)
-MAX_ROWS = 128          # past this a projection has the rows to keep cuBLAS's tiles busy
+# At 65 rows (padded to 128) the few-row kernel lost to cuBLAS at every weight of Qwen3-8B and Qwen3.6-27B widths
+# (1.1-1.9x its time, session 23), so past 64 rows nothing is tuned or timed
+MAX_ROWS = 64
 
 
 def rows(x: torch.Tensor, weight: torch.Tensor) -> int:
