@@ -18,7 +18,8 @@ bucket from then on: a GPU or shape where cuBLAS streams better keeps cuBLAS. In
 kernel read 4.2-4.6 TB/s where cuBLAS read 4.0-4.2 (gate/up, GDN in_proj, lm_head at Qwen3-8B and Qwen3.6-27B
 widths; o_proj 3.3 against 3.0; q/k/v at Qwen3-8B 3.56 against 3.63: cuBLAS kept). At 33 rows the few-row kernel
 won only for the GDN in_proj (27B, 3.95 against 3.83) and the 8B o_proj (3.37 against 3.00); the runners' choice
-took it there and for lm_head at 16 rows, cuBLAS elsewhere (session 23: a 27B verify of 33 rows 0.36 ms faster).
+took it there and for lm_head at 16 rows, cuBLAS elsewhere (session 23: a 27B verify of 33 rows 0.36 ms faster,
+within the runs' spread).
 
 Contract: `linear(x, weight, bias)` equals `F.linear` up to float32 summation order for x of any leading shape; the
 kernels run only where they were built for (CUDA, Triton, 1-64 rows of x, x and weight of one 16-bit dtype,
