@@ -83,12 +83,17 @@ def _assert_state_matches(target: HybridTarget, model, sequence: list[int]) -> f
 
 
 @pytest.mark.parametrize("name", ["qwen3_5-3to1", "qwen3_5-1to1", "qwen3_next"])
-def test_commit_installs_the_state_of_a_plain_forward(name):
+@pytest.mark.parametrize("reserved", [False, True])
+def test_commit_installs_the_state_of_a_plain_forward(name, reserved):
     """Rounds of verify -> commit (trees with random accepted paths, DFlash chains with partial acceptance, a
     full-chain acceptance, a lone root): state after each commit equals the plain forward's over the accepted
-    sequence, and each verify's logits (which start from the committed state) equal the plain forward's."""
+    sequence, and each verify's logits (which start from the committed state) equal the plain forward's. Reserved:
+    every attention layer's K/V a view of one store, which a commit compacts at once."""
     model = tiny_model(name)
     target = HybridTarget(model, [1])
+    if reserved:
+        target.reserve(256)
+        assert len(target._stores) == 1 and all(kv.keys._base is target._stores[0] for kv in target._kv.values())
     rng = random.Random(7)
     corpus = [t for ids in real_token_ids() for t in ids]
     sequence = corpus[:10]
@@ -112,6 +117,15 @@ def test_commit_installs_the_state_of_a_plain_forward(name):
         sequence = sequence + [tokens[j] for j in path]
         assert target.length == len(sequence)
         _assert_state_matches(target, model, sequence)
+
+
+def test_a_full_reserved_store_refuses_to_grow():
+    """Growing a reserved layer's K/V would leave its store (which commits compact, and captured steps read)
+    behind: refused."""
+    target = HybridTarget(tiny_model("qwen3_5-3to1"), [0])
+    target.reserve(8)
+    with pytest.raises(RuntimeError, match="reserved K/V of 8 rows cannot take rows up to 10"):
+        target.prefill(torch.tensor([real_token_ids()[0][:10]]))
 
 
 def test_commit_refuses_a_path_that_is_not_a_root_to_node_chain():
