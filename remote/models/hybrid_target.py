@@ -119,7 +119,6 @@ class _KV:
         self.values.index_copy_(2, slots, v)
 
 
-
 def _zeros(attn: torch.nn.Module, n: int, capacity: int) -> torch.Tensor:
     """[n, Hkv, capacity, D] zeros for the K/V of attention module `attn`."""
     weight = attn.k_proj.weight
