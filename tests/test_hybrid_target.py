@@ -24,6 +24,7 @@ from tests.test_hybrid_models import (  # noqa: F401
 
 TOL = 1e-4
 ALL_MODELS = ["qwen3_5-3to1", "qwen3_5-1to1", "qwen3_5-vl", "qwen3_next", "qwen3_5_moe"]
+COMMIT_MODELS = ["qwen3_5-3to1", "qwen3_5-1to1", "qwen3_next"]
 
 
 @pytest.mark.parametrize("name", ALL_MODELS)
@@ -82,13 +83,23 @@ def _assert_state_matches(target: HybridTarget, model, sequence: list[int]) -> f
     return worst
 
 
-@pytest.mark.parametrize("name", ["qwen3_5-3to1", "qwen3_5-1to1", "qwen3_next"])
-@pytest.mark.parametrize("reserved", [False, True])
-def test_commit_installs_the_state_of_a_plain_forward(name, reserved):
+@pytest.mark.parametrize("name", COMMIT_MODELS)
+def test_commit_installs_the_state_of_a_plain_forward(name):
     """Rounds of verify -> commit (trees with random accepted paths, DFlash chains with partial acceptance, a
     full-chain acceptance, a lone root): state after each commit equals the plain forward's over the accepted
-    sequence, and each verify's logits (which start from the committed state) equal the plain forward's. Reserved:
-    every attention layer's K/V a view of one store, which a commit compacts at once."""
+    sequence, and each verify's logits (which start from the committed state) equal the plain forward's. (Also run
+    by the kernel tests, tests/test_gdn_*_kernel.py, with the name of their model.)"""
+    _commit_rounds(name, reserved=False)
+
+
+@pytest.mark.parametrize("name", COMMIT_MODELS)
+def test_reserved_commits_install_the_state_of_a_plain_forward(name):
+    """The same on reserved state, where every attention layer's K/V is a view of one store that a commit
+    compacts at once."""
+    _commit_rounds(name, reserved=True)
+
+
+def _commit_rounds(name: str, reserved: bool) -> None:
     model = tiny_model(name)
     target = HybridTarget(model, [1])
     if reserved:
