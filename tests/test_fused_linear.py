@@ -10,7 +10,8 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from remote.kernels.fused_linear import fuse, grouped
-from remote.kernels.glue import _CACHE, add_zero_centred_norm, compiled_glue, gated_norm, silu_mul, zero_centred_norm
+from remote.kernels.glue import _CACHE, add_zero_centred_norm, compiled_glue, gated_norm, output_gate, silu_mul, \
+    zero_centred_norm
 from remote.kernels.step import step_kernels
 from tests.test_hybrid_models import plain_forward, real_token_ids, tiny_model
 
@@ -139,7 +140,7 @@ def test_the_compiled_glue_is_the_models_own_and_is_undone():
 def test_the_compiled_norms_residual_adds_and_gates_are_the_models_own():
     """A hybrid's norms (zero-centred, each with the residual add before it, and gated) and GDN gates inside
     `step_kernels(compiled=True)` (compiled) give the verify's logits of transformers' own (outside)."""
-    from remote.models.gdn import gates
+    from remote.models.gdn import conv_gates, gates
     from remote.models.hybrid_target import HybridTarget
 
     model = copy.deepcopy(tiny_model("qwen3_5-3to1"))
@@ -153,6 +154,6 @@ def test_the_compiled_norms_residual_adds_and_gates_are_the_models_own():
     plain = verify()
     with step_kernels(model, compiled=True):
         fused = verify()
-    ran = [gated_norm, gates, zero_centred_norm, add_zero_centred_norm]
+    ran = [gated_norm, gates, conv_gates, output_gate, zero_centred_norm, add_zero_centred_norm]
     assert all(_CACHE[fn].compiled is not None for fn in ran)                # compiled, and ran so
     assert (fused - plain).abs().max() < 1e-5

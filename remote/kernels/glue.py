@@ -12,7 +12,8 @@ zero-centred norm is three (casts around `F.rms_norm`), a residual add one more,
 Contract: inside `compiled_glue(model)` the `apply_rotary_pos_emb` of every modeling module `model`'s layers come
 from is its compiled self (the same function: partial rotary and mrope stay the model's), every SiLU MLP of the
 known shape (gate_proj, up_proj, down_proj, act_fn) computes `down_proj(silu(gate) * up)` through a compiled
-`silu_mul`, and `active(fn)` is `fn` compiled (the norms here, remote.models.gdn's gates); all undone on exit.
+`silu_mul`, and `active(fn)` is `fn` compiled (the norms and the attention output gate here, remote.models.gdn's
+conv and gates); all undone on exit.
 Compiled code computes in float32 and rounds once where transformers rounds after each op (equal up to that
 rounding). A function that fails to compile runs plain from then on, so a step never fails here. Callers look the
 rotary function up in its module at each call (as transformers' attention does).
@@ -93,6 +94,12 @@ def gated_norm(x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, eps: f
     """Qwen3.5 / Qwen3-Next's gated RMSNorm: weight * rms_norm(x) * silu(gate), rounding where transformers does."""
     normed = F.rms_norm(x.float(), (x.shape[-1],), None, eps).to(x.dtype)
     return (weight * normed * F.silu(gate.float())).to(x.dtype)
+
+
+def output_gate(o: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+    """A gated attention's output (Qwen3.5 / Qwen3-Next): o * sigmoid(gate), both [1, T, Hq, D] -> [1, T, Hq * D]
+    (`gate` may be a slice of the q projection: it is not flattened first, which would copy it)."""
+    return (o * torch.sigmoid(gate)).reshape(o.shape[0], o.shape[1], -1)
 
 
 _ACTIVE = [0]           # compiled_glue contexts open: `active` hands out compiled functions then

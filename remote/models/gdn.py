@@ -77,7 +77,7 @@ class NodeStates:
     the accepted node's state in one launch; otherwise the state after the path is recomputed from the committed
     one over the path's inputs (a path is at most a drafter block long)."""
 
-    conv: torch.Tensor                 # [N, C, K] conv state after each node (its window)
+    bank: torch.Tensor                 # [C, K + N] the committed conv state, then every node's pre-conv input
     inputs: tuple                      # q, k, v, g, beta [1, N, ...] of every node
     state: torch.Tensor                # [1, HV, Dk, Dv] the committed recurrent state the tree started from
     layout: TreeLayout
@@ -90,7 +90,7 @@ class NodeStates:
         `length` (a device scalar) only the first `length` steps count: `path` is padded with its last node to a
         static length (the tree kernel needs only that last node: its depth says how far to run)."""
         last = path[-1:]
-        conv = self.conv.index_select(0, last)
+        conv = self.bank.index_select(1, self.layout.conv_index.index_select(0, last)[0])[None]     # its window
         if self.nodes is not None:
             return conv, self.nodes.index_select(0, last)
         if self.solved is not None:
@@ -118,16 +118,15 @@ def project(gdn: torch.nn.Module, h: torch.Tensor):
     return gdn.in_proj_qkv(h), z, gdn.in_proj_b(h), gdn.in_proj_a(h)
 
 
-def _qkv_gates(gdn: torch.nn.Module, conv_out: torch.Tensor, b: torch.Tensor, a: torch.Tensor):
-    """conv_out [B, T, C] -> q, k [B, T, HV, Dk] (repeated to value heads), v [B, T, HV, Dv], g, beta [B, T, HV]
-    (compiled in captured steps: remote.kernels.glue)."""
-    shape = (gdn.key_dim, gdn.value_dim, gdn.head_k_dim, gdn.head_v_dim, gdn.num_v_heads // gdn.num_k_heads)
-    return active(gates)(conv_out, b, a, gdn.A_log, gdn.dt_bias, shape)
+def _shape(gdn: torch.nn.Module) -> tuple[int, int, int, int, int]:
+    """`gates`' shape argument for `gdn`."""
+    return gdn.key_dim, gdn.value_dim, gdn.head_k_dim, gdn.head_v_dim, gdn.num_v_heads // gdn.num_k_heads
 
 
 def gates(conv_out: torch.Tensor, b: torch.Tensor, a: torch.Tensor, a_log: torch.Tensor, dt_bias: torch.Tensor,
           shape: tuple[int, int, int, int, int]):
-    """`_qkv_gates` on plain tensors; `shape`: key_dim, value_dim, head_k_dim, head_v_dim, value heads per key head."""
+    """conv_out [B, T, C] -> q, k [B, T, HV, Dk] (repeated to value heads), v [B, T, HV, Dv], g, beta [B, T, HV];
+    `shape`: key_dim, value_dim, head_k_dim, head_v_dim, value heads per key head."""
     key_dim, value_dim, head_k, head_v, rep = shape
     bsz, t, _ = conv_out.shape
     q, k, v = torch.split(conv_out, [key_dim, key_dim, value_dim], dim=-1)
@@ -143,10 +142,9 @@ def gates(conv_out: torch.Tensor, b: torch.Tensor, a: torch.Tensor, a_log: torch
 
 
 def _output(gdn: torch.nn.Module, core: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-    """Gated RMSNorm per value head, then out_proj. core, z [1, T, HV, Dv] -> [1, T, H]."""
-    t = core.shape[1]
-    out = gdn.norm(core.reshape(-1, gdn.head_v_dim), z.reshape(-1, gdn.head_v_dim))
-    return gdn.out_proj(out.reshape(1, t, -1))
+    """Gated RMSNorm per value head, then out_proj. core, z [1, T, HV, Dv] -> [1, T, H]. The norm takes them
+    unflattened: z is a slice of the fused projections' output, and flattening T and HV would copy it."""
+    return gdn.out_proj(gdn.norm(core, z).reshape(1, core.shape[1], -1))
 
 
 def gdn_sequence(gdn: torch.nn.Module, h: torch.Tensor, kernels: GdnKernels):
@@ -157,16 +155,31 @@ def gdn_sequence(gdn: torch.nn.Module, h: torch.Tensor, kernels: GdnKernels):
     conv_out = kernels.conv(x, gdn.conv1d.weight.squeeze(1), gdn.conv1d.bias, gdn.activation)
     # The conv state is the last K pre-conv inputs, zero-padded on the left for prompts shorter than K.
     conv_state = torch.nn.functional.pad(x, (max(kernel - x.shape[-1], 0), 0))[..., -kernel:].contiguous()
-    q, k, v, g, beta = _qkv_gates(gdn, conv_out.transpose(1, 2), b, a)
+    q, k, v, g, beta = active(gates)(conv_out.transpose(1, 2), b, a, gdn.A_log, gdn.dt_bias, _shape(gdn))
     core, state = kernels.chunk(q, k, v, g, beta, None)
     return _output(gdn, core, z), conv_state, state.float()
 
 
-def _conv_window(gdn: torch.nn.Module, windows: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """The depthwise conv of K-wide pre-conv windows [N, C, K], activated: [N, C] in `dtype`."""
-    weight = gdn.conv1d.weight                                                                # [C, 1, K]
-    out = torch.nn.functional.conv1d(windows.to(weight.dtype), weight, gdn.conv1d.bias, groups=weight.shape[0])
-    return activate(out, gdn.activation).to(dtype)[..., -1]
+def _conv_gates(gdn: torch.nn.Module, bank: torch.Tensor, index: torch.Tensor | None, b: torch.Tensor,
+                a: torch.Tensor):
+    """`conv_gates` with the layer's weights (compiled in captured steps: the window gather, the conv, its
+    activation and the gates are then one or two kernels, not a gathered [N, C, K] copy and a depthwise conv)."""
+    return active(conv_gates)(bank, index, gdn.conv1d.weight.squeeze(1), gdn.conv1d.bias, b, a, gdn.A_log,
+                              gdn.dt_bias, _shape(gdn), gdn.activation)
+
+
+def conv_gates(bank: torch.Tensor, index: torch.Tensor | None, weight: torch.Tensor, bias: torch.Tensor | None,
+               b: torch.Tensor, a: torch.Tensor, a_log: torch.Tensor, dt_bias: torch.Tensor,
+               shape: tuple[int, int, int, int, int], activation: str | None):
+    """The depthwise conv of N K-wide windows of pre-conv inputs, activated and rounded to the inputs' dtype (as
+    causal-conv1d does), then `gates`. bank [C, M] the inputs, index [N, K] each window's columns of it, oldest
+    first (None: one window, the last K columns); weight [C, K]. -> q, k, v, g, beta [1, N, ...]."""
+    windows = bank[:, index] if index is not None else bank[:, None, -weight.shape[-1]:]             # [C, N, K]
+    x = (windows.float() * weight.float()[:, None, :]).sum(-1)
+    if bias is not None:
+        x = x + bias.float()[:, None]
+    conv_out = activate(x, activation).to(bank.dtype).t().contiguous()[None]     # [1, N, C], C-contiguous (kernels)
+    return gates(conv_out, b, a, a_log, dt_bias, shape)
 
 
 def gdn_step(gdn: torch.nn.Module, h: torch.Tensor, conv_state: torch.Tensor, recurrent: torch.Tensor,
@@ -174,8 +187,9 @@ def gdn_step(gdn: torch.nn.Module, h: torch.Tensor, conv_state: torch.Tensor, re
     """One token after (conv_state [1, C, K], recurrent [1, HV, Dk, Dv]), both advanced in place.
     h [1, 1, H] -> out [1, 1, H]."""
     mixed, z, b, a = project(gdn, h)
-    conv_state.copy_(torch.cat([conv_state[..., 1:], mixed.transpose(1, 2).to(conv_state.dtype)], dim=-1))
-    q, k, v, g, beta = _qkv_gates(gdn, _conv_window(gdn, conv_state, mixed.dtype)[:, None], b, a)   # [1, 1, ...]
+    bank = torch.cat([conv_state[0], mixed[0].transpose(0, 1).to(conv_state.dtype)], dim=-1)      # [C, K + 1]
+    conv_state.copy_(bank[None, :, 1:])
+    q, k, v, g, beta = _conv_gates(gdn, bank, None, b, a)                                         # [1, 1, ...]
     core, state = kernels.step(q, k, v, g, beta, recurrent)
     recurrent.copy_(state)
     return _output(gdn, core, z)
@@ -189,13 +203,11 @@ def gdn_tree(gdn: torch.nn.Module, h: torch.Tensor, layout: TreeLayout, conv_sta
     """
     n = h.shape[1]
     mixed, z, b, a = project(gdn, h)
-    # Conv: gather each node's window of pre-conv inputs (ancestors, then committed columns) and apply the
-    # depthwise conv once to all windows: windows [N, C, K] -> conv_out [N, C].
+    # Conv: each node's window of pre-conv inputs (its ancestors, then committed columns) is gathered from the bank
+    # inside the conv, so no [N, C, K] windows are written; commit gathers the accepted node's alone.
     bank = torch.cat([conv_state[0], mixed[0].transpose(0, 1).to(conv_state.dtype)], dim=-1)  # [C, K + N]
-    windows = bank[:, layout.conv_index].permute(1, 0, 2).contiguous()                      # [N, C, K]
-    conv_out = _conv_window(gdn, windows, mixed.dtype)                                       # [N, C]
-    q, k, v, g, beta = _qkv_gates(gdn, conv_out[None], b, a)                                  # [1, N, ...]
-    states = NodeStates(windows, (q, k, v, g, beta), recurrent, layout, kernels)
+    q, k, v, g, beta = _conv_gates(gdn, bank, layout.conv_index, b, a)                        # [1, N, ...]
+    states = NodeStates(bank, (q, k, v, g, beta), recurrent, layout, kernels)
     if kernels.chunked is not None and (layout.chain or kernels.chunked_trees):   # node corrections kept for commit
         core, states.solved = kernels.chunked(q[0], k[0], v[0], g[0], beta[0], recurrent[0], layout.visible, n)
         return _output(gdn, core[None], z), states

@@ -46,6 +46,7 @@ import torch.nn.functional as F
 
 from ..errors import SpecError
 from ..kernels.gdn_paths import select_gdn_kernels
+from ..kernels.glue import active, output_gate
 from ..kernels.step import attend, step_mask
 from ..tree import Ancestry
 from .gdn import TreeLayout, gdn_sequence, gdn_step, gdn_tree
@@ -137,6 +138,7 @@ class Static:
     layout: TreeLayout | None = None
     states: dict = field(default_factory=dict)
     mask: torch.Tensor | None = None        # `visible` as every attention layer reads it (`HybridTarget._static`)
+    rows: torch.Tensor | None = None        # [T] the cache rows start.. (made once a step, as `mask`)
 
 
 class HybridTarget(Target):
@@ -270,15 +272,15 @@ class HybridTarget(Target):
         if path.shape[0] > 1:                                # the root alone is already in place
             self._compact(self._len, path)
         for layer, states in node_states.items():
-            with self._on(states.conv.device):
-                self._install(layer, *states.after(path.to(states.conv.device)))
+            with self._on(states.bank.device):
+                self._install(layer, *states.after(path.to(states.bank.device)))
         self._len += path.shape[0]
 
     @torch.inference_mode()
     def decode(self, token: torch.Tensor, step: Static) -> torch.Tensor:
         """Logits [1, V] of one token ([1], on the device) at `step.start`, advancing the committed state in place
         without a host value (capture-safe). Needs `reserve`; the caller keeps its own length."""
-        hidden, _ = self._forward(token.view(1, 1), step.start.view(1), tree=self._static(step))
+        hidden, _ = self._forward(token.view(1, 1), step.start.view(1), tree=self._static(step, 1))
         return self._logits(hidden)
 
     @torch.inference_mode()
@@ -286,14 +288,17 @@ class HybridTarget(Target):
         """`verify` of N tree tokens after a device-side prefix length `step.start` (capture-safe): K/V go to
         rows start.., positions are start + depth, GDN node states go to `step.states`; nothing is committed
         until `commit_static`."""
-        hidden, feats = self._forward(tokens.view(1, -1), step.start + step.layout.depth, tree=self._static(step))
+        step = self._static(step, tokens.numel())
+        hidden, feats = self._forward(tokens.view(1, -1), step.start + step.layout.depth, tree=step)
         return Verified(self._logits(hidden), feats)
 
-    def _static(self, step: Static) -> Static:
-        """`step` with its attention mask made (once for every attention layer: `remote.kernels.step.step_mask`)."""
+    def _static(self, step: Static, t: int) -> Static:
+        """`step` with its attention mask (`remote.kernels.step.step_mask`) and its `t` cache rows made, once for
+        every attention layer."""
         config = self.config
         step.mask = step_mask(step.visible, self.lm_head.weight.dtype, config.head_dim,
                               config.num_attention_heads // config.num_key_value_heads)
+        step.rows = step.start + torch.arange(t, device=step.start.device)
         return step
 
     @torch.inference_mode()
@@ -352,7 +357,6 @@ class HybridTarget(Target):
         """Gated full attention over the committed K/V plus the new rows. h [1, T, H] -> [1, T, H]."""
         t, d = h.shape[1], attn.head_dim
         q, gate = torch.chunk(attn.q_proj(h).view(1, t, -1, 2 * d), 2, dim=-1)
-        gate = gate.reshape(1, t, -1)                                                 # output gate [1, T, Hq*D]
         q = attn.q_norm(q).transpose(1, 2)                                            # [1, Hq, T, D]
         k = attn.k_norm(attn.k_proj(h).view(1, t, -1, d)).transpose(1, 2)             # [1, Hkv, T, D]
         v = attn.v_proj(h).view(1, t, -1, d).transpose(1, 2)
@@ -361,9 +365,9 @@ class HybridTarget(Target):
             self._kv[i] = _KV.for_layer(attn, capacity=max(2 * (self._len + t), 256))
         kv = self._kv[i]
         if isinstance(tree, Static):        # all reserved rows, masked to the committed ones and these tokens
-            kv.put(tree.start + torch.arange(t, device=h.device), k, v)
+            kv.put(tree.rows.to(h.device), k, v)
             o = attend(q, kv.keys, kv.values, tree.mask, attn.scaling)                        # [1, T, Hq, D]
-            return attn.o_proj(o.reshape(1, t, -1) * torch.sigmoid(gate))
+            return attn.o_proj(active(output_gate)(o, gate))
         kv.write(self._len, k, v)
         keys, values = kv.keys[:, :, : self._len + t], kv.values[:, :, : self._len + t]
         if tree is None:
@@ -375,5 +379,4 @@ class HybridTarget(Target):
             past = torch.ones(t, self._len, dtype=torch.bool, device=h.device)
             mask = torch.cat([past, layout.visible], dim=-1)[None, None]
             o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=attn.scaling, enable_gqa=True)
-        o = o.transpose(1, 2).reshape(1, t, -1) * torch.sigmoid(gate)
-        return attn.o_proj(o)
+        return attn.o_proj(active(output_gate)(o.transpose(1, 2), gate))
