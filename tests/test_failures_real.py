@@ -147,7 +147,8 @@ def test_hybrid_cache_crash_names_the_cache_frame_and_its_warnings(produced):
     run = _result(produced, "hybrid")
     report = scan_text(run.output, exit_code=run.returncode)
     if TRANSFORMERS_VERSION >= (5, 13):
-        assert report.primary.details["cache_method"] in ("get_conv_state", "update_conv_state")
+        reads_first = "get_recurrent_state" if TRANSFORMERS_VERSION >= (5, 25) else "get_conv_state"
+        assert report.primary.details["cache_method"] in (reads_first, "update_conv_state")
     warnings = {w.finding.id: w for w in report.warnings}
     assert "torch_dtype_deprecated" in warnings
     if TRANSFORMERS_VERSION >= (5, 24):
@@ -159,11 +160,12 @@ def test_hybrid_cache_crash_names_the_cache_frame_and_its_warnings(produced):
 
 
 def test_an_index_error_without_the_cache_frames_is_not_the_hybrid_crash(produced):
-    """The same real output with the conv-state frames removed: only a generic crash remains."""
+    """The same real output with the cache's state frames removed: only a generic crash remains."""
     run = _result(produced, "hybrid")
     if TRANSFORMERS_VERSION < (5, 13):
         pytest.skip("this transformers raises no IndexError here")
-    stripped = "\n".join(ln for ln in run.output.splitlines() if "conv_state" not in ln) + "\n"
+    stripped = "\n".join(ln for ln in run.output.splitlines()
+                         if "conv_state" not in ln and "recurrent_state" not in ln) + "\n"
     report = scan_text(stripped, exit_code=run.returncode)
     assert report.primary.id == "unknown_crash"
     assert report.primary.details["exception"] == "IndexError: list index out of range"

@@ -41,7 +41,8 @@ def test_sample_fed_line_by_line_gives_the_same_report(path):
 
 def test_hybrid_cache_crash_in_every_transformers_version():
     """5.3: AttributeError; 5.8: ValueError (after a chained StopIteration); 5.14/5.17: IndexError in
-    update_conv_state (5.24's get_conv_state variant is produced live in test_failures_real.py)."""
+    update_conv_state; 5.25: in get_recurrent_state, with the longer fast-path warnings (5.24's get_conv_state
+    variant is produced live in test_failures_real.py where 5.24 is installed)."""
     by_version = {p.name.split("__")[1].removesuffix(".log"): scan_file(p).primary
                   for p in DATA.glob("hybrid_cache_*__tf*.log")}
     assert by_version["tf5.3.0"].text == "AttributeError: 'DynamicCache' object has no attribute 'has_previous_state'"
@@ -49,6 +50,7 @@ def test_hybrid_cache_crash_in_every_transformers_version():
     for version in ("tf5.14.0", "tf5.17.0", "tf5.17.0_h200"):
         assert by_version[version].text == "IndexError: list index out of range"
         assert by_version[version].details == {"cache_method": "update_conv_state"}
+    assert by_version["tf5.25.0"].details == {"cache_method": "get_recurrent_state"}
     assert "Qwen3_5DynamicCache" in by_version["tf5.3.0"].hint
     assert "DynamicCache(config=model.config)" in by_version["tf5.8.0"].hint
 

@@ -1,4 +1,4 @@
-"""Small differences between transformers versions (5.17 on the GPU hosts, 5.24 here), in one place.
+"""Small differences between transformers versions (5.17 on the GPU hosts, 5.25 here), in one place.
 
 Contract: `cache_kwarg(model)` is the name of the forward keyword that takes a cache (`cache` from 5.24,
 `past_key_values` before); `make_cache(model)` builds a cache from the model config (never a bare

@@ -58,8 +58,8 @@ from .target import Target, Verified
 # The range is what tests/test_hybrid_*.py passed on (CPU, torch path; TRANSFORMERS_CHECKED). Below it the modeling
 # modules were not tried (5.2-5.4 also build Qwen3.5 caches differently); above it they are unread.
 TRANSFORMERS_MIN = "5.16.1"
-TRANSFORMERS_BELOW = "5.25.0"
-TRANSFORMERS_CHECKED = ("5.16.1", "5.17.0", "5.18.0", "5.20.2", "5.22.2", "5.23.0", "5.24.0")
+TRANSFORMERS_BELOW = "5.26.0"
+TRANSFORMERS_CHECKED = ("5.16.1", "5.17.0", "5.18.0", "5.20.2", "5.22.2", "5.23.0", "5.24.0", "5.25.0")
 SUPPORTED_MODEL_TYPES = ("qwen3_5_text", "qwen3_5", "qwen3_5_moe_text", "qwen3_5_moe", "qwen3_next")
 
 
