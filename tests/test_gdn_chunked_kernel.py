@@ -1,9 +1,9 @@
 """The chunked GDN tree kernels (remote.kernels.gdn_chunked) on the CPU under Triton's interpreter (in a subprocess:
 the interpreter is chosen when the kernel module is imported): against a step-by-step delta rule down every node's
-path for random trees and chains (each node's output, and the state commit builds after each node), and inside
-`HybridTarget`, where they run the chains (and the trees, as at wide layers), against the oracle (the model's own
-forward over each ancestor path) on a tiny random hybrid model in float32. Both kernels compile for sm_90 without a
-GPU, and the width rule that sends trees through them is checked."""
+path for random trees and chains (each node's output, and the state commit builds after each node, also in place),
+and inside `HybridTarget`, where they run the chains (and the trees, as at wide layers), against the oracle (the
+model's own forward over each ancestor path) on a tiny random hybrid model in float32. Both kernels compile for
+sm_90 without a GPU, and the width rule that sends trees through them is checked."""
 from __future__ import annotations
 
 import json
@@ -55,7 +55,10 @@ for n, (hv, dk, dv), shape in cases:
     want_out, want_states = stepwise(q, k, v, g, beta, state, parents)
     built = torch.cat([gdn_chunked.node_state(k, solved, state, tree.visible, torch.tensor([i], device=device))
                        for i in range(n)])
-    errors.append([(out - want_out).abs().max().item(), (built - want_states).abs().max().item()])
+    into = state.clone()[None]       # in place, as a reserved commit writes: out is the state it reads
+    gdn_chunked.node_state(k, solved, into[0], tree.visible, torch.tensor([n - 1], device=device), out=into)
+    errors.append([(out - want_out).abs().max().item(), (built - want_states).abs().max().item(),
+                   (into[0] - want_states[n - 1]).abs().max().item()])
 print(json.dumps(errors))
 """
 CHECK = r"""
@@ -66,7 +69,7 @@ from tests import test_hybrid_target as oracle
 
 calls = []
 def counted(name, fn):
-    return lambda *args: calls.append(name) or fn(*args)
+    return lambda *args, **kwargs: calls.append(name) or fn(*args, **kwargs)
 
 select = hybrid_target.select_gdn_kernels     # on the CPU it picks no tree kernel: hand it the interpreted ones
 ran = []
@@ -93,8 +96,8 @@ SHAPES = [[33, [4, 12, 8], "tree"], [17, [2, 16, 24], "chain"], [70, [3, 64, 64]
 
 
 def test_chunked_kernel_matches_the_stepwise_rule_on_every_node():
-    for out_error, state_error in _run_script(STEPWISE, [SHAPES, "cpu"]):
-        assert out_error < 1e-5 and state_error < 1e-5
+    for out_error, state_error, in_place_error in _run_script(STEPWISE, [SHAPES, "cpu"]):
+        assert out_error < 1e-5 and state_error < 1e-5 and in_place_error < 1e-5
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="compiled Triton needs CUDA")
@@ -102,19 +105,24 @@ def test_chunked_kernel_matches_the_stepwise_rule_on_cuda():
     """Compiled: float32-close, wider and larger trees too."""
     env = {key: value for key, value in ENV.items() if key != "TRITON_INTERPRET"}
     cases = SHAPES + [[256, [4, 64, 64], "tree"], [128, [48, 128, 128], "tree"], [33, [48, 128, 128], "chain"]]
-    for out_error, state_error in _run_script(STEPWISE, [cases, "cuda"], env):
-        assert out_error < 1e-4 and state_error < 1e-4
+    for out_error, state_error, in_place_error in _run_script(STEPWISE, [cases, "cuda"], env):
+        assert out_error < 1e-4 and state_error < 1e-4 and in_place_error < 1e-4
 
 
 def test_chunked_kernel_runs_the_chains_and_trees_of_the_oracle_tests():
     # the oracle tests of tests/test_hybrid_target.py on a model narrow enough for the interpreter: their chains
     # (DFlash blocks, partly and wholly accepted) go through the chunked kernels, their trees the sequence path or,
-    # as at widths where `chunked_trees` holds, the chunked kernels too
-    tests = ["test_every_tree_node_matches_its_ancestor_path", "test_commit_installs_the_state_of_a_plain_forward"]
-    runs = _run_script(CHECK, [[test, trees] for trees in (False, True) for test in tests])
-    (_, chains, _), (_, commit_chains, commit_states), (_, both, _), (_, commit_both, commit_both_states) = runs
-    assert chains > 0 and commit_chains > 0 and commit_states > 0
-    assert both > chains and commit_both > commit_chains and commit_both_states > commit_states
+    # as at widths where `chunked_trees` holds, the chunked kernels too; reserved commits build the state in place
+    tests = ["test_every_tree_node_matches_its_ancestor_path", "test_commit_installs_the_state_of_a_plain_forward",
+             "test_reserved_commits_install_the_state_of_a_plain_forward"]
+    cases = [[test, trees] for trees in (False, True) for test in tests]
+    runs = {(test, trees): (chunked, states)
+            for (test, trees), (_, chunked, states) in zip(cases, _run_script(CHECK, cases))}
+    tree, *commits = tests
+    assert runs[tree, False][0] > 0 and runs[tree, True][0] > runs[tree, False][0]
+    for commit in commits:
+        (chains, states), (both, both_states) = runs[commit, False], runs[commit, True]
+        assert chains > 0 and states > 0 and both > chains and both_states > states
 
 
 def test_chunked_kernels_compile_for_hopper():

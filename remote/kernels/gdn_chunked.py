@@ -29,8 +29,9 @@ Contract:
   `use_qk_l2norm_in_kernel`), v [N, HV, Dv], g (log decay) and beta [N, HV], state [HV, Dk, Dv] float32 (the
   committed one), visible [N, N] bool (remote.tree.Ancestry.visible: j is i or an ancestor of i), height (the
   tree's, a host int). `solved` = (u [N, HV, Dv] float32, log decay down each node's path [N, HV] float32).
-- `node_state(k, solved, state, visible, node)` -> [1, HV, Dk, Dv] float32: the state after node `node` ([1] long,
-  on the device: no host read).
+- `node_state(k, solved, state, visible, node, out=None)` -> [1, HV, Dk, Dv] float32: the state after node `node`
+  ([1] long, on the device: no host read), written into `out` where given, which may be `state` itself (each
+  program reads its tile of `state` before writing the same tile).
 Both run under Triton's interpreter on CPU tensors (TRITON_INTERPRET=1, tests).
 """
 from __future__ import annotations
@@ -185,12 +186,14 @@ def tree_recurrence(q, k, v, g, beta, state, visible, height: int):
     return out, (u, lg)
 
 
-def node_state(k, solved, state, visible, node):
+def node_state(k, solved, state, visible, node, out=None):
     """See the module docstring."""
     u, lg = solved
     n, hv, dk = k.shape
     dv = u.shape[-1]
-    new = torch.empty(1, hv, dk, dv, dtype=torch.float32, device=u.device)
+    new = torch.empty(1, hv, dk, dv, dtype=torch.float32, device=u.device) if out is None else out
+    if not (new.is_contiguous() and new.dtype == torch.float32 and new.shape == (1, hv, dk, dv)):
+        raise ValueError("node_state writes a contiguous float32 [1, HV, Dk, Dv] out")
     blocks = _blocks(dk, dv, hv)
     _node_state_kernel[(triton.cdiv(dv, blocks["BV"]), hv)](
         k, u, lg, visible.contiguous().view(torch.uint8), state.contiguous(), node, new, n, hv, k.stride(0),

@@ -48,6 +48,10 @@ class TreeLayout:
     def build(cls, tree: Ancestry, conv_kernel: int) -> "TreeLayout":
         return cls(tree.depth, tree.ancestors, tree.visible, _conv_index(tree, conv_kernel), tree.chain)
 
+    def window(self, last: torch.Tensor) -> torch.Tensor:
+        """[K] the bank columns of node `last`'s ([1], on the device) conv window."""
+        return self.conv_index.index_select(0, last)[0]
+
     def to(self, device: torch.device) -> "TreeLayout":
         """The layout on `device` (layers of a device_map model may sit on several)."""
         if self.depth.device == device:
@@ -85,26 +89,37 @@ class NodeStates:
     nodes: torch.Tensor | None = None  # [N, HV, Dk, Dv] float32 every node's state, where kept
     solved: tuple | None = None        # the chunked kernel's (u, log decay) of every node, where it ran
 
-    def after(self, path: torch.Tensor, length: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def after(self, path: torch.Tensor, length: torch.Tensor | None = None, window: torch.Tensor | None = None,
+              into: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(conv [1, C, K], recurrent [1, HV, Dk, Dv]) after the last node of the root-to-node `path` [L]. With
         `length` (a device scalar) only the first `length` steps count: `path` is padded with its last node to a
-        static length (the tree kernel needs only that last node: its depth says how far to run)."""
+        static length (the tree kernel needs only that last node: its depth says how far to run). `window`: that
+        node's conv columns (`TreeLayout.window`, the same in every layer: a commit gathers them once). `into`:
+        (conv, recurrent) to write the states into and return (a reserved state: gathers and the chunked kernel
+        write there directly, other paths copy)."""
         last = path[-1:]
-        conv = self.bank.index_select(1, self.layout.conv_index.index_select(0, last)[0])[None]     # its window
+        window = self.layout.window(last) if window is None else window
+        conv = (self.bank.index_select(1, window)[None] if into is None
+                else torch.index_select(self.bank, 1, window, out=into[0][0]).unsqueeze(0))
         if self.nodes is not None:
-            return conv, self.nodes.index_select(0, last)
-        if self.solved is not None:
-            return conv, self.kernels.chunked_state(self.inputs[1][0], self.solved, self.state[0], self.layout.visible,
-                                                  last)
-        if self.kernels.tree is not None:
+            rec = (self.nodes.index_select(0, last) if into is None
+                   else torch.index_select(self.nodes, 0, last, out=into[1]))
+        elif self.solved is not None:   # in place is safe: each program reads its tile of the state, then writes it
+            rec = self.kernels.chunked_state(self.inputs[1][0], self.solved, self.state[0], self.layout.visible,
+                                             last, out=None if into is None else into[1])
+        elif self.kernels.tree is not None:
             q, k, v, g, beta = (x[0] for x in self.inputs)
             rows = self.layout.ancestors.index_select(0, last), self.layout.depth.index_select(0, last)
-            return conv, self.kernels.tree(q, k, v, g, beta, self.state[0], *rows, keep=True)[1]
-        q, k, v, g, beta = (x.index_select(1, path) for x in self.inputs)
-        if length is not None:      # a padding step (gate 0, beta 0) leaves the recurrent state as it is
-            real = (torch.arange(path.shape[0], device=path.device) < length)[None, :, None]      # [1, L, 1]
-            g, beta = g * real, beta * real
-        return conv, self.kernels.step(q, k, v, g, beta, self.state)[1].float()
+            rec = self.kernels.tree(q, k, v, g, beta, self.state[0], *rows, keep=True)[1]
+        else:
+            q, k, v, g, beta = (x.index_select(1, path) for x in self.inputs)
+            if length is not None:      # a padding step (gate 0, beta 0) leaves the recurrent state as it is
+                real = (torch.arange(path.shape[0], device=path.device) < length)[None, :, None]      # [1, L, 1]
+                g, beta = g * real, beta * real
+            rec = self.kernels.step(q, k, v, g, beta, self.state)[1].float()
+        if into is not None and rec is not into[1]:
+            rec = into[1].copy_(rec)
+        return (conv if into is None else into[0]), rec
 
 
 def project(gdn: torch.nn.Module, h: torch.Tensor):

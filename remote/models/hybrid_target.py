@@ -202,11 +202,27 @@ class HybridTarget(Target):
 
     def _install(self, layer: int, conv: torch.Tensor, recurrent: torch.Tensor) -> None:
         """Make (conv, recurrent) the committed state of GDN `layer`: in place once reserved."""
-        if self.capacity and layer in self._conv:
+        if self._reserved(layer):
             self._conv[layer].copy_(conv)
             self._rec[layer].copy_(recurrent)
         else:
             self._conv[layer], self._rec[layer] = conv, recurrent
+
+    def _reserved(self, layer: int) -> bool:
+        return bool(self.capacity) and layer in self._conv
+
+    def _keep_paths(self, node_states: dict, path: torch.Tensor, length: torch.Tensor | None = None) -> None:
+        """Install every GDN layer's state after `path` (`NodeStates.after`): written in place where reserved, and
+        the last node's conv columns gathered once a device, not once a layer."""
+        windows = {}                                     # device -> the last node's conv columns
+        for layer, states in node_states.items():
+            device = states.bank.device
+            with self._on(device):
+                here = path.to(device)
+                if device not in windows:
+                    windows[device] = states.layout.window(here[-1:])
+                into = (self._conv[layer], self._rec[layer]) if self._reserved(layer) else None
+                self._conv[layer], self._rec[layer] = states.after(here, length, windows[device], into)
 
     @property
     def length(self) -> int:
@@ -271,9 +287,7 @@ class HybridTarget(Target):
             return
         if path.shape[0] > 1:                                # the root alone is already in place
             self._compact(self._len, path)
-        for layer, states in node_states.items():
-            with self._on(states.bank.device):
-                self._install(layer, *states.after(path.to(states.bank.device)))
+        self._keep_paths(node_states, path)
         self._len += path.shape[0]
 
     @torch.inference_mode()
@@ -307,8 +321,7 @@ class HybridTarget(Target):
         static height; `length` ([] on the device) is the real part. Attention K/V rows move to start.., each GDN
         layer's state after the path (kept or recomputed: `NodeStates.after`) is copied into place."""
         self._compact(step.start, path)
-        for layer, states in step.states.items():
-            self._install(layer, *states.after(path, length))
+        self._keep_paths(step.states, path, length)
 
     def _compact(self, start: int | torch.Tensor, path: torch.Tensor) -> None:
         """Move the tree rows `path` [L] (offsets from `start`, a host int or a device scalar) of every attention
