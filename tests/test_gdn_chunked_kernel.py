@@ -1,9 +1,9 @@
-"""The chunked GDN tree kernels (remote.kernels.gdn_chunked) on the CPU under Triton's interpreter (in a subprocess:
-the interpreter is chosen when the kernel module is imported): against a step-by-step delta rule down every node's
-path for random trees and chains (each node's output, and the state commit builds after each node, also in place),
-and inside `HybridTarget`, where they run the chains (and the trees, as at wide layers), against the oracle (the
-model's own forward over each ancestor path) on a tiny random hybrid model in float32. Both kernels compile for
-sm_90 without a GPU, and the width rule that sends trees through them is checked."""
+"""The chunked GDN tree kernels (remote.kernels.gdn_chunked) on the CPU under Triton's interpreter (in a subprocess: the
+interpreter is chosen when the kernel module is imported): against a step-by-step delta rule down every node's path
+for random trees and chains (each node's output, and the state commit builds after each node, also in place with its
+conv window), and inside `HybridTarget`, where they run the chains (and the trees, as at wide layers), against the
+oracle (the model's own forward over each ancestor path) on a tiny random hybrid model in float32. Both kernels
+compile for sm_90 without a GPU, and the width rule that sends trees through them is checked."""
 from __future__ import annotations
 
 import json
@@ -55,10 +55,15 @@ for n, (hv, dk, dv), shape in cases:
     want_out, want_states = stepwise(q, k, v, g, beta, state, parents)
     built = torch.cat([gdn_chunked.node_state(k, solved, state, tree.visible, torch.tensor([i], device=device))
                        for i in range(n)])
-    into = state.clone()[None]       # in place, as a reserved commit writes: out is the state it reads
-    gdn_chunked.node_state(k, solved, into[0], tree.visible, torch.tensor([n - 1], device=device), out=into)
+    # in place, as a reserved commit writes (out is the state it reads), with the node's conv window (odd channels)
+    into = state.clone()[None]
+    bank, conv_index = torch.randn(37, 4 + n, device=device), torch.randint(0, 4 + n, (n, 4), device=device)
+    window = torch.zeros(37, 4, device=device)
+    gdn_chunked.node_state(k, solved, into[0], tree.visible, torch.tensor([n - 1], device=device), out=into,
+                           conv=(bank, conv_index, window))
     errors.append([(out - want_out).abs().max().item(), (built - want_states).abs().max().item(),
-                   (into[0] - want_states[n - 1]).abs().max().item()])
+                   (into[0] - want_states[n - 1]).abs().max().item(),
+                   (window - bank[:, conv_index[n - 1]]).abs().max().item()])
 print(json.dumps(errors))
 """
 CHECK = r"""
@@ -96,8 +101,8 @@ SHAPES = [[33, [4, 12, 8], "tree"], [17, [2, 16, 24], "chain"], [70, [3, 64, 64]
 
 
 def test_chunked_kernel_matches_the_stepwise_rule_on_every_node():
-    for out_error, state_error, in_place_error in _run_script(STEPWISE, [SHAPES, "cpu"]):
-        assert out_error < 1e-5 and state_error < 1e-5 and in_place_error < 1e-5
+    for out_error, state_error, in_place_error, window_error in _run_script(STEPWISE, [SHAPES, "cpu"]):
+        assert out_error < 1e-5 and state_error < 1e-5 and in_place_error < 1e-5 and window_error == 0
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="compiled Triton needs CUDA")
@@ -105,8 +110,8 @@ def test_chunked_kernel_matches_the_stepwise_rule_on_cuda():
     """Compiled: float32-close, wider and larger trees too."""
     env = {key: value for key, value in ENV.items() if key != "TRITON_INTERPRET"}
     cases = SHAPES + [[256, [4, 64, 64], "tree"], [128, [48, 128, 128], "tree"], [33, [48, 128, 128], "chain"]]
-    for out_error, state_error, in_place_error in _run_script(STEPWISE, [cases, "cuda"], env):
-        assert out_error < 1e-4 and state_error < 1e-4 and in_place_error < 1e-4
+    for out_error, state_error, in_place_error, window_error in _run_script(STEPWISE, [cases, "cuda"], env):
+        assert out_error < 1e-4 and state_error < 1e-4 and in_place_error < 1e-4 and window_error == 0
 
 
 def test_chunked_kernel_runs_the_chains_and_trees_of_the_oracle_tests():
@@ -133,11 +138,13 @@ def test_chunked_kernels_compile_for_hopper():
     common = {"k": "*bf16", "visible": "*u8", "state": "*fp32", "N": "i32", "HV": "i32", "k_t": "i32", "k_h": "i32"}
     tree = {**common, "q": "*bf16", "v": "*bf16", "g": "*fp32", "beta": "*bf16", "out": "*bf16", "u_out": "*fp32",
             "lg_out": "*fp32", **{name: "i32" for name in ("q_t", "q_h", "v_t", "v_h")}, "scale": "fp32"}
-    state = {**common, "u": "*fp32", "lg": "*fp32", "node": "*i64", "new": "*fp32"}
+    state = {**common, "u": "*fp32", "lg": "*fp32", "node": "*i64", "new": "*fp32", "bank": "*bf16",
+             "conv_index": "*i64", "conv": "*bf16", "C": "i32", "bank_c": "i32"}
     for columns in (32, 64):            # both value blockings `_blocks` picks
         sizes = {"DK": 128, "DV": 128, "BC": 16, "BK": 128, "BV": columns, "DOT": "ieee"}
         assert ".entry" in hopper_ptx(gdn_chunked._chunked_gdn_kernel, tree, {**sizes, "FACTORS": 4})
-        assert ".entry" in hopper_ptx(gdn_chunked._node_state_kernel, state, sizes)
+        for window in (0, 4):           # without and with the conv window
+            assert ".entry" in hopper_ptx(gdn_chunked._node_state_kernel, state, {**sizes, "KC": window, "CB": 128})
 
 
 @pytest.mark.parametrize("value_heads, chunked", [(16, False), (32, True)])

@@ -29,9 +29,11 @@ Contract:
   `use_qk_l2norm_in_kernel`), v [N, HV, Dv], g (log decay) and beta [N, HV], state [HV, Dk, Dv] float32 (the
   committed one), visible [N, N] bool (remote.tree.Ancestry.visible: j is i or an ancestor of i), height (the
   tree's, a host int). `solved` = (u [N, HV, Dv] float32, log decay down each node's path [N, HV] float32).
-- `node_state(k, solved, state, visible, node, out=None)` -> [1, HV, Dk, Dv] float32: the state after node `node`
-  ([1] long, on the device: no host read), written into `out` where given, which may be `state` itself (each
-  program reads its tile of `state` before writing the same tile).
+- `node_state(k, solved, state, visible, node, out=None, conv=None)` -> [1, HV, Dk, Dv] float32: the state after
+  node `node` ([1] long, on the device: no host read), written into `out` where given, which may be `state` itself
+  (each program reads its tile of `state` before writing the same tile). `conv` = (bank [C, M], conv_index [N, K]
+  long, window [C, K]): the same launch also writes the node's conv window, bank[:, conv_index[node]], to window
+  (a commit's whole state after the node in one launch a layer).
 Both run under Triton's interpreter on CPU tensors (TRITON_INTERPRET=1, tests).
 """
 from __future__ import annotations
@@ -120,15 +122,20 @@ if triton is not None:
             tl.debug_barrier()                                       # the next blocks read these rows back
 
     @triton.jit
-    def _node_state_kernel(k, u, lg, visible, state, node, new, N, HV, k_t, k_h, DK: tl.constexpr,
-                           DV: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-                           DOT: tl.constexpr):
+    def _node_state_kernel(k, u, lg, visible, state, node, new, bank, conv_index, conv, N, HV, C, k_t, k_h, bank_c,
+                           DK: tl.constexpr, DV: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+                           DOT: tl.constexpr, KC: tl.constexpr, CB: tl.constexpr):
         block, head = tl.program_id(0), tl.program_id(1)
         c = tl.arange(0, BC)
         dk = tl.arange(0, BK)
         dv = block * BV + tl.arange(0, BV)
         in_k, in_v = dk < DK, dv < DV
         i = tl.load(node)
+        if KC > 0:      # the node's conv window: CB channels a program, its KC columns of the bank
+            ch = (head * tl.num_programs(0) + block) * CB + tl.arange(0, CB)
+            for j in tl.static_range(KC):
+                col = tl.load(conv_index + i * KC + j)
+                tl.store(conv + ch * KC + j, tl.load(bank + ch * bank_c + col, mask=ch < C), mask=ch < C)
         lgi = tl.load(lg + i * HV + head)
         grid = head * DK * DV + dk[:, None] * DV + dv[None, :]
         in_kv = in_k[:, None] & in_v[None, :]
@@ -186,7 +193,7 @@ def tree_recurrence(q, k, v, g, beta, state, visible, height: int):
     return out, (u, lg)
 
 
-def node_state(k, solved, state, visible, node, out=None):
+def node_state(k, solved, state, visible, node, out=None, conv=None):
     """See the module docstring."""
     u, lg = solved
     n, hv, dk = k.shape
@@ -195,7 +202,16 @@ def node_state(k, solved, state, visible, node, out=None):
     if not (new.is_contiguous() and new.dtype == torch.float32 and new.shape == (1, hv, dk, dv)):
         raise ValueError("node_state writes a contiguous float32 [1, HV, Dk, Dv] out")
     blocks = _blocks(dk, dv, hv)
-    _node_state_kernel[(triton.cdiv(dv, blocks["BV"]), hv)](
-        k, u, lg, visible.contiguous().view(torch.uint8), state.contiguous(), node, new, n, hv, k.stride(0),
-        k.stride(1), DK=dk, DV=dv, DOT=DOT, num_warps=NUM_WARPS, **blocks)
+    grid = (triton.cdiv(dv, blocks["BV"]), hv)
+    bank, conv_index, window = conv if conv is not None else (new, node, new)    # KC = 0: never read
+    kc = conv_index.shape[1] if conv is not None else 0
+    if conv is not None and not (bank.stride(1) == 1 and window.is_contiguous() and window.shape == (bank.shape[0], kc)
+                                 and window.dtype == bank.dtype):
+        raise ValueError("node_state's conv: bank [C, M] rows contiguous, window a contiguous [C, K] of its dtype")
+    channels = bank.shape[0] if conv is not None else 0
+    _node_state_kernel[grid](
+        k, u, lg, visible.contiguous().view(torch.uint8), state.contiguous(), node, new, bank,
+        conv_index.contiguous(), window, n, hv, channels, k.stride(0), k.stride(1), bank.stride(0) if kc else 0,
+        DK=dk, DV=dv, DOT=DOT, num_warps=NUM_WARPS, KC=kc,
+        CB=max(16, triton.next_power_of_2(triton.cdiv(max(channels, 1), grid[0] * grid[1]))), **blocks)
     return new

@@ -94,19 +94,23 @@ class NodeStates:
         """(conv [1, C, K], recurrent [1, HV, Dk, Dv]) after the last node of the root-to-node `path` [L]. With
         `length` (a device scalar) only the first `length` steps count: `path` is padded with its last node to a
         static length (the tree kernel needs only that last node: its depth says how far to run). `window`: that
-        node's conv columns (`TreeLayout.window`, the same in every layer: a commit gathers them once). `into`:
-        (conv, recurrent) to write the states into and return (a reserved state: gathers and the chunked kernel
-        write there directly, other paths copy)."""
+        node's conv columns (`TreeLayout.window`, the same in every layer: a commit gathers them once; the chunked
+        kernel reads them itself). `into`: (conv, recurrent) to write the states into and return (a reserved
+        state: gathers and the chunked kernel write there directly, other paths copy)."""
         last = path[-1:]
+        if self.solved is not None:     # one launch: the conv window and the state, in place where reserved
+            conv = self.bank.new_empty(1, *self.bank.shape[:1], self.layout.conv_index.shape[1]) if into is None \
+                else into[0]
+            rec = self.kernels.chunked_state(self.inputs[1][0], self.solved, self.state[0], self.layout.visible,
+                                             last, out=None if into is None else into[1],
+                                             conv=(self.bank, self.layout.conv_index, conv[0]))
+            return conv, rec
         window = self.layout.window(last) if window is None else window
         conv = (self.bank.index_select(1, window)[None] if into is None
                 else torch.index_select(self.bank, 1, window, out=into[0][0]).unsqueeze(0))
         if self.nodes is not None:
             rec = (self.nodes.index_select(0, last) if into is None
                    else torch.index_select(self.nodes, 0, last, out=into[1]))
-        elif self.solved is not None:   # in place is safe: each program reads its tile of the state, then writes it
-            rec = self.kernels.chunked_state(self.inputs[1][0], self.solved, self.state[0], self.layout.visible,
-                                             last, out=None if into is None else into[1])
         elif self.kernels.tree is not None:
             q, k, v, g, beta = (x[0] for x in self.inputs)
             rows = self.layout.ancestors.index_select(0, last), self.layout.depth.index_select(0, last)
