@@ -319,7 +319,7 @@ class HybridTarget(Target):
     def commit_static(self, step: Static, path: torch.Tensor, length: torch.Tensor) -> None:
         """Keep the root-to-node `path` [H] of the tree verified with `step`, padded with its last node to the
         static height; `length` ([] on the device) is the real part. Attention K/V rows move to start.., each GDN
-        layer's state after the path (kept or recomputed: `NodeStates.after`) is copied into place."""
+        layer's state after the path (kept or recomputed: `NodeStates.after`) is written into place."""
         self._compact(step.start, path)
         self._keep_paths(step.states, path, length)
 
