@@ -106,8 +106,11 @@ class NodeStates:
                                              conv=(self.bank, self.layout.conv_index, conv[0]))
             return conv, rec
         window = self.layout.window(last) if window is None else window
-        conv = (self.bank.index_select(1, window)[None] if into is None
-                else torch.index_select(self.bank, 1, window, out=into[0][0]).unsqueeze(0))
+        if into is None:
+            conv = self.bank.index_select(1, window)[None]
+        else:
+            conv = into[0]
+            torch.index_select(self.bank, 1, window, out=conv[0])
         if self.nodes is not None:
             rec = (self.nodes.index_select(0, last) if into is None
                    else torch.index_select(self.nodes, 0, last, out=into[1]))
@@ -123,7 +126,7 @@ class NodeStates:
             rec = self.kernels.step(q, k, v, g, beta, self.state)[1].float()
         if into is not None and rec is not into[1]:
             rec = into[1].copy_(rec)
-        return (conv if into is None else into[0]), rec
+        return conv, rec
 
 
 def project(gdn: torch.nn.Module, h: torch.Tensor):

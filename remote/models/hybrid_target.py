@@ -211,7 +211,7 @@ class HybridTarget(Target):
     def _reserved(self, layer: int) -> bool:
         return bool(self.capacity) and layer in self._conv
 
-    def _keep_paths(self, node_states: dict, path: torch.Tensor, length: torch.Tensor | None = None) -> None:
+    def _install_after(self, node_states: dict, path: torch.Tensor, length: torch.Tensor | None = None) -> None:
         """Install every GDN layer's state after `path` (`NodeStates.after`): written in place where reserved, and
         the last node's conv columns gathered once a device, not once a layer."""
         windows = {}                                     # device -> the last node's conv columns
@@ -287,7 +287,7 @@ class HybridTarget(Target):
             return
         if path.shape[0] > 1:                                # the root alone is already in place
             self._compact(self._len, path)
-        self._keep_paths(node_states, path)
+        self._install_after(node_states, path)
         self._len += path.shape[0]
 
     @torch.inference_mode()
@@ -321,7 +321,7 @@ class HybridTarget(Target):
         static height; `length` ([] on the device) is the real part. Attention K/V rows move to start.., each GDN
         layer's state after the path (kept or recomputed: `NodeStates.after`) is written into place."""
         self._compact(step.start, path)
-        self._keep_paths(step.states, path, length)
+        self._install_after(step.states, path, length)
 
     def _compact(self, start: int | torch.Tensor, path: torch.Tensor) -> None:
         """Move the tree rows `path` [L] (offsets from `start`, a host int or a device scalar) of every attention
