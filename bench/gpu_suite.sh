@@ -77,7 +77,7 @@ methods q35 150 $Q35 --temperatures 0 --num-prompts 24 --budgets 31,32 --phase-k
 methods q3_kernels 90 $Q3 --temperatures 0 --num-prompts 4 --budgets 31 --phase-kernels
 # tree_budget=auto beside every fixed budget (issue 27's acceptance: >= 97% of the best, above the median)
 methods q3_auto 150 $Q3 --temperatures 0 --num-prompts 24 --budgets 15,31,63,127,255,auto,auto127
-methods q35_auto 200 $Q35 --temperatures 0 --num-prompts 24 --budgets 15,31,63,127,255,auto,auto127
+methods q35_auto 260 $Q35 --temperatures 0 --num-prompts 24 --budgets 15,31,63,127,255,auto,auto127
 # a fixed budget's steps run as auto runs them (its steps, timing, caches for 127: only<b>@127), against its own
 # fixed run and auto's: where auto's per-budget cost differs from the fixed runs', and why
 DIAG=${DIAG:-15,31,63,only15,only15@127,only31@127,only63@127,auto127}
