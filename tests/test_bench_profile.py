@@ -6,6 +6,7 @@ itself holds them. Times are only checked for sign and consistency (CPU, shared 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import json
 import sys
@@ -26,9 +27,15 @@ def _bench_module(name: str):
         sys.path.remove(str(REPO / "bench"))
 
 
+MODELING = {"tiny-qwen3": "transformers.models.qwen3.modeling_qwen3",
+            "tiny-hybrid": "transformers.models.qwen3_5.modeling_qwen3_5"}
+ROTARY_BEFORE = {}          # preset -> the modeling module's apply_rotary_pos_emb before the run
+
+
 @pytest.fixture(scope="module", params=["tiny-qwen3", "tiny-hybrid"])
 def run(request, tmp_path_factory):
     """(preset, out dir, stdout, the JSON written)."""
+    ROTARY_BEFORE[request.param] = importlib.import_module(MODELING[request.param]).apply_rotary_pos_emb
     out = tmp_path_factory.mktemp(request.param)
     stdout = io.StringIO()
     with contextlib.redirect_stdout(stdout):
@@ -63,11 +70,9 @@ def test_files_and_summary_line(run):
         assert p["context"] == PROMPT + p["rows"] and p["wall_ms"] > 0 and p["floor_ms"] > 0
         heading = f"### {p['rows']} rows"
         assert heading in stdout and heading in (out / f"profile_{preset}.md").read_text()
-    # the run-time wrappers are gone afterwards: the transformers module holds its own function again
-    module = sys.modules["transformers.models.qwen3.modeling_qwen3" if preset == "tiny-qwen3"
-                         else "transformers.models.qwen3_5.modeling_qwen3_5"]
-    # (transformers 5.25 with `kernels` installed holds a module there, not a function: no __name__)
-    assert getattr(module.apply_rotary_pos_emb, "__qualname__", "") != "ranged.<locals>.call"
+    # the run-time wrappers are gone afterwards: the transformers module holds what it held before the run (a
+    # function, or with transformers 5.25 and `kernels` installed a module wrapping it)
+    assert sys.modules[MODELING[preset]].apply_rotary_pos_emb is ROTARY_BEFORE[preset]
 
 
 def test_classes_match_the_model(run):

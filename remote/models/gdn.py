@@ -99,7 +99,7 @@ class NodeStates:
         state: gathers and the chunked kernel write there directly, other paths copy)."""
         last = path[-1:]
         if self.solved is not None:     # one launch: the conv window and the state, in place where reserved
-            conv = self.bank.new_empty(1, *self.bank.shape[:1], self.layout.conv_index.shape[1]) if into is None \
+            conv = self.bank.new_empty(1, self.bank.shape[0], self.layout.conv_index.shape[1]) if into is None \
                 else into[0]
             rec = self.kernels.chunked_state(self.inputs[1][0], self.solved, self.state[0], self.layout.visible,
                                              last, out=None if into is None else into[1],
