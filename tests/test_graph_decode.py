@@ -382,3 +382,33 @@ def test_compiled_steps_decode_the_eager_tokens(kind, graphs):
     spec = [d.generate_spec(ids, 24, set(), timer, "ddtree", 8) for d in (compiled, plain)]
     assert spec[0].tokens == spec[1].tokens and spec[0].accepted == spec[1].accepted
     assert getattr(compiled, kind) and counters["stats"]["unique_graphs"] >= graphs_before + graphs
+
+
+def test_compiled_step_glue_equals_the_plain_ops():
+    """What captured steps run compiled (`active`): the tree's view of the cache (`tree_visible`) against its
+    definition from the ancestor mask, and the walk (`accept`), compiled by inductor (C++ here) against plain, on
+    random trees at random committed lengths, a chain among them."""
+    from remote.decoding.graph import tree_visible
+    from remote.decoding.loop import accept
+    from remote.tree import Ancestry
+
+    g = torch.Generator().manual_seed(11)
+    visible_c, accept_c = torch.compile(tree_visible, dynamic=False), torch.compile(accept, dynamic=False)
+    cols, vocab = torch.arange(48), 5
+    walked = set()
+    for case in range(6):
+        n = 12
+        parents = [-1, 0] + [int(torch.randint(0, i, (), generator=g)) for i in range(2, n)] if case else \
+            list(range(-1, n - 1))
+        tree = Ancestry.from_parents(parents)
+        start = torch.tensor(int(torch.randint(0, 30, (), generator=g)))
+        offset = cols - start
+        want = (tree.visible.index_select(1, offset.clamp(0, n - 1)) & (offset >= 0) & (offset < n)) | (offset < 0)
+        assert torch.equal(tree_visible(tree.ancestors, tree.depth, cols, start), want)
+        assert torch.equal(visible_c(tree.ancestors, tree.depth, cols, start), want)
+        nodes, samples = torch.randint(0, vocab, (n,), generator=g), torch.randint(0, vocab, (n,), generator=g)
+        draft = torch.randn(tree.height, vocab, generator=g)
+        got, plain = accept_c(tree, nodes, samples, draft), accept(tree, nodes, samples, draft)
+        assert all(torch.equal(a, b) for a, b in zip(got, plain)), case
+        walked.add(int(plain[2]))
+    assert max(walked) > 1                  # some walks went past the first drafted node

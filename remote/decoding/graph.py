@@ -39,6 +39,8 @@ from contextlib import nullcontext
 import torch
 
 from ..errors import SpecError, first_line
+from ..kernels.glue import active
+from ..kernels.rows import gather_rows
 from ..kernels.step import step_kernels
 from ..models.attention_loop import AttentionLoop
 from ..models.attention_target import AttentionTarget
@@ -80,6 +82,18 @@ def graph_decoder(model, drafter: DFlashDrafter | None, target_layer_ids: list[i
     """The graph decoder for a pair `graph_support` accepted."""
     kind = HybridGraphDecoder if is_hybrid(model) else GraphDecoder
     return kind(model, drafter, target_layer_ids, compiled=compiled, compiled_drafter=compiled_drafter)
+
+
+def tree_visible(ancestors: torch.Tensor, depth: torch.Tensor, cols: torch.Tensor,
+                 start: torch.Tensor) -> torch.Tensor:
+    """[N, capacity] bool: which cache rows `cols` [capacity] each of a tree's N nodes (ancestors [N, H], depth [N])
+    sees when the tree sits at rows start..start+N-1: the committed prefix, its ancestors and itself (node j is an
+    ancestor of i iff ancestors[i, depth[j]] == j). One kernel when compiled (`active`), some ten apart."""
+    n = depth.shape[0]
+    offset = cols - start                                                                    # [cap]
+    j = offset.clamp(0, n - 1)
+    ancestor = ancestors.gather(1, depth.index_select(0, j)[None].expand(n, -1)) == j[None]     # [N, cap]
+    return (ancestor & (offset >= 0) & (offset < n)) | (offset < 0)
 
 
 def _compile_steps(decoder: "GraphDecoder") -> None:
@@ -304,10 +318,7 @@ class GraphDecoder:
 
     def _tree_visible(self, tree: Ancestry) -> torch.Tensor:
         """[N, capacity] bool: the committed prefix (rows before `start`) and each node's ancestors and itself."""
-        n = tree.size
-        offset = self._cols - self.start                                                     # [cap]
-        in_tree = tree.visible.index_select(1, offset.clamp(0, n - 1)) & (offset >= 0) & (offset < n)
-        return in_tree | (offset < 0)
+        return active(tree_visible)(tree.ancestors, tree.depth, self._cols, self.start)
 
     def _spec_step(self, context: torch.Tensor, valid: torch.Tensor | None, method: str, budget: int,
                    until: str | None = None, sizes: tuple[int, ...] = ()):
@@ -325,9 +336,10 @@ class GraphDecoder:
         samples = self._choose(verified.logits)
         if until == "verify":
             return samples
-        path, bonus, length, read = accept(tree, nodes, samples, logits, built.expected)  # + auto's predictions
+        # compiled in captured steps (a few kernels, not ~12); `read` ends with tree_budget=auto's predictions
+        path, bonus, length, read = active(accept)(tree, nodes, samples, logits, built.expected)
         commit(path, length)
-        self.context[0, :path.shape[0]] = verified.features.index_select(0, path)
+        gather_rows(verified.features, 0, path, self.context[0], 0)
         self.context_rows.copy_(length)
         self.start.add_(length)
         self.root.copy_(bonus)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import torch
 
+from ..kernels.rows import gather_rows
 from ..kernels.step import additive_mask
 
 
@@ -23,11 +24,11 @@ def _zeros(layers: int, heads: int, capacity: int, head_dim: int, dtype, device)
 
 
 def move_rows(caches: tuple[torch.Tensor, ...], start: torch.Tensor | int, path: torch.Tensor) -> None:
-    """In each cache [..., rows, D] (rows on dim 2), copy rows `start + path[i]` to `start + i` (all read first):
-    the accepted path of a verify moved to the front of its window. `start`: a host int or a device scalar."""
-    rows = start + torch.arange(path.shape[0], device=path.device)
+    """In each cache [..., rows, D] (rows on dim -2), copy rows `start + path[i]` to `start + i` (all read first):
+    the accepted path of a verify moved to the front of its window, one launch a cache on CUDA
+    (remote.kernels.rows). `start`: a host int or a device scalar."""
     for cache in caches:
-        cache.index_copy_(2, rows, cache.index_select(2, start + path))
+        gather_rows(cache, start, path, cache, start)
 
 
 def visibility_mask(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -1,0 +1,101 @@
+"""A commit's row moves in one Triton launch (CUDA): the accepted path's K/V rows of every layer moved to the front of
+the verify's window, and the accepted nodes' drafter features gathered into the next step's context.
+
+Why: `index_select` + `index_copy_` are two launches a store and PyTorch's small-index select is slow at these shapes
+(8.1 us for the demo target's 16 rows x 12 K/V slabs, 7.9 us for 16 feature rows, inside a CUDA graph on an H200;
+session 25's profile of a demo-qwen3 DDTree 31 commit: 53 us in 25 launches). Here program (slab, column block)
+loads the block's rows of its slab, waits for every thread of the program, then stores them: reads precede writes
+within the only program that touches those addresses, so a move within one tensor (source rows after the
+destination rows, overlapping) is safe in place.
+
+Contract: `gather_rows(src, src_start, path, dst, dst_start)` sets dst[..., dst_start + i, :] =
+src[..., src_start + path[i], :] for every i, as if every row were read before any is written (src may be dst).
+src / dst: [..., R, D] with the same leading dims (flattened to slabs), unit column stride and slabs at a fixed
+stride; path [H] long on their device; each start a host int or a device scalar (long), so a captured step moves
+rows without a host value. Off CUDA (or without Triton) the torch ops do the same (`torch_gather_rows`, the
+reference the kernel is tested against). torch.compile leaves it out of its graphs (a graph break).
+"""
+from __future__ import annotations
+
+import torch
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:          # CPU-only installs: the torch ops
+    triton = None
+
+TILE = 4096        # elements a program holds (rows x columns): 16 rows x 256 columns
+
+
+def available(device: torch.device) -> bool:
+    return triton is not None and device.type == "cuda"
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, n - 1).bit_length()
+
+
+def torch_gather_rows(src: torch.Tensor, src_start, path: torch.Tensor, dst: torch.Tensor, dst_start) -> None:
+    """The definition, in torch ops (all rows read, then written)."""
+    rows = src.index_select(-2, src_start + path)
+    dst.index_copy_(dst.dim() - 2, dst_start + torch.arange(path.shape[0], device=path.device), rows)
+
+
+if triton is not None:
+    @triton.jit(do_not_specialize=["src_off", "dst_off"])    # host starts change every step: one compile
+    def _gather_rows_kernel(src, dst, path, src_base, dst_base, src_off, dst_off, H, D, src_slab, src_row,
+                            dst_slab, dst_row, HP: tl.constexpr, BD: tl.constexpr, SRC_PTR: tl.constexpr,
+                            DST_PTR: tl.constexpr):
+        slab, block = tl.program_id(0).to(tl.int64), tl.program_id(1)
+        i = tl.arange(0, HP)
+        c = block * BD + tl.arange(0, BD)
+        live = i < H
+        first = src_off + (tl.load(src_base) if SRC_PTR else 0)
+        at = dst_off + (tl.load(dst_base) if DST_PTR else 0)
+        rows = first + tl.load(path + i, mask=live, other=0)
+        keep = live[:, None] & (c[None, :] < D)
+        x = tl.load(src + slab * src_slab + rows[:, None].to(tl.int64) * src_row + c[None, :], mask=keep)
+        tl.debug_barrier()          # every thread's reads before any write: source and destination may overlap
+        tl.store(dst + slab * dst_slab + (at + i)[:, None].to(tl.int64) * dst_row + c[None, :], x, mask=keep)
+
+
+def _slabs(t: torch.Tensor) -> torch.Tensor | None:
+    """`t` [..., R, D] as [S, R, D] (a view), or None where its layout cannot be one."""
+    if t.stride(-1) != 1:
+        return None
+    try:
+        return t.view(-1, t.shape[-2], t.shape[-1])
+    except RuntimeError:
+        return None
+
+
+def _start(start) -> tuple[torch.Tensor | None, int]:
+    """A start as (device scalar or None, host offset)."""
+    return (start, 0) if isinstance(start, torch.Tensor) else (None, int(start))
+
+
+def _launch(src: torch.Tensor, src_start, path: torch.Tensor, dst: torch.Tensor, dst_start) -> None:
+    s, d = _slabs(src), _slabs(dst)
+    (src_base, src_off), (dst_base, dst_off) = _start(src_start), _start(dst_start)
+    height, cols = path.shape[0], s.shape[2]
+    hp = _pow2(height)
+    bd = min(_pow2(cols), max(16, TILE // hp))
+    _gather_rows_kernel[(s.shape[0], triton.cdiv(cols, bd))](
+        s, d, path, path if src_base is None else src_base, path if dst_base is None else dst_base, src_off,
+        dst_off, height, cols, s.stride(0), s.stride(1), d.stride(0), d.stride(1), HP=hp, BD=bd,
+        SRC_PTR=src_base is not None, DST_PTR=dst_base is not None, num_warps=4)
+
+
+@torch.compiler.disable     # a move within one tensor is not something to functionalize: always this launch
+def gather_rows(src: torch.Tensor, src_start, path: torch.Tensor, dst: torch.Tensor, dst_start) -> None:
+    """The kernel where it can run, else `torch_gather_rows`."""
+    fits = available(src.device) and _slabs(src) is not None and _slabs(dst) is not None and path.shape[0] > 0
+    if not fits:
+        return torch_gather_rows(src, src_start, path, dst, dst_start)
+    return _launch(src, src_start, path, dst, dst_start)
+
+
+def gather_rows_interpreted(src, src_start, path, dst, dst_start) -> None:
+    """The kernel under Triton's interpreter (TRITON_INTERPRET=1) on CPU tensors, for tests."""
+    _launch(src, src_start, path, dst, dst_start)
