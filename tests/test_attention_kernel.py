@@ -23,7 +23,9 @@ for spec in json.loads(sys.argv[1]):
     q, k, v, mask, scale = case(*spec)
     got = attention_kernel.attention_interpreted(q, k, v, mask, scale)
     error = (got - reference(q, k, v, mask, scale)).abs().max().item()
-    out.append({"case": spec, "shape": list(got.shape), "error": error})
+    blocks = -(-q.shape[1] * q.shape[2] // k.shape[1] // attention_kernel.BLOCK_M)       # stacked query blocks
+    splits = attention_kernel._splits(k.shape[2], k.shape[1] * blocks)[0]
+    out.append({"case": spec, "shape": list(got.shape), "error": error, "splits": splits})
 print(json.dumps(out))
 """
 # (heads, kv_heads, queries, rows, head_dim, mask kind, seed): a tree verify, an AR query, a drafter block whose
@@ -72,18 +74,24 @@ def test_interpreted_kernel_equals_sdpa():
     for r in results:
         heads, _, queries, _, dim = r["case"][:5]
         assert r["shape"] == [1, queries, heads, dim] and r["error"] < 1e-5, r
+    assert {r["splits"] > 1 for r in results} == {True, False}      # the rows split across programs, and not
 
 
 def test_kernel_compiles_for_hopper():
     from remote.kernels import attention as attention_kernel
     from tests.test_tree_kernel import hopper_ptx
 
-    signature = {"q": "*bf16", "k": "*bf16", "v": "*bf16", "mask": "*u8", "out": "*bf16", "scale": "fp32",
-                 **{name: "i32" for name in ("q_len", "kv_len", "groups", "sq_h", "sq_m", "sk_h", "sk_n", "sv_h",
-                                             "sv_n", "sm_m", "sm_n", "so_m", "so_h")}}
-    ptx = hopper_ptx(attention_kernel._attention_kernel, signature,
-                     {"ADDITIVE": False, "IEEE": False, "D": 64, "BM": 16, "BN": 64})
-    assert ".target sm_90" in ptx and "mma" in ptx
+    signature = {"q": "*bf16", "k": "*bf16", "v": "*bf16", "mask": "*u8", "out": "*bf16", "part": "*fp32",
+                 "part_acc": "*fp32", "scale": "fp32",
+                 **{name: "i32" for name in ("q_len", "kv_len", "groups", "per", "sq_h", "sq_m", "sk_h", "sk_n",
+                                             "sv_h", "sv_n", "sm_m", "sm_n", "so_m", "so_h")}}
+    for split in (False, True):
+        ptx = hopper_ptx(attention_kernel._attention_kernel, signature,
+                         {"ADDITIVE": False, "IEEE": False, "D": 64, "BM": 16, "BN": 64, "SPLIT": split})
+        assert ".target sm_90" in ptx and "mma" in ptx
+    combine = {"part": "*fp32", "part_acc": "*fp32", "out": "*bf16",
+               **{name: "i32" for name in ("q_len", "groups", "splits", "so_m", "so_h")}}
+    assert ".entry" in hopper_ptx(attention_kernel._combine_kernel, combine, {"D": 64, "BM": 16})
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the kernel runs on CUDA")

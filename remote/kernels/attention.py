@@ -8,8 +8,13 @@ Here one program per (K/V head, block of stacked queries) reads the queries, the
 and writes the output in the layout the caller needs; an online softmax over blocks of K/V rows, skipping the blocks
 no query of the program sees (a static cache's rows past the step: their cost is then a mask read, not K/V reads,
 so a cache reserved for a larger budget, as tree_budget=auto's is, costs a smaller step little). Measured in the
-demo's replayed steps: 6.8 us a layer for AR, 10.8 / 15.8 for 33 / 129 tree nodes (session 8, call 3). The drafter
-keeps SDPA: inside its torch.compile'd forward the opaque op cost inductor more fusions than it saved.
+demo's replayed steps: 6.8 us a layer for AR, 10.8 / 15.8 for 33 / 129 tree nodes (session 8, call 3). With few
+programs (an AR query: one a K/V head) each walked every block of a reserved cache in turn (9.7 us a layer for the
+demo's AR, session 25), so the rows are now split across programs (`_splits`, about SPREAD programs a launch) and a
+second kernel merges the splits' partial softmaxes: at the demo's widths, 1 / 32 / 64 queries over 320 rows 10.6 /
+11.0 / 11.1 -> 6.8 / 7.1 / 8.1 us, over 1024 rows 30.8 / 29.7 / 31.5 -> 11.6 / 10.0 / 12.3 (cuDNN: 19.5-24; H200,
+bench/bench_kernels.py, session 26). The drafter keeps SDPA: inside its torch.compile'd forward the
+opaque op cost inductor more fusions than it saved (session 8).
 
 Contract: `attention(q, k, v, mask, scale)`: q [1, Hq, Q, D] (any strides), k / v [1, Hkv, K, D], Hq a multiple
 of Hkv, mask [Q or 1, K] bool (True = may attend) or additive float -> [1, Q, Hq, D] contiguous, q's dtype; every
@@ -32,6 +37,7 @@ except ImportError:          # CPU-only installs: SDPA only
 
 BLOCK_M = 16     # stacked query rows a program holds (tl.dot's smallest M)
 BLOCK_N = 64     # K/V rows per iteration
+SPREAD = 64      # programs a launch aims at: the K/V rows are split when heads x query blocks are fewer
 
 
 MAX_HEAD = 64    # where it was measured faster than SDPA (the demo targets); larger heads keep SDPA until measured
@@ -49,11 +55,13 @@ def serves(device: torch.device, head_dim: int) -> bool:
 
 if triton is not None:
     @triton.jit
-    def _attention_kernel(q, k, v, mask, out, q_len, kv_len, groups, scale,
+    def _attention_kernel(q, k, v, mask, out, part, part_acc, q_len, kv_len, groups, scale, per,
                           sq_h, sq_m, sk_h, sk_n, sv_h, sv_n, sm_m, sm_n, so_m, so_h,
                           ADDITIVE: tl.constexpr, IEEE: tl.constexpr, D: tl.constexpr,
-                          BM: tl.constexpr, BN: tl.constexpr):
-        head, block = tl.program_id(0), tl.program_id(1)
+                          BM: tl.constexpr, BN: tl.constexpr, SPLIT: tl.constexpr):
+        """Program (K/V head, block of stacked queries, split): the split's `per` rows; without SPLIT (one split)
+        the output, with it the split's running max, sum and unnormalised output for `_combine_kernel`."""
+        head, block, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
         r = block * BM + tl.arange(0, BM)             # stacked row: group member r // q_len, query r % q_len
         live = r < groups * q_len
         member, query = r // q_len, r % q_len
@@ -63,7 +71,7 @@ if triton is not None:
         best = tl.full([BM], -1.0e30, tl.float32)     # finite: a fully masked block leaves the sums as they are
         total = tl.zeros([BM], tl.float32)
         acc = tl.zeros([BM, D], tl.float32)
-        for start in range(0, kv_len, BN):
+        for start in range(split * per, tl.minimum(kv_len, split * per + per), BN):
             n = start + tl.arange(0, BN)
             inside = n < kv_len
             where = live[:, None] & inside[None, :]
@@ -80,6 +88,7 @@ if triton is not None:
                     s = tl.dot(qs, tl.trans(ks), input_precision="ieee") * scale
                 else:
                     s = tl.dot(qs, tl.trans(ks)) * scale
+                s = s.to(tl.float32)         # inductor may hand `scale` over as a float64
                 if ADDITIVE:
                     s = tl.where(where, s + m.to(tl.float32), float("-inf"))
                 else:
@@ -94,6 +103,37 @@ if triton is not None:
                 else:
                     acc = acc * fade[:, None] + tl.dot(p.to(vs.dtype), vs)
                 best = now
+        if SPLIT:
+            slot = (split * tl.num_programs(0) + head) * tl.num_programs(1) * BM + r      # [BM]
+            tl.store(part + slot * 2, best)
+            tl.store(part + slot * 2 + 1, total)
+            tl.store(part_acc + slot[:, None] * D + d[None, :], acc)
+        else:
+            acc = acc / total[:, None]
+            tl.store(out + query[:, None] * so_m + qh[:, None] * so_h + d[None, :], acc.to(out.dtype.element_ty),
+                     mask=live[:, None])
+
+    @triton.jit
+    def _combine_kernel(part, part_acc, out, q_len, groups, splits, so_m, so_h, D: tl.constexpr, BM: tl.constexpr):
+        """Program (K/V head, block of stacked queries): its splits' partial softmaxes merged (a split no query
+        saw has max -1e30 and sum 0: weight 0) and the output written."""
+        head, block = tl.program_id(0), tl.program_id(1)
+        r = block * BM + tl.arange(0, BM)
+        live = r < groups * q_len
+        member, query = r // q_len, r % q_len
+        qh = head * groups + member
+        d = tl.arange(0, D)
+        heads, rows = tl.num_programs(0), tl.num_programs(1) * BM
+        top = tl.full([BM], -1.0e30, tl.float32)
+        for split in range(0, splits):
+            top = tl.maximum(top, tl.load(part + ((split * heads + head) * rows + r) * 2))
+        total = tl.zeros([BM], tl.float32)
+        acc = tl.zeros([BM, D], tl.float32)
+        for split in range(0, splits):
+            slot = (split * heads + head) * rows + r
+            weight = tl.exp(tl.load(part + slot * 2) - top)
+            total += weight * tl.load(part + slot * 2 + 1)
+            acc += weight[:, None] * tl.load(part_acc + slot[:, None] * D + d[None, :])
         acc = acc / total[:, None]
         tl.store(out + query[:, None] * so_m + qh[:, None] * so_h + d[None, :], acc.to(out.dtype.element_ty),
                  mask=live[:, None])
@@ -107,13 +147,29 @@ def _launch(wrap, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch
     out = torch.empty(1, q_len, heads, dim, dtype=q.dtype, device=q.device)
     mask = mask.view(torch.uint8) if mask.dtype == torch.bool else mask      # Triton loads bytes, not bools
     sm_m = mask.stride(0) if mask.shape[0] > 1 else 0                        # one row: shared by every query
-    grid = (kv_heads, triton.cdiv(groups * q_len, BLOCK_M))
-    wrap(_attention_kernel)[grid](q, k, v, mask, out, q_len, kv_len, groups, scale,
-                                  q.stride(1), q.stride(2), k.stride(1), k.stride(2), v.stride(1), v.stride(2),
-                                  sm_m, mask.stride(1), out.stride(1), out.stride(2),
-                                  ADDITIVE=mask.is_floating_point(), IEEE=q.dtype == torch.float32, D=dim,
-                                  BM=BLOCK_M, BN=BLOCK_N, num_warps=4)
+    blocks = triton.cdiv(groups * q_len, BLOCK_M)
+    splits, per = _splits(kv_len, kv_heads * blocks)
+    rows = kv_heads * blocks * BLOCK_M * splits if splits > 1 else 1
+    part = torch.empty(rows, 2, dtype=torch.float32, device=q.device)           # each split's max and sum
+    part_acc = torch.empty(rows, dim if splits > 1 else 1, dtype=torch.float32, device=q.device)
+    wrap(_attention_kernel)[(kv_heads, blocks, splits)](
+        q, k, v, mask, out, part, part_acc, q_len, kv_len, groups, scale, per,
+        q.stride(1), q.stride(2), k.stride(1), k.stride(2), v.stride(1), v.stride(2), sm_m, mask.stride(1),
+        out.stride(1), out.stride(2), ADDITIVE=mask.is_floating_point(), IEEE=q.dtype == torch.float32, D=dim,
+        BM=BLOCK_M, BN=BLOCK_N, SPLIT=splits > 1, num_warps=4)
+    if splits > 1:
+        wrap(_combine_kernel)[(kv_heads, blocks)](part, part_acc, out, q_len, groups, splits, out.stride(1),
+                                                  out.stride(2), D=dim, BM=BLOCK_M, num_warps=4)
     return out
+
+
+def _splits(kv_len: int, programs: int) -> tuple[int, int]:
+    """(splits, rows each): the K/V rows cut into splits of whole blocks so that the grid has about SPREAD
+    programs (none for a grid that has them already, one block a split at most)."""
+    blocks = triton.cdiv(kv_len, BLOCK_N)
+    splits = max(1, min(blocks, SPREAD // programs))
+    per = triton.cdiv(blocks, splits) * BLOCK_N
+    return triton.cdiv(kv_len, per), per
 
 
 if triton is not None:
@@ -124,6 +180,8 @@ if triton is not None:
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
     """See the module docstring."""
+    if mask.dtype == torch.bool and torch.compiler.is_compiling():
+        mask = mask.to(torch.uint8)          # inductor cannot lower the op's bool -> uint8 view (torch.iinfo(bool))
     return _op(q, k, v, mask, scale)
 
 
