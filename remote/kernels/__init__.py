@@ -1,5 +1,11 @@
-"""Triton kernels (tree search, tree attention, the GDN tree recurrence) and the choice of kernel path per device.
+"""Triton kernels (tree search, tree attention, the GDN tree recurrence, a step's glue: row moves, argmax, step stats)
+and the choice of kernel path per device.
 
 The ground floor of the runner: imports nothing else of remote/; each kernel keeps a torch reference it is tested
 against.
 """
+
+
+def pow2(n: int) -> int:
+    """The smallest power of two >= n (1 for n <= 1): a Triton block's length."""
+    return 1 << max(0, n - 1).bit_length()

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import torch
 
+from . import pow2
+
 try:
     import triton
     import triton.language as tl
@@ -27,10 +29,6 @@ CHUNK = 4096      # entries a program reduces
 
 def available(device: torch.device) -> bool:
     return triton is not None and device.type == "cuda"
-
-
-def _pow2(n: int) -> int:
-    return 1 << max(0, n - 1).bit_length()
 
 
 if triton is not None:
@@ -78,7 +76,7 @@ def _launch(logits: torch.Tensor, chunk: int = CHUNK) -> torch.Tensor:
     _chunk_kernel[(rows, chunks)](logits, logits.stride(0), best, where, out, vocab, chunks, CHUNK=chunk,
                                   DIRECT=chunks == 1, num_warps=4)
     if chunks > 1:
-        _merge_kernel[(rows,)](best, where, out, chunks, vocab, CP=_pow2(chunks), num_warps=1)
+        _merge_kernel[(rows,)](best, where, out, chunks, vocab, CP=pow2(chunks), num_warps=1)
     return out
 
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import torch
 
+from . import pow2
+
 try:
     import triton
     import triton.language as tl
@@ -30,10 +32,6 @@ TILE = 4096        # elements a program holds (rows x columns): 16 rows x 256 co
 
 def available(device: torch.device) -> bool:
     return triton is not None and device.type == "cuda"
-
-
-def _pow2(n: int) -> int:
-    return 1 << max(0, n - 1).bit_length()
 
 
 def torch_gather_rows(src: torch.Tensor, src_start, path: torch.Tensor, dst: torch.Tensor, dst_start) -> None:
@@ -79,8 +77,9 @@ def _launch(src: torch.Tensor, src_start, path: torch.Tensor, dst: torch.Tensor,
     s, d = _slabs(src), _slabs(dst)
     (src_base, src_off), (dst_base, dst_off) = _start(src_start), _start(dst_start)
     height, cols = path.shape[0], s.shape[2]
-    hp = _pow2(height)
-    bd = min(_pow2(cols), max(16, TILE // hp))
+    hp = pow2(height)
+    bd = min(pow2(cols), max(16, TILE // hp))
+    # a host start passes `path` where its device scalar would go: the kernel reads that pointer only with its flag
     _gather_rows_kernel[(s.shape[0], triton.cdiv(cols, bd))](
         s, d, path, path if src_base is None else src_base, path if dst_base is None else dst_base, src_off,
         dst_off, height, cols, s.stride(0), s.stride(1), d.stride(0), d.stride(1), HP=hp, BD=bd,

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import torch
 
+from . import pow2
+
 try:
     import triton
     import triton.language as tl
@@ -28,10 +30,6 @@ CHUNK = 4096    # vocabulary entries a counting program reads: 38 chunks a row a
 
 def available(device: torch.device) -> bool:
     return triton is not None and device.type == "cuda"
-
-
-def _pow2(n: int) -> int:
-    return 1 << max(0, n - 1).bit_length()
 
 
 def torch_miss_stats(samples: torch.Tensor, path: torch.Tensor, accepted: torch.Tensor,
@@ -92,8 +90,8 @@ def _launch(wrap, samples, path, accepted, logits, rows: int, chunk: int = CHUNK
     out = torch.empty(4, dtype=torch.long, device=logits.device)
     wrap(_count_kernel)[(rows, chunks)](logits, logits.stride(0), samples, path, counts, vocab, chunks,
                                         CHUNK=chunk, num_warps=4)
-    wrap(_stats_kernel)[(1,)](counts, accepted, out, rows, chunks, samples.shape[0], RP=_pow2(rows),
-                              CP=_pow2(chunks), num_warps=1)
+    wrap(_stats_kernel)[(1,)](counts, accepted, out, rows, chunks, samples.shape[0], RP=pow2(rows),
+                              CP=pow2(chunks), num_warps=1)
     return out
 
 

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import torch
 
+from . import pow2
+
 try:
     import triton
     import triton.language as tl
@@ -35,10 +37,6 @@ except ImportError:          # CPU-only installs: tree_build keeps its torch ops
 
 def available(device: torch.device) -> bool:
     return triton is not None and device.type == "cuda"
-
-
-def _pow2(n: int) -> int:
-    return 1 << max(0, n - 1).bit_length()
 
 
 def _warps(length: int) -> int:
@@ -189,9 +187,9 @@ def _launch_top_k(wrap, logits, k: int, chunk: int = TOP_K_CHUNK):
     top_ids = torch.empty(rows, k, dtype=torch.long, device=device)
     wrap(_top_k_chunk_kernel)[(rows, chunks)](logits, part_key, part_max, part_sum, vocab, per, logits.stride(0),
                                              TIE_TOP, CHUNK=chunk, num_warps=4)
-    mp = _pow2(chunks * per)
+    mp = pow2(chunks * per)
     wrap(_top_k_merge_kernel)[(rows,)](part_key, part_max, part_sum, top_lp, top_ids, k, chunks, per, TIE_TOP,
-                                      MP=mp, CP=_pow2(chunks), num_warps=_warps(mp))
+                                      MP=mp, CP=pow2(chunks), num_warps=_warps(mp))
     return top_lp, top_ids
 
 
@@ -206,10 +204,10 @@ def _launch(wrap, top_lp, top_ids, parent, rank, sizes, budget: int, levels: int
     path_lp = torch.empty(n, dtype=torch.float32, device=device)
     ancestors = torch.empty(n + 1, levels + 1, **as_long)
     expected = torch.empty(sizes.shape[0], **as_long)
-    sp = _pow2(levels * budget)
+    sp = pow2(levels * budget)
     wrap(_tree_kernel)[(1,)](top_lp, top_ids, parent, rank, vindex, tokens, parents, depths, ancestors, path_lp,
-                             sizes, expected, k, c, budget, levels, n, sizes.shape[0], CP=_pow2(max(c, budget)),
-                             SP=sp, NP=_pow2(n + 1), HP=_pow2(levels + 1), ZP=_pow2(sizes.shape[0]),
+                             sizes, expected, k, c, budget, levels, n, sizes.shape[0], CP=pow2(max(c, budget)),
+                             SP=sp, NP=pow2(n + 1), HP=pow2(levels + 1), ZP=pow2(sizes.shape[0]),
                              num_warps=num_warps or _warps(sp))
     return tokens, parents, depths, ancestors, path_lp, expected
 

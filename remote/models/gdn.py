@@ -89,6 +89,11 @@ class NodeStates:
     nodes: torch.Tensor | None = None  # [N, HV, Dk, Dv] float32 every node's state, where kept
     solved: tuple | None = None        # the chunked kernel's (u, log decay) of every node, where it ran
 
+    @property
+    def needs_window(self) -> bool:
+        """Whether `after` uses a `window` its caller gathered (the chunked kernel reads its own columns)."""
+        return self.solved is None
+
     def after(self, path: torch.Tensor, length: torch.Tensor | None = None, window: torch.Tensor | None = None,
               into: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(conv [1, C, K], recurrent [1, HV, Dk, Dv]) after the last node of the root-to-node `path` [L]. With
@@ -98,7 +103,7 @@ class NodeStates:
         kernel reads them itself). `into`: (conv, recurrent) to write the states into and return (a reserved
         state: gathers and the chunked kernel write there directly, other paths copy)."""
         last = path[-1:]
-        if self.solved is not None:     # one launch: the conv window and the state, in place where reserved
+        if not self.needs_window:       # one launch: the conv window and the state, in place where reserved
             conv = self.bank.new_empty(1, self.bank.shape[0], self.layout.conv_index.shape[1]) if into is None \
                 else into[0]
             rec = self.kernels.chunked_state(self.inputs[1][0], self.solved, self.state[0], self.layout.visible,

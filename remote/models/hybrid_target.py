@@ -219,7 +219,7 @@ class HybridTarget(Target):
             device = states.bank.device
             with self._on(device):
                 here = path.to(device)
-                if states.solved is None and device not in windows:      # (the chunked kernel reads its own)
+                if states.needs_window and device not in windows:
                     windows[device] = states.layout.window(here[-1:])
                 into = (self._conv[layer], self._rec[layer]) if self._reserved(layer) else None
                 self._conv[layer], self._rec[layer] = states.after(here, length, windows.get(device), into)
