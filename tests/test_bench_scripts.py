@@ -242,3 +242,23 @@ def test_methods_measures_only_the_methods_asked(tmp_path):
         str(tmp_path)], tmp_path / "ar.stdout")
     rows = json.loads((tmp_path / "rows.json").read_text())
     assert [r["method"] for r in rows] == ["ar"] and last["rows"] == 1 and last["best_ddtree"] is None
+
+
+def test_ab_base_writes_a_commit_beside_the_tree(tmp_path):
+    """bench/ab_base.sh REV (gpu_suite.sh's BASE): REV's code under .ab/base, without the model assets, REV recorded,
+    and nothing git would commit."""
+    clone = tmp_path / "repo"
+    subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
+    script = clone / "bench" / "ab_base.sh"
+    script.write_text((REPO / "bench" / "ab_base.sh").read_text())      # this tree's script, committed or not
+    subprocess.run(["bash", str(script), "HEAD"], check=True, capture_output=True, cwd=tmp_path)
+    base = clone / ".ab" / "base"
+    head = subprocess.run(["git", "-C", str(clone), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+    shown = subprocess.run(["git", "-C", str(clone), "show", "HEAD:remote/runner.py"], capture_output=True,
+                           text=True).stdout
+    assert (base / "REV").read_text() == head and (base / "remote" / "runner.py").read_text() == shown
+    assert (base / "bench" / "bench_methods.py").exists() and (base / "conf").is_dir()
+    assert not (base / "remote" / "assets").exists()
+    status = subprocess.run(["git", "-C", str(clone), "status", "--porcelain", "--untracked-files=all"],
+                            capture_output=True, text=True).stdout
+    assert ".ab/" not in status
