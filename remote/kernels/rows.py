@@ -6,7 +6,8 @@ Why: `index_select` + `index_copy_` are two launches a store and PyTorch's small
 session 25's profile of a demo-qwen3 DDTree 31 commit: 53 us in 25 launches). Here program (slab, column block)
 loads the block's rows of its slab, waits for every thread of the program, then stores them: reads precede writes
 within the only program that touches those addresses, so a move within one tensor (source rows after the
-destination rows, overlapping) is safe in place.
+destination rows, overlapping) is safe in place. Measured: the demo's commit 53 -> 16 us, the two moves 2.7 us
+together (session 26).
 
 Contract: `gather_rows(src, src_start, path, dst, dst_start)` sets dst[..., dst_start + i, :] =
 src[..., src_start + path[i], :] for every i, as if every row were read before any is written (src may be dst).
