@@ -2,8 +2,8 @@
 the verify's window, and the accepted nodes' drafter features gathered into the next step's context.
 
 Why: `index_select` + `index_copy_` are two launches a store and PyTorch's small-index select is slow at these shapes
-(8.1 us for 16 rows of the demo target's 12 K and V tensors, 7.9 us for 16 feature rows, inside a CUDA graph on an H200;
-session 25's profile of a demo-qwen3 DDTree 31 commit: 53 us in 25 launches). Here program (slab, column block)
+(8.1 us for 16 rows of the demo target's 12 K and V tensors, 7.9 us for 16 feature rows, inside a CUDA graph on an
+H200; session 25's profile of a demo-qwen3 DDTree 31 commit: 53 us in 25 launches). Here program (slab, column block)
 loads the block's rows of its slab, waits for every thread of the program, then stores them: reads precede writes
 within the only program that touches those addresses, so a move within one tensor (source rows after the
 destination rows, overlapping) is safe in place. Measured: the demo's commit 53 -> 16 us, the two moves 2.7 us
