@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from . import pow2
+from . import on_device, pow2
 
 try:
     import triton
@@ -73,10 +73,11 @@ def _launch(logits: torch.Tensor, chunk: int = CHUNK) -> torch.Tensor:
     out = torch.empty(rows, dtype=torch.long, device=logits.device)
     best = torch.empty(rows * chunks if chunks > 1 else 1, dtype=torch.float32, device=logits.device)
     where = torch.empty(best.shape, dtype=torch.int32, device=logits.device)
-    _chunk_kernel[(rows, chunks)](logits, logits.stride(0), best, where, out, vocab, chunks, CHUNK=chunk,
-                                  DIRECT=chunks == 1, num_warps=4)
-    if chunks > 1:
-        _merge_kernel[(rows,)](best, where, out, chunks, vocab, CP=pow2(chunks), num_warps=1)
+    with on_device(logits):
+        _chunk_kernel[(rows, chunks)](logits, logits.stride(0), best, where, out, vocab, chunks, CHUNK=chunk,
+                                      DIRECT=chunks == 1, num_warps=4)
+        if chunks > 1:
+            _merge_kernel[(rows,)](best, where, out, chunks, vocab, CP=pow2(chunks), num_warps=1)
     return out
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from . import pow2
+from . import on_device, pow2
 
 try:
     import triton
@@ -81,10 +81,11 @@ def _launch(src: torch.Tensor, src_start, path: torch.Tensor, dst: torch.Tensor,
     hp = pow2(height)
     bd = min(pow2(cols), max(16, TILE // hp))
     # a host start passes `path` where its device scalar would go: the kernel reads that pointer only with its flag
-    _gather_rows_kernel[(s.shape[0], triton.cdiv(cols, bd))](
-        s, d, path, path if src_base is None else src_base, path if dst_base is None else dst_base, src_off,
-        dst_off, height, cols, s.stride(0), s.stride(1), d.stride(0), d.stride(1), HP=hp, BD=bd,
-        SRC_PTR=src_base is not None, DST_PTR=dst_base is not None, num_warps=4)
+    with on_device(dst):
+        _gather_rows_kernel[(s.shape[0], triton.cdiv(cols, bd))](
+            s, d, path, path if src_base is None else src_base, path if dst_base is None else dst_base, src_off,
+            dst_off, height, cols, s.stride(0), s.stride(1), d.stride(0), d.stride(1), HP=hp, BD=bd,
+            SRC_PTR=src_base is not None, DST_PTR=dst_base is not None, num_warps=4)
 
 
 @torch.compiler.disable     # a move within one tensor is not something to functionalize: always this launch
