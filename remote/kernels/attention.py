@@ -149,9 +149,11 @@ def _launch(wrap, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch
     sm_m = mask.stride(0) if mask.shape[0] > 1 else 0                        # one row: shared by every query
     blocks = triton.cdiv(groups * q_len, BLOCK_M)
     splits, per = _splits(kv_len, kv_heads * blocks)
-    rows = kv_heads * blocks * BLOCK_M * splits if splits > 1 else 1
-    part = torch.empty(rows, 2, dtype=torch.float32, device=q.device)           # each split's max and sum
-    part_acc = torch.empty(rows, dim if splits > 1 else 1, dtype=torch.float32, device=q.device)
+    part = part_acc = out                      # one split: the kernel writes `out` itself and never reads these
+    if splits > 1:
+        rows = kv_heads * blocks * BLOCK_M * splits
+        part = torch.empty(rows, 2, dtype=torch.float32, device=q.device)       # each split's max and sum
+        part_acc = torch.empty(rows, dim, dtype=torch.float32, device=q.device)
     wrap(_attention_kernel)[(kv_heads, blocks, splits)](
         q, k, v, mask, out, part, part_acc, q_len, kv_len, groups, scale, per,
         q.stride(1), q.stride(2), k.stride(1), k.stride(2), v.stride(1), v.stride(2), sm_m, mask.stride(1),

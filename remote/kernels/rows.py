@@ -74,14 +74,14 @@ def _start(start) -> tuple[torch.Tensor | None, int]:
     return (start, 0) if isinstance(start, torch.Tensor) else (None, int(start))
 
 
-def _launch(src: torch.Tensor, src_start, path: torch.Tensor, dst: torch.Tensor, dst_start) -> None:
-    s, d = _slabs(src), _slabs(dst)
+def _launch(s: torch.Tensor, src_start, path: torch.Tensor, d: torch.Tensor, dst_start) -> None:
+    """The kernel on source and destination slabs [S, R, D] (`_slabs`)."""
     (src_base, src_off), (dst_base, dst_off) = _start(src_start), _start(dst_start)
     height, cols = path.shape[0], s.shape[2]
     hp = pow2(height)
     bd = min(pow2(cols), max(16, TILE // hp))
     # a host start passes `path` where its device scalar would go: the kernel reads that pointer only with its flag
-    with on_device(dst):
+    with on_device(d):
         _gather_rows_kernel[(s.shape[0], triton.cdiv(cols, bd))](
             s, d, path, path if src_base is None else src_base, path if dst_base is None else dst_base, src_off,
             dst_off, height, cols, s.stride(0), s.stride(1), d.stride(0), d.stride(1), HP=hp, BD=bd,
@@ -91,12 +91,12 @@ def _launch(src: torch.Tensor, src_start, path: torch.Tensor, dst: torch.Tensor,
 @torch.compiler.disable     # a move within one tensor is not something to functionalize: always this launch
 def gather_rows(src: torch.Tensor, src_start, path: torch.Tensor, dst: torch.Tensor, dst_start) -> None:
     """The kernel where it can run, else `torch_gather_rows`."""
-    fits = available(src.device) and _slabs(src) is not None and _slabs(dst) is not None and path.shape[0] > 0
-    if not fits:
+    s, d = (_slabs(src), _slabs(dst)) if available(src.device) and path.shape[0] > 0 else (None, None)
+    if s is None or d is None:
         return torch_gather_rows(src, src_start, path, dst, dst_start)
-    return _launch(src, src_start, path, dst, dst_start)
+    return _launch(s, src_start, path, d, dst_start)
 
 
 def gather_rows_interpreted(src, src_start, path, dst, dst_start) -> None:
     """The kernel under Triton's interpreter (TRITON_INTERPRET=1) on CPU tensors, for tests."""
-    _launch(src, src_start, path, dst, dst_start)
+    _launch(_slabs(src), src_start, path, _slabs(dst), dst_start)

@@ -103,19 +103,14 @@ class NodeStates:
         kernel reads them itself). `into`: (conv, recurrent) to write the states into and return (a reserved
         state: gathers and the chunked kernel write there directly, other paths copy)."""
         last = path[-1:]
+        conv = self.bank.new_empty(1, self.bank.shape[0], self.layout.conv_index.shape[1]) if into is None \
+            else into[0]
         if not self.needs_window:       # one launch: the conv window and the state, in place where reserved
-            conv = self.bank.new_empty(1, self.bank.shape[0], self.layout.conv_index.shape[1]) if into is None \
-                else into[0]
             rec = self.kernels.chunked_state(self.inputs[1][0], self.solved, self.state[0], self.layout.visible,
                                              last, out=None if into is None else into[1],
                                              conv=(self.bank, self.layout.conv_index, conv[0]))
             return conv, rec
-        window = self.layout.window(last) if window is None else window
-        if into is None:
-            conv = self.bank.index_select(1, window)[None]
-        else:
-            conv = into[0]
-            torch.index_select(self.bank, 1, window, out=conv[0])
+        torch.index_select(self.bank, 1, self.layout.window(last) if window is None else window, out=conv[0])
         if self.nodes is not None:
             rec = (self.nodes.index_select(0, last) if into is None
                    else torch.index_select(self.nodes, 0, last, out=into[1]))
