@@ -153,7 +153,7 @@ def draft(drafter: DFlashDrafter, model, cache: DrafterCache, context: torch.Ten
     real = c_len if valid is None else valid
     positions = torch.cat([torch.arange(c_len, device=context.device) + (start - real),
                            torch.arange(block, device=context.device) + start])                # [C + B]
-    cache.begin(positions[:c_len], start)
+    cache.begin(positions, c_len)
     hidden = drafter(noise, context, positions, cache)[:, 1:]                                # [1, B-1, H]
     return drafter.logits(hidden, model.get_output_embeddings())[0].float()                  # [B-1, V]
 

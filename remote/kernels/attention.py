@@ -13,8 +13,9 @@ programs (an AR query: one a K/V head) each walked every block of a reserved cac
 demo's AR, session 25), so the rows are now split across programs (`_splits`, about SPREAD programs a launch) and a
 second kernel merges the splits' partial softmaxes: at the demo's widths, 1 / 32 / 64 queries over 320 rows 10.6 /
 11.0 / 11.1 -> 6.8 / 7.1 / 8.1 us, over 1024 rows 30.8 / 29.7 / 31.5 -> 11.6 / 10.0 / 12.3 (cuDNN: 19.5-24; H200,
-bench/bench_kernels.py, session 26). The drafter keeps SDPA: inside its torch.compile'd forward the
-opaque op cost inductor more fusions than it saved (session 8).
+bench/bench_kernels.py, session 26). The drafter attends through it too, over its static cache with the
+block's rows in it (remote.models.static_cache.StaticDrafterKV; session 8's try, on the concatenated cache, had cost
+inductor more fusions than it saved).
 
 Contract: `attention(q, k, v, mask, scale)`: q [1, Hq, Q, D] (any strides), k / v [1, Hkv, K, D], Hq a multiple
 of Hkv, mask [Q or 1, K] bool (True = may attend) or additive float -> [1, Q, Hq, D] contiguous, q's dtype; every

@@ -14,7 +14,7 @@ Why, measured inside CUDA graphs on an H200 (bench/bench_kernels.py, docs/PERFOR
   K/V head along the query axis (`grouped_attention`, no copy) takes 58 us. On CUDA the target's masked
   attention is now one Triton kernel instead where measured (remote.kernels.attention, head sizes up to 64: no
   copies at all, 10.8 us a layer for a 33-node verify of the demo target against ~15 through cuDNN, session 8);
-  the stacking stays for CPUs, larger heads and the drafter.
+  the stacking stays for CPUs, larger heads and the drafter's eager (growing) cache.
 
 Contract: inside `step_kernels(model, drafter, compiled)` every RMSNorm of the known classes computes `F.rms_norm(x,
 weight, eps)` (the same normalisation in float32 with the weight applied before the one rounding to the input dtype,
@@ -25,7 +25,7 @@ applies such a norm at once; a model on transformers' SDPA attends through remot
 GEMM each (remote.kernels.fused_linear); with `compiled`, the target's rotary, MLP activation, norms and residual
 adds are compiled kernels (remote.kernels.glue). On exit all are undone, so prefill, the eager loop and stock
 `generate` run transformers' own code (on the fused weights' views: the same values). Other attention
-implementations are left alone. `grouped_attention` is also the drafter's attention.
+implementations are left alone. `attend` and `grouped_attention` are also the drafter's attention.
 """
 from __future__ import annotations
 

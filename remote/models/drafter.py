@@ -12,8 +12,11 @@ What one forward computes (one denoising step): block queries attend to every co
 block position (bidirectional; `sliding_attention` layers are causal and windowed, as upstream). Context K/V
 come from `hidden_norm(fc(target features))` projected per layer; they are appended to a `DrafterCache`
 because those tokens are committed, while the block's own K/V are never stored (this is the upstream
-"append, then crop back to the committed length", without the copy). Non-goal: DFlash2 drafters
-(grouped convolutions, candidate selector) are refused at load.
+"append, then crop back to the committed length", without the copy). A captured step's static cache
+(remote.models.static_cache.StaticDrafterKV) writes the block's K/V into its rows after the context instead,
+where the next draft's context overwrites them: no copy of the cache a layer, and one masked attention (the
+Triton kernel on CUDA: demo-qwen3's draft 0.135-0.145 -> 0.104-0.109 ms, H200, session 27). Non-goal: DFlash2
+drafters (grouped convolutions, candidate selector) are refused at load.
 """
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ from torch.nn import functional as F
 from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP, Qwen3RMSNorm, Qwen3RotaryEmbedding, rotate_half
 
 from ..kernels.fused_linear import concatenate
-from ..kernels.step import grouped_attention
+from ..kernels.step import attend, grouped_attention
 
 
 def dflash_value(config, name: str, default=None):
@@ -43,6 +46,8 @@ def spread_layer_ids(num_target_layers: int, num_draft_layers: int) -> list[int]
 class DrafterCache:
     """Per-layer K/V [1, H_kv, C, D] of the committed context the drafter has seen (positions 0..C-1)."""
 
+    visible = None          # every row a block attends over is committed context or the block itself
+
     def __init__(self, num_layers: int):
         self.keys: list[torch.Tensor | None] = [None] * num_layers
         self.values: list[torch.Tensor | None] = [None] * num_layers
@@ -51,19 +56,20 @@ class DrafterCache:
     def length(self) -> int:
         return 0 if self.keys[0] is None else self.keys[0].shape[-2]
 
-    def extend(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Append context K/V for `layer`; return the full context K/V."""
+    def begin(self, positions: torch.Tensor, c_len: int) -> None:
+        """Called before each forward with the new context's and the block's positions [C + B]; a growing cache
+        needs neither."""
+
+    def attend_rows(self, layer: int, k: torch.Tensor, v: torch.Tensor, c_len: int) -> tuple[torch.Tensor, ...]:
+        """k / v [1, H_kv, C + B, D]: the new context's rows are appended to `layer`'s cache; returns the K/V the
+        block attends over, the cache's rows then the block's own (not stored: those tokens are not committed)."""
         if self.keys[layer] is not None:
-            k, v = torch.cat([self.keys[layer], k], dim=-2), torch.cat([self.values[layer], v], dim=-2)
-        self.keys[layer], self.values[layer] = k, v
-        return k, v
-
-    def begin(self, slots: torch.Tensor, start: int) -> None:
-        """Called before each forward with the new context's positions; a growing cache needs neither."""
-
-    def context_mask(self) -> None:
-        """Every cached row is committed context (remote.models.static_cache.StaticDrafterKV masks its spare rows)."""
-        return None
+            self.keys[layer] = torch.cat([self.keys[layer], k[:, :, :c_len]], dim=-2)
+            self.values[layer] = torch.cat([self.values[layer], v[:, :, :c_len]], dim=-2)
+        else:
+            self.keys[layer], self.values[layer] = k[:, :, :c_len], v[:, :, :c_len]
+        return (torch.cat([self.keys[layer], k[:, :, c_len:]], dim=-2),
+                torch.cat([self.values[layer], v[:, :, c_len:]], dim=-2))
 
 
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -127,18 +133,18 @@ class DrafterAttention(nn.Module):
         v = self._heads(v, self.num_kv).transpose(1, 2)
         q = _rope(q, cos[:, c_len:], sin[:, c_len:])
         k = _rope(k, cos, sin)
-        k_ctx, v_ctx = cache.extend(self.layer_idx, k[:, :, :c_len], v[:, :, :c_len])
-        k = torch.cat([k_ctx, k[:, :, c_len:]], dim=2)                                     # [1, Hkv, P+Q, D]
-        v = torch.cat([v_ctx, v[:, :, c_len:]], dim=2)
+        k, v = cache.attend_rows(self.layer_idx, k, v, c_len)                              # [1, Hkv, K, D]
+        scale = self.head_dim ** -0.5
+        if cache.visible is not None:
+            # a static cache: its rows past the block are masked; the bidirectional drafters it serves
+            # (graph_decode checks) need no other mask; on CUDA one Triton kernel (remote.kernels.attention)
+            out = attend(q, k, v, cache.visible, scale)                                       # [1, Q, Hq, D]
+            return self.o_proj(out.reshape(1, q_len, -1))
         # The cache holds every position from 0 (decode.draft checks the context is contiguous with it), so the
         # keys sit at 0 .. P+Q-1; reading positions[0] instead would cost a host sync per layer.
         k_pos = torch.arange(k.shape[2], device=x.device)
         mask = self._mask(positions[c_len:], k_pos)                    # None, or [Q, P+Q] bool
-        context = cache.context_mask()                                 # None, or [P] bool for a static cache
-        if context is not None:
-            # static caches serve bidirectional drafters only (graph_decode checks), so `mask` is None here
-            mask = torch.cat([context, context.new_ones(q_len)])[None]                   # [1, P+Q]: every query
-        out = grouped_attention(q, k, v, mask, self.head_dim ** -0.5)
+        out = grouped_attention(q, k, v, mask, scale)
         return self.o_proj(out.transpose(1, 2).reshape(1, q_len, -1))
 
 

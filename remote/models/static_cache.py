@@ -7,7 +7,7 @@ implements the two methods those forwards call: `update` and `get_seq_length`). 
 returns all `capacity` rows, so the caller's 4-D mask (`visibility_mask`) decides which rows a query sees: rows past
 the committed length hold stale or padding K/V and must be masked. `write(layer, kv)` is `update` for K/V stacked
 [2, Hkv, n, D] in one kernel (remote.models.attention_loop). `StaticDrafterKV` is the same for the DFlash
-drafter's context K/V (remote.models.drafter calls `extend` and `context_mask`). `compact(start, path)` keeps the path's
+drafter's context K/V (remote.models.drafter calls `begin` and `attend_rows`). `compact(start, path)` keeps the path's
 rows at `start..start+H-1` (the accepted path of a verify, padded to the tree height: rows past the accepted
 length are stale copies, masked later). Non-goal: sliding-window layers and recurrent (hybrid) layers.
 """
@@ -68,24 +68,27 @@ class StaticKV:
 
 
 class StaticDrafterKV:
-    """Context K/V of the drafter: rows below `limit` (a device scalar) are committed context."""
+    """Context K/V of the drafter, and the block's own rows right after it: rows up to the block's last position are
+    visible (`visible`), the rest masked. One spare row past `capacity` takes the padding context rows, so that one
+    write a layer places the context and the block without two writes to one row."""
 
     def __init__(self, layers: int, heads: int, head_dim: int, capacity: int, dtype, device):
-        self.keys = _zeros(layers, heads, capacity, head_dim, dtype, device)
-        self.values = _zeros(layers, heads, capacity, head_dim, dtype, device)
-        self._rows = torch.arange(capacity, device=device)
+        self.keys = _zeros(layers, heads, capacity + 1, head_dim, dtype, device)
+        self.values = _zeros(layers, heads, capacity + 1, head_dim, dtype, device)
+        self.capacity = capacity
+        self._rows = torch.arange(capacity + 1, device=device)
         self.slots: torch.Tensor | None = None
-        self.limit: torch.Tensor | None = None
+        self.visible: torch.Tensor | None = None
 
-    def begin(self, slots: torch.Tensor, start: torch.Tensor) -> None:
-        """The new context goes to rows `slots`; the block's queries sit at `start`, after the context."""
-        self.slots, self.limit = slots, start
+    def begin(self, positions: torch.Tensor, c_len: int) -> None:
+        """positions [C + B]: the new context's rows (padding ones at or past the block's start, see
+        remote.decoding.loop.draft) and the block's, which follow the committed context."""
+        context, block = positions[:c_len], positions[c_len:]
+        self.slots = torch.cat([context.masked_fill(context >= block[0], self.capacity), block])
+        self.visible = (self._rows <= block[-1])[None]                                     # [1, capacity + 1]
 
-    def extend(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def attend_rows(self, layer: int, k: torch.Tensor, v: torch.Tensor, c_len: int) -> tuple[torch.Tensor, ...]:
+        """k / v [1, Hkv, C + B, D] written to their rows; returns the whole cache (`visible` says which rows)."""
         self.keys[layer].index_copy_(2, self.slots, k)
         self.values[layer].index_copy_(2, self.slots, v)
         return self.keys[layer], self.values[layer]
-
-    def context_mask(self) -> torch.Tensor:
-        """[capacity] bool: which context rows a block query may see."""
-        return self._rows < self.limit
