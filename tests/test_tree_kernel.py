@@ -106,8 +106,8 @@ def test_kernels_compile_for_hopper():
     only on the GPU): both kernels compile for sm_90 here, without a GPU."""
     from remote.kernels import tree_search
 
-    longs = ("top_ids", "cand_parent", "cand_rank", "vindex", "tokens", "parents", "depths", "ancestors", "sizes",
-             "expected")
+    longs = ("top_ids", "cand_parent", "cand_rank", "vindex", "picks", "tokens", "parents", "depths", "ancestors",
+             "sizes", "expected")
     tree = {**{name: "*i64" for name in longs}, "top_lp": "*fp32", "path_lp": "*fp32",
             **{name: "i32" for name in ("K", "C", "B", "levels", "n", "S")}}
     shapes = {"CP": 1024, "SP": 2048, "NP": 256, "HP": 16, "ZP": 8}

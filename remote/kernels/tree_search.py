@@ -10,8 +10,9 @@ next level to gather from; the sort is the cost (~1.3 us a level at budget 31, H
 comparison instead was 6x slower). The search stops at the first level past which no prefix can be chosen (every
 deeper one scores at most that level's best plus the next level's best gain, and n kept prefixes score at least that):
 on the demo drafters' trees after 3-4 of 15 levels (fp32 and bf16 on HumanEval, session 10), which took the search at
-budget 31 from 22 us to 8 (a 15-deep spine still runs every level: 28). The final order and the ancestry follow the
-kept levels.
+budget 31 from 22 us to 8 (a 15-deep spine still runs every level: 28). Each level's gains are loaded a level ahead
+and its picks go to global memory rather than a register gather: the spine 28.6 -> 27.6 us (session 27); the sorts
+are the rest. The final order and the ancestry follow the kept levels.
 
 Contract: `top_k(draft_logits, k)` -> the k best log-probs and token ids per row (two kernels where the chunks'
 candidates fit TOP_K_MERGE: the demo's 4096 vocabulary up to k = 256). `build(top_lp, top_ids, parent, rank, sizes,
@@ -60,45 +61,51 @@ if triton is not None:
         return tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits).to(tl.float32, bitcast=True)
 
     @triton.jit
-    def _tree_kernel(top_lp, top_ids, cand_parent, cand_rank, vindex, tokens, parents, depths, ancestors, path_lp,
-                     sizes, expected, K, C, B, levels, n, S, CP: tl.constexpr, SP: tl.constexpr, NP: tl.constexpr,
-                     HP: tl.constexpr, ZP: tl.constexpr):
+    def _tree_kernel(top_lp, top_ids, cand_parent, cand_rank, vindex, picks, tokens, parents, depths, ancestors,
+                     path_lp, sizes, expected, K, C, B, levels, n, S, CP: tl.constexpr, SP: tl.constexpr,
+                     NP: tl.constexpr, HP: tl.constexpr, ZP: tl.constexpr):
         neg = float("-inf")
         c = tl.arange(0, CP)                # the candidates, and the kept slots (CP >= C and CP >= B)
         live = c < C
         par = tl.load(cand_parent + c, mask=live, other=0)
         rank = tl.load(cand_rank + c, mask=live, other=0)
         kept = c < B
-        # Every level's kept scores and candidates, level-major (slot = level * B + kept index), in registers
+        # Every level's kept scores in registers, level-major (slot = level * B + kept index); their candidates
+        # go to `picks` (global, read after the search): no gather into registers a level
         s = tl.arange(0, SP)
         col = s % B
         scores = tl.full([SP], neg, tl.float32)
-        picks = tl.zeros([SP], tl.int64)
         # The level being searched lives in registers too: its parents' scores are gathered from the last level's.
         prev = tl.where(c == 0, 0.0, neg)   # the virtual level above depth 1: slot 0 is the root, the rest empty
+        # finite floor for impossible tokens, so that every real prefix outranks an empty slot; each level's gains
+        # and the next level's best gain are loaded one level ahead, so that their latency hides behind a sort
+        gain = tl.maximum(tl.load(top_lp + rank, mask=live, other=0.0), -1e30)
+        best_gain = tl.load(top_lp + K, mask=levels > 1, other=0.0)
         level = 0
         more = levels > 0
         while more:
-            # finite floor for impossible tokens, so that every real prefix outranks an empty slot
-            gain = tl.maximum(tl.load(top_lp + level * K + rank, mask=live, other=0.0), -1e30)
+            ahead = level + 1
+            row = tl.minimum(ahead, levels - 1)          # past the last level: a row loaded and never used
+            gain_ahead = tl.maximum(tl.load(top_lp + row * K + rank, mask=live, other=0.0), -1e30)
+            best_ahead = tl.load(top_lp + (ahead + 1) * K, mask=ahead + 1 < levels, other=0.0)
             key = tl.sort(_key(tl.where(live, tl.gather(prev, par, 0) + gain, neg), CP - 1 - c), descending=True)
             prev = tl.where(kept, _score(key), neg)
-            here = s // B == level
-            scores = tl.where(here, tl.gather(prev, col, 0), scores)
-            picks = tl.where(here, tl.gather(CP - 1 - (key & 0xFFFFFFFF), col, 0), picks)
-            level += 1
+            tl.store(picks + level * B + c, CP - 1 - (key & 0xFFFFFFFF), mask=kept)
+            scores = tl.where(s // B == level, tl.gather(prev, col, 0), scores)
+            level = ahead
             # Stop once no deeper prefix can be chosen: every one scores at most `bound` (this level's best plus
             # the next level's best gain; a prefix under a dropped one is outscored by this level's kept), and n
             # prefixes at most this deep score at least that (on equal scores the shallower is chosen first).
-            best_gain = tl.load(top_lp + level * K, mask=level < levels, other=0.0)
             bound = tl.max(prev, 0) + tl.maximum(best_gain, -1e30)
             more = (level < levels) & (tl.sum((scores >= bound).to(tl.int32), 0) < n)
+            gain, best_gain = gain_ahead, best_ahead
         # the best n prefixes of the levels searched; equal scores keep the shallower (level-major slot) first
         key = tl.sort(_key(scores, SP - 1 - s), descending=True)
         slot = SP - 1 - (key & 0xFFFFFFFF)
         chosen = s < n
         depth = slot // B
-        pick = tl.gather(picks, slot, 0)
+        tl.debug_barrier()                  # every level's picks stored
+        pick = tl.load(picks + slot, mask=chosen & (depth < level), other=0)
         token = tl.load(top_ids + depth * K + tl.gather(rank, pick, 0), mask=chosen, other=0)
         tl.store(tokens + s, token, mask=chosen)
         lp = _score(key)
@@ -199,13 +206,13 @@ def _launch(wrap, top_lp, top_ids, parent, rank, sizes, budget: int, levels: int
     than the default for bench/bench_kernels.py."""
     device, k, c = top_lp.device, top_lp.shape[1], parent.shape[0]
     as_long = dict(dtype=torch.long, device=device)
-    vindex = torch.empty(levels * budget, **as_long)
+    vindex, picks = torch.empty(levels * budget, **as_long), torch.empty(levels * budget, **as_long)
     tokens, parents, depths = torch.empty(n, **as_long), torch.empty(n + 1, **as_long), torch.empty(n + 1, **as_long)
     path_lp = torch.empty(n, dtype=torch.float32, device=device)
     ancestors = torch.empty(n + 1, levels + 1, **as_long)
     expected = torch.empty(sizes.shape[0], **as_long)
     sp = pow2(levels * budget)
-    wrap(_tree_kernel)[(1,)](top_lp, top_ids, parent, rank, vindex, tokens, parents, depths, ancestors, path_lp,
+    wrap(_tree_kernel)[(1,)](top_lp, top_ids, parent, rank, vindex, picks, tokens, parents, depths, ancestors, path_lp,
                              sizes, expected, k, c, budget, levels, n, sizes.shape[0], CP=pow2(max(c, budget)),
                              SP=sp, NP=pow2(n + 1), HP=pow2(levels + 1), ZP=pow2(sizes.shape[0]),
                              num_warps=num_warps or _warps(sp))
