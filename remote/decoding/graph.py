@@ -96,6 +96,16 @@ def tree_visible(ancestors: torch.Tensor, depth: torch.Tensor, cols: torch.Tenso
     return (ancestor & (offset >= 0) & (offset < n)) | (offset < 0)
 
 
+def tree_inputs(ancestors: torch.Tensor, depth: torch.Tensor, cols: torch.Tensor, start: torch.Tensor,
+                root: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """What a verify at cache rows start.. reads, from its tree (ancestors [N, H], depth [N]) and the drafted
+    `tokens` [N - 1]: visible [N, capacity] (`tree_visible`), positions start + depth, the cache rows start + 0..N-1
+    and the nodes, root first. Compiled in captured steps (`active`), where apart they were five launches (the verify
+    phase of demo DDTree 31 steps measured 1-6 us shorter, session 27)."""
+    n = depth.shape[0]
+    return tree_visible(ancestors, depth, cols, start), start + depth, start + cols[:n], torch.cat([root, tokens])
+
+
 def _compile_steps(decoder: "GraphDecoder") -> None:
     """Put torch.compile'd steps on the instance (its class keeps the plain ones): inductor fuses a step's small
     kernels (transformers' RMSNorm alone is six per call), then the fused step is captured as before. One compile
@@ -316,10 +326,6 @@ class GraphDecoder:
         self.start.add_(1)
         return self.root
 
-    def _tree_visible(self, tree: Ancestry) -> torch.Tensor:
-        """[N, capacity] bool: the committed prefix (rows before `start`) and each node's ancestors and itself."""
-        return active(tree_visible)(tree.ancestors, tree.depth, self._cols, self.start)
-
     def _spec_step(self, context: torch.Tensor, valid: torch.Tensor | None, method: str, budget: int,
                    until: str | None = None, sizes: tuple[int, ...] = ()):
         """One speculative step; `until` names a phase (remote.timing.PHASES) after which it stops, without
@@ -329,10 +335,12 @@ class GraphDecoder:
         if until == "draft":
             return logits
         built = best_first_tree(logits, budget, sizes) if method == "ddtree" else argmax_chain(logits)
-        tree, nodes = built.ancestry(), torch.cat([self.root, built.tokens])                  # nodes [N]
+        tree = built.ancestry()
         if until == "tree_build":
             return tree.ancestors
-        verified, commit = self._verify(tree, nodes)
+        visible, positions, rows, nodes = active(tree_inputs)(tree.ancestors, tree.depth, self._cols, self.start,
+                                                              self.root, built.tokens)
+        verified, commit = self._verify(tree, nodes, visible, positions, rows)
         samples = self._choose(verified.logits)
         if until == "verify":
             return samples
@@ -345,10 +353,11 @@ class GraphDecoder:
         self.root.copy_(bonus)
         return read
 
-    def _verify(self, tree: Ancestry, nodes: torch.Tensor):
-        """The target's verify of `nodes` at `start`, and the commit to call with the accepted (path, length)."""
-        self.kv.slots = self.start + torch.arange(nodes.shape[0], device=self.device)
-        visible, positions = self._tree_visible(tree), self.start + tree.depth
+    def _verify(self, tree: Ancestry, nodes: torch.Tensor, visible: torch.Tensor, positions: torch.Tensor,
+                rows: torch.Tensor):
+        """The target's verify of `nodes` at `start` (`tree_inputs`), and the commit to call with the accepted
+        (path, length)."""
+        self.kv.slots = rows
         if self.loop is not None:
             verified = self.loop.forward(nodes[None], positions, self.kv, visible, featured=True)
         else:
@@ -462,7 +471,8 @@ class HybridGraphDecoder(GraphDecoder):
         step = Static(self.start, (self._cols <= self.start)[None])
         return self._advance(self.target.decode(self.root, step))
 
-    def _verify(self, tree: Ancestry, nodes: torch.Tensor):
-        step = Static(self.start, self._tree_visible(tree), TreeLayout.build(tree, self.target.conv_kernel))
+    def _verify(self, tree: Ancestry, nodes: torch.Tensor, visible: torch.Tensor, positions: torch.Tensor,
+                rows: torch.Tensor):
+        step = Static(self.start, visible, TreeLayout.build(tree, self.target.conv_kernel), rows=rows)
         verified = self.target.verify_static(nodes, step)
         return verified, lambda path, length: self.target.commit_static(step, path, length)

@@ -138,7 +138,7 @@ class Static:
     layout: TreeLayout | None = None
     states: dict = field(default_factory=dict)
     mask: torch.Tensor | None = None        # `visible` as every attention layer reads it (`HybridTarget._static`)
-    rows: torch.Tensor | None = None        # [T] the cache rows start.. (made once a step, as `mask`)
+    rows: torch.Tensor | None = None        # [T] the cache rows start.. (made once a step, as `mask`, if not given)
 
 
 class HybridTarget(Target):
@@ -312,7 +312,8 @@ class HybridTarget(Target):
         config = self.config
         step.mask = step_mask(step.visible, self.lm_head.weight.dtype, config.head_dim,
                               config.num_attention_heads // config.num_key_value_heads)
-        step.rows = step.start + torch.arange(t, device=step.start.device)
+        if step.rows is None:
+            step.rows = step.start + torch.arange(t, device=step.start.device)
         return step
 
     @torch.inference_mode()
