@@ -58,7 +58,7 @@ methods() {  # name seconds args...: bench_methods here and, with BASE, in the o
 date +%T
 step tests 240 python3 -m pytest -q -p no:cacheprovider --durations=8 \
   -k "cuda or phase_split or graphed or compiled_drafter" tests/test_tree_kernel.py tests/test_attention_kernel.py \
-  tests/test_graph_decode.py tests/test_runner_syncs.py tests/test_runner_e2e.py tests/test_auto_budget.py
+  tests/test_step_glue_kernels.py tests/test_graph_decode.py tests/test_runner_syncs.py tests/test_runner_e2e.py tests/test_auto_budget.py
 step tests_graph 240 python3 -m pytest -q -p no:cacheprovider -k "cuda or graphed" tests/test_tree_kernel.py \
   tests/test_graph_decode.py \
   tests/test_phase_split.py tests/test_auto_budget.py tests/test_gdn_chunked_kernel.py tests/test_gemv_kernel.py
@@ -80,7 +80,7 @@ step gdn 200 sh -c "python3 bench/bench_kernels.py --kinds gdn --gdn-preset qwen
   --out $OUT/gdn_27b.json && python3 bench/bench_kernels.py --kinds gdn --gdn-preset hv16-d128 --budgets 32,64 \
   --out $OUT/gdn_hv16.json && python3 bench/bench_kernels.py --kinds gdn --budgets 63 --out $OUT/gdn_demo.json"
 methods q3_graph 90 $Q3 --temperatures 0 --num-prompts 6 --budgets 32,64,128 --stock-generate --ar-again
-methods q3_graph24 90 $Q3 --temperatures 0 --num-prompts 24 --budgets 31,63 --ar-again
+methods q3_graph24 150 $Q3 --temperatures 0 --num-prompts 24 --budgets 31,63 --ar-again
 methods q3_compile 150 $Q3 --temperatures 0 --num-prompts 6 --budgets 128,64 --compile --ar-again
 methods q35 150 $Q35 --temperatures 0 --num-prompts 24 --budgets 31,32 --phase-kernels
 # the kernels of each phase of demo-qwen3's replayed steps (AR against DDTree 31: what a small pair's step is made of)
