@@ -15,6 +15,11 @@
 # SDPA_FLAGS (optional): extra bench_methods flags for every run, e.g. "--no-cudnn-sdpa".
 # BASE (optional): a tree of older code (bench/ab_base.sh REV writes one to .ab/base): every bench_methods step then
 # also runs there, right after, as <name>_base, so that old and new code are compared within one call.
+# CACHE (optional): a tarball of an earlier call's compiled kernels (inductor's FX graph and Triton caches, Triton's
+# autotuning too), unpacked before anything compiles; CACHE_OUT (optional): where to pack them at the end, for the
+# next call to carry (e.g. CACHE_OUT=$OUT/cache.tgz, then cp it to .ab/ and CACHE=.ab/cache.tgz; keep it out of a
+# results tarball: a file over 16 MiB does not come back from the device). A call's compiles were minutes of its ten
+# (the CUDA tests 198 s, a demo bench_methods step past 90 s, session 27). Stale entries are keys nothing asks for.
 # STEPS (optional): the names of the steps to run, e.g. "tests kernels tree q3_graph q3_compile" and then
 # "q35 q8b verify_27b hybrid_tests" (default: all). On a host with two or more GPUs, "split_tests split_27b"
 # (a target spread over two GPUs with model.device_map: the split tests, and Qwen3.6-27B widths, ~4 min) run too.
@@ -28,6 +33,10 @@ if [ -n "${WHEELS:-}" ]; then
   export PYTHONPATH=/tmp/suite-site${PYTHONPATH:+:$PYTHONPATH}
 fi
 [ -z "${BASE:-}" ] || BASE=$(cd "$BASE" && pwd) || exit 1
+[ -z "${CACHE_OUT:-}" ] || CACHE_OUT=$(cd "$(dirname "$CACHE_OUT")" && pwd)/$(basename "$CACHE_OUT") || exit 1
+KERNELS=${KERNELS:-/tmp/suite-cache}     # where the caches live on the host
+mkdir -p "$KERNELS" && { [ -z "${CACHE:-}" ] || tar xzf "$CACHE" -C "$KERNELS"; } || exit 1
+export TORCHINDUCTOR_CACHE_DIR=$KERNELS/inductor TRITON_CACHE_DIR=$KERNELS/triton TRITON_CACHE_AUTOTUNING=1
 cd "$(dirname "$0")/.." || exit 1
 if [ -n "${BASE:-}" ]; then     # the old tree reads this tree's model assets
   rm -rf /tmp/suite-base && cp -r "$BASE" /tmp/suite-base && ln -s "$PWD/remote/assets" /tmp/suite-base/remote/assets ||
@@ -37,8 +46,11 @@ fi
 M=remote/assets/models
 Q3="--model $M/demo-qwen3 --drafter $M/demo-qwen3-dflash --dataset humaneval"
 Q35="--model $M/demo-qwen3_5 --drafter $M/demo-qwen3_5-dflash --dataset humaneval"
-preset() { python3 -c 'import json,sys; sys.path.insert(0,"bench"); from bench_verify import PRESETS; print(json.dumps(PRESETS[sys.argv[1]]))' "$1"; }
-Q8=$(preset qwen3-8b)
+# the widths users deploy, read once: each python start importing bench_verify is ~6 s, and a step's arguments are
+# expanded even when STEPS skips it
+{ read -r Q8; read -r Q27; } < <(python3 -c 'import json, sys; sys.path.insert(0, "bench"); from bench_verify import PRESETS
+for name in ("qwen3-8b", "qwen3.6-27b"): print(json.dumps(PRESETS[name]))')
+[ -n "$Q27" ] || { echo "the presets could not be read (bench/bench_verify.py)"; exit 1; }
 
 step() {  # name seconds command... (ONLY: the name STEPS selects it by, if not its own)
   local name=$1 limit=$2; shift 2
@@ -116,16 +128,16 @@ methods q8b_kernels 200 --random "$Q8" --dataset builtin --num-prompts 1 --max-n
   --temperatures 0 --random-drafter "$RANDOM_DRAFTER" --floor --phase-kernels
 methods q8b_compile 240 --random "$Q8" --dataset builtin --num-prompts 2 --max-new-tokens 48 --budgets 64 \
   --temperatures 0 --random-drafter "$RANDOM_DRAFTER" --compile --floor
-methods q27b_ar 150 --random "$(preset qwen3.6-27b)" --dataset builtin --num-prompts 2 --max-new-tokens 48 \
+methods q27b_ar 150 --random "$Q27" --dataset builtin --num-prompts 2 --max-new-tokens 48 \
   --methods ar --temperatures 0 --floor --stock-generate
-methods q27b 240 --random "$(preset qwen3.6-27b)" --dataset builtin --num-prompts 2 --max-new-tokens 48 \
+methods q27b 240 --random "$Q27" --dataset builtin --num-prompts 2 --max-new-tokens 48 \
   --budgets 32,64 --temperatures 0 --random-drafter "$RANDOM_DRAFTER" --floor
 # the same with a confident drafter (its logits x30, dflash_config.output_multiplier): deep trees, as trained
 # drafters draw, where random weights draw shallow bushy ones (the GDN tree kernels' costs depend on the shape)
-methods q27b_deep 240 --random "$(preset qwen3.6-27b)" --dataset builtin --num-prompts 2 --max-new-tokens 48 \
+methods q27b_deep 240 --random "$Q27" --dataset builtin --num-prompts 2 --max-new-tokens 48 \
   --budgets 32,64 --temperatures 0 --random-drafter "$SHARP_DRAFTER" --floor
 # the kernels of each phase of a replayed AR step and DDTree 32 step at those widths (what holds the verify back)
-methods q27b_kernels 240 --random "$(preset qwen3.6-27b)" --dataset builtin --num-prompts 1 --max-new-tokens 32 \
+methods q27b_kernels 240 --random "$Q27" --dataset builtin --num-prompts 1 --max-new-tokens 32 \
   --budgets 32 --methods ddtree --temperatures 0 --random-drafter "$RANDOM_DRAFTER" --floor --phase-kernels
 # causal-conv1d's conv in the GDN layers (with fla): a wheel for this GPU, WHEELS/cc1d/*.whl where carried, else built
 # from WHEELS/causal_conv1d-*.tar.gz (bench/build_causal_conv1d.sh, ~minutes) into OUT/cc1d to carry next time
@@ -137,9 +149,9 @@ case " ${STEPS:-all} " in *" all "* | *" q27b_cc1d "*)
   python3 -m pip install -q --no-index --no-deps --no-compile --target $CC1D "$(cc1d_wheel)" ||
     echo "q27b_cc1d: no causal-conv1d wheel (WHEELS/cc1d, or the cc1d_build step)" ;;
 esac
-PYTHONPATH=$CC1D${PYTHONPATH:+:$PYTHONPATH} methods q27b_cc1d 240 --random "$(preset qwen3.6-27b)" --dataset builtin \
+PYTHONPATH=$CC1D${PYTHONPATH:+:$PYTHONPATH} methods q27b_cc1d 240 --random "$Q27" --dataset builtin \
   --num-prompts 2 --max-new-tokens 48 --budgets 32,64 --temperatures 0 --random-drafter "$RANDOM_DRAFTER" --floor
-PYTHONPATH= methods q27b_nofla 240 --random "$(preset qwen3.6-27b)" --dataset builtin --num-prompts 2 \
+PYTHONPATH= methods q27b_nofla 240 --random "$Q27" --dataset builtin --num-prompts 2 \
   --max-new-tokens 48 --budgets 32,64 --temperatures 0 --random-drafter "$RANDOM_DRAFTER" --floor
 step profile_8b 120 python3 bench/bench_profile.py --preset qwen3-8b --rows 1,33,65 --out "$OUT/profile"
 step profile_27b 180 python3 bench/bench_profile.py --preset qwen3.6-27b --rows 1,33,65 --out "$OUT/profile"
@@ -150,6 +162,7 @@ step hybrid_tests 200 python3 -m pytest -q -p no:cacheprovider --durations=5 \
 if [ "$(python3 -c 'import torch; print(torch.cuda.device_count())')" -ge 2 ]; then
   # the first hybrid split on a fresh host autotunes fla's kernels for ~60 s
   step split_tests 150 python3 -m pytest -q -p no:cacheprovider --durations=5 tests/test_multi_gpu.py
-  methods split_27b 200 --random "$(preset qwen3.6-27b)" --device-map auto --dataset builtin --num-prompts 2 \
+  methods split_27b 200 --random "$Q27" --device-map auto --dataset builtin --num-prompts 2 \
     --max-new-tokens 48 --budgets 32,64 --temperatures 0 --random-drafter '{"num_hidden_layers":5,"block_size":16}'
 fi
+[ -z "${CACHE_OUT:-}" ] || { tar czf "$CACHE_OUT" -C "$KERNELS" . && echo "CACHE_OUT: $(du -h "$CACHE_OUT" | cut -f1)"; }

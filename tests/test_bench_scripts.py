@@ -262,3 +262,18 @@ def test_ab_base_writes_a_commit_beside_the_tree(tmp_path):
     status = subprocess.run(["git", "-C", str(clone), "status", "--porcelain", "--untracked-files=all"],
                             capture_output=True, text=True).stdout
     assert ".ab/" not in status
+
+
+def test_gpu_suite_hands_its_kernel_caches_on(tmp_path):
+    """bench/gpu_suite.sh with CACHE unpacks an earlier call's compile caches before any step and, with CACHE_OUT,
+    packs them again at the end (here with no step selected: nothing needs a GPU)."""
+    given = tmp_path / "given"
+    (given / "triton").mkdir(parents=True)
+    (given / "triton" / "kernel.json").write_text("{}")
+    subprocess.run(["tar", "czf", str(tmp_path / "in.tgz"), "-C", str(given), "."], check=True)
+    env = {**os.environ, "OUT": str(tmp_path / "out"), "STEPS": "none", "CACHE": str(tmp_path / "in.tgz"),
+           "CACHE_OUT": str(tmp_path / "back.tgz"), "KERNELS": str(tmp_path / "kernels"), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    done = subprocess.run(["bash", str(REPO / "bench" / "gpu_suite.sh")], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    listed = subprocess.run(["tar", "tzf", str(tmp_path / "back.tgz")], capture_output=True, text=True).stdout
+    assert "./triton/kernel.json" in listed.split()
