@@ -48,7 +48,8 @@ Q3="--model $M/demo-qwen3 --drafter $M/demo-qwen3-dflash --dataset humaneval"
 Q35="--model $M/demo-qwen3_5 --drafter $M/demo-qwen3_5-dflash --dataset humaneval"
 # the widths users deploy, read once: each python start importing bench_verify is ~6 s, and a step's arguments are
 # expanded even when STEPS skips it
-{ read -r Q8; read -r Q27; } < <(python3 -c 'import json, sys; sys.path.insert(0, "bench"); from bench_verify import PRESETS
+{ read -r Q8; read -r Q27; } < <(python3 -c 'import json, sys; sys.path.insert(0, "bench")
+from bench_verify import PRESETS
 for name in ("qwen3-8b", "qwen3.6-27b"): print(json.dumps(PRESETS[name]))')
 [ -n "$Q27" ] || { echo "the presets could not be read (bench/bench_verify.py)"; exit 1; }
 
@@ -70,7 +71,8 @@ methods() {  # name seconds args...: bench_methods here and, with BASE, in the o
 date +%T
 step tests 240 python3 -m pytest -q -p no:cacheprovider --durations=8 \
   -k "cuda or phase_split or graphed or compiled_drafter" tests/test_tree_kernel.py tests/test_attention_kernel.py \
-  tests/test_step_glue_kernels.py tests/test_graph_decode.py tests/test_runner_syncs.py tests/test_runner_e2e.py tests/test_auto_budget.py
+  tests/test_step_glue_kernels.py tests/test_graph_decode.py tests/test_runner_syncs.py tests/test_runner_e2e.py \
+  tests/test_auto_budget.py
 step tests_graph 240 python3 -m pytest -q -p no:cacheprovider -k "cuda or graphed" tests/test_tree_kernel.py \
   tests/test_graph_decode.py \
   tests/test_phase_split.py tests/test_auto_budget.py tests/test_gdn_chunked_kernel.py tests/test_gemv_kernel.py
@@ -165,4 +167,5 @@ if [ "$(python3 -c 'import torch; print(torch.cuda.device_count())')" -ge 2 ]; t
   methods split_27b 200 --random "$Q27" --device-map auto --dataset builtin --num-prompts 2 \
     --max-new-tokens 48 --budgets 32,64 --temperatures 0 --random-drafter '{"num_hidden_layers":5,"block_size":16}'
 fi
-[ -z "${CACHE_OUT:-}" ] || { tar czf "$CACHE_OUT" -C "$KERNELS" . && echo "CACHE_OUT: $(du -h "$CACHE_OUT" | cut -f1)"; }
+[ -z "${CACHE_OUT:-}" ] || { tar czf "$CACHE_OUT" -C "$KERNELS" . && echo "CACHE_OUT: $(du -h "$CACHE_OUT" | cut -f1)"
+}

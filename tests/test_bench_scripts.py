@@ -272,7 +272,8 @@ def test_gpu_suite_hands_its_kernel_caches_on(tmp_path):
     (given / "triton" / "kernel.json").write_text("{}")
     subprocess.run(["tar", "czf", str(tmp_path / "in.tgz"), "-C", str(given), "."], check=True)
     env = {**os.environ, "OUT": str(tmp_path / "out"), "STEPS": "none", "CACHE": str(tmp_path / "in.tgz"),
-           "CACHE_OUT": str(tmp_path / "back.tgz"), "KERNELS": str(tmp_path / "kernels"), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+           "CACHE_OUT": str(tmp_path / "back.tgz"), "KERNELS": str(tmp_path / "kernels"),
+           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     done = subprocess.run(["bash", str(REPO / "bench" / "gpu_suite.sh")], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     listed = subprocess.run(["tar", "tzf", str(tmp_path / "back.tgz")], capture_output=True, text=True).stdout
