@@ -473,6 +473,7 @@ class HybridGraphDecoder(GraphDecoder):
 
     def _verify(self, tree: Ancestry, nodes: torch.Tensor, visible: torch.Tensor, positions: torch.Tensor,
                 rows: torch.Tensor):
-        step = Static(self.start, visible, TreeLayout.build(tree, self.target.conv_kernel), rows=rows)
+        step = Static(self.start, visible, TreeLayout.build(tree, self.target.conv_kernel), rows=rows,
+                      positions=positions)
         verified = self.target.verify_static(nodes, step)
         return verified, lambda path, length: self.target.commit_static(step, path, length)

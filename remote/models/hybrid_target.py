@@ -139,6 +139,7 @@ class Static:
     states: dict = field(default_factory=dict)
     mask: torch.Tensor | None = None        # `visible` as every attention layer reads it (`HybridTarget._static`)
     rows: torch.Tensor | None = None        # [T] the cache rows start.. (made once a step, as `mask`, if not given)
+    positions: torch.Tensor | None = None   # [T] a verify's start + depth (made by `verify_static` if not given)
 
 
 class HybridTarget(Target):
@@ -303,7 +304,8 @@ class HybridTarget(Target):
         rows start.., positions are start + depth, GDN node states go to `step.states`; nothing is committed
         until `commit_static`."""
         step = self._static(step, tokens.numel())
-        hidden, feats = self._forward(tokens.view(1, -1), step.start + step.layout.depth, tree=step)
+        positions = step.start + step.layout.depth if step.positions is None else step.positions
+        hidden, feats = self._forward(tokens.view(1, -1), positions, tree=step)
         return Verified(self._logits(hidden), feats)
 
     def _static(self, step: Static, t: int) -> Static:
