@@ -50,6 +50,35 @@ def test_tree_kernel_matches_the_oracle_under_the_interpreter():
     assert recompute_calls > recompute_kept > 0    # without: commit calls it again for the accepted node alone
 
 
+STACKED = r"""
+import dataclasses, json
+from remote.kernels import gdn_tree as gdn_tree_kernel
+from remote.models import gdn_stack, hybrid_target
+from tests import test_graph_decode
+
+select = hybrid_target.select_gdn_kernels
+hybrid_target.select_gdn_kernels = lambda *a, **kw: dataclasses.replace(select(*a, **kw),
+                                                                         tree=gdn_tree_kernel.tree_recurrence)
+installs = []
+install = gdn_stack.GdnStack.install
+def counted(self, *args):
+    installs.append(install(self, *args))
+    return installs[-1]
+gdn_stack.GdnStack.install = counted
+for seed in (0, 1):
+    test_graph_decode.test_hybrid_static_commit_equals_the_eager_commit("3to1", seed)
+print(json.dumps(installs))
+"""
+
+
+def test_stacked_commit_installs_every_layer_as_the_eager_commit():
+    """With node states kept (the tree kernel), a static verify writes every GDN layer's bank and node states into
+    its device's stack and the commit installs all layers in two gathers (remote.models.gdn_stack); the layer
+    states then equal the eager commit's (a chain and a tree, several accepted paths each)."""
+    installs = run_interpreted(STACKED, timeout=900)
+    assert installs and all(installs), installs
+
+
 def test_tree_kernel_compiles_for_hopper():
     """Triton's compiler types what its interpreter does not; the kernel compiles for sm_90 here, without a GPU."""
     from remote.kernels import gdn_tree as gdn_tree_kernel

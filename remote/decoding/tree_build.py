@@ -30,6 +30,7 @@ from functools import lru_cache
 import torch
 
 from ..kernels import tree_search
+from ..kernels.argmax import argmax_rows
 from ..tree import Ancestry, DeviceTree, Tree
 
 
@@ -171,11 +172,22 @@ def torch_tree(draft_logits: torch.Tensor, budget: int, k: int, plan: _Plan) -> 
 
 
 def argmax_chain(draft_logits: torch.Tensor) -> DeviceTree:
-    """The DFlash chain: argmax of every row of `draft_logits` [D, V], each node the child of the previous."""
+    """The DFlash chain: argmax of every row of `draft_logits` [D, V], each node the child of the previous. Its
+    tokens in one launch on CUDA (remote.kernels.argmax; torch's reduction took 8.8 us of a 14.6-us DFlash build on
+    the demo pairs, H200, session 28) and its shape made once (`_chain`), where it was five launches a step."""
     depth = draft_logits.shape[0]
-    index = torch.arange(depth, device=draft_logits.device)
-    return DeviceTree(tokens=draft_logits.argmax(dim=-1), parents=index, depths=index + 1, height=depth + 1,
-                      chain=True)
+    parents, depths, ancestry = _chain(depth, draft_logits.device)
+    return DeviceTree(tokens=argmax_rows(draft_logits), parents=parents, depths=depths, height=depth + 1,
+                      chain=True, built=ancestry)
+
+
+@lru_cache(maxsize=16)
+def _chain(depth: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, Ancestry]:
+    """A chain of `depth` drafted nodes: their parents and depths (verify index space) and the ancestry of root +
+    nodes. Constants, made on a step's first, uncaptured run (as `_sizes`) and only read after."""
+    with torch.inference_mode(False):
+        index = torch.arange(depth, device=device)
+        return index, index + 1, Ancestry.chain_of(depth + 1, device)
 
 
 def build_tree(draft_logits: torch.Tensor, budget: int) -> Tree:

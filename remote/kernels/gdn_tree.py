@@ -86,14 +86,19 @@ BLOCK_V = 16
 NUM_WARPS = 1
 
 
-def tree_recurrence(q, k, v, g, beta, state, ancestors, depth, keep: bool):
-    """See the module docstring. Runs under Triton's interpreter on CPU tensors too (TRITON_INTERPRET=1, tests).
-    The blocking (BLOCK_V, NUM_WARPS) is read at every call, so bench/bench_kernels.py can time others."""
+def tree_recurrence(q, k, v, g, beta, state, ancestors, depth, keep: bool, states: torch.Tensor | None = None):
+    """See the module docstring; `states`: where to keep the node states (contiguous [N, HV, Dk, Dv] float32, e.g.
+    a layer's slice of remote.models.gdn_stack's), else they are allocated. Runs under Triton's interpreter on CPU
+    tensors too (TRITON_INTERPRET=1, tests). The blocking (BLOCK_V, NUM_WARPS) is read at every call, so
+    bench/bench_kernels.py can time others."""
     if not (q.stride(-1) == k.stride(-1) == v.stride(-1) == 1):
         raise ValueError("tree_recurrence needs q, k, v contiguous in their last dimension")
     n, (hv, dk), dv = ancestors.shape[0], q.shape[1:], v.shape[-1]     # n: the rows of the tree asked for
     out = torch.empty(n, hv, dv, dtype=v.dtype, device=v.device)
-    states = torch.empty(n, hv, dk, dv, dtype=torch.float32, device=v.device) if keep else None
+    if keep and states is None:
+        states = torch.empty(n, hv, dk, dv, dtype=torch.float32, device=v.device)
+    elif not keep:
+        states = None
     bk = triton.next_power_of_2(dk)
     bv = min(triton.next_power_of_2(dv), BLOCK_V)
     g, beta, state, ancestors, depth = (x.contiguous() for x in (g, beta, state, ancestors, depth))

@@ -217,9 +217,19 @@ def gdn_step(gdn: torch.nn.Module, h: torch.Tensor, conv_state: torch.Tensor, re
     return _output(gdn, core, z)
 
 
+def keeps_nodes(kernels: GdnKernels, layout: TreeLayout, n: int, state_numel: int) -> bool:
+    """Whether `gdn_tree` runs the n nodes of `layout` through the per-node kernel and keeps every node's state
+    (recurrent states of `state_numel` floats): not for chains and wide layers (the chunked form), and only within
+    KEEP_LIMIT."""
+    chunked = kernels.chunked is not None and (layout.chain or kernels.chunked_trees)
+    return not chunked and kernels.tree is not None and n * state_numel * 4 <= KEEP_LIMIT
+
+
 def gdn_tree(gdn: torch.nn.Module, h: torch.Tensor, layout: TreeLayout, conv_state: torch.Tensor,
-             recurrent: torch.Tensor, kernels: GdnKernels):
-    """N tree nodes on top of the committed (conv_state [1, C, K], recurrent [1, HV, Dk, Dv]).
+             recurrent: torch.Tensor, kernels: GdnKernels, into: tuple | None = None):
+    """N tree nodes on top of the committed (conv_state [1, C, K], recurrent [1, HV, Dk, Dv]). `into`: (bank
+    [C, K + N], nodes [N, HV, Dk, Dv] or None) where the conv bank and kept node states go (a layer's slices of
+    remote.models.gdn_stack's, so that a commit installs every layer's state at once).
 
     h [1, N, H] -> (out [1, N, H], NodeStates).
     """
@@ -227,16 +237,17 @@ def gdn_tree(gdn: torch.nn.Module, h: torch.Tensor, layout: TreeLayout, conv_sta
     mixed, z, b, a = project(gdn, h)
     # Conv: each node's window of pre-conv inputs (its ancestors, then committed columns) is gathered from the bank
     # inside the conv, so no [N, C, K] windows are written; commit gathers the accepted node's alone.
-    bank = torch.cat([conv_state[0], mixed[0].transpose(0, 1).to(conv_state.dtype)], dim=-1)  # [C, K + N]
+    bank = torch.cat([conv_state[0], mixed[0].transpose(0, 1).to(conv_state.dtype)], dim=-1,
+                     **({"out": into[0]} if into else {}))                                   # [C, K + N]
     q, k, v, g, beta = _conv_gates(gdn, bank, layout.conv_index, b, a)                        # [1, N, ...]
     states = NodeStates(bank, (q, k, v, g, beta), recurrent, layout, kernels)
     if kernels.chunked is not None and (layout.chain or kernels.chunked_trees):   # node corrections kept for commit
         core, states.solved = kernels.chunked(q[0], k[0], v[0], g[0], beta[0], recurrent[0], layout.visible, n)
         return _output(gdn, core[None], z), states
     if kernels.tree is not None:    # one launch: every node from its parent's state, node states kept if small
-        keep = n * recurrent.numel() * 4 <= KEEP_LIMIT
+        keep = keeps_nodes(kernels, layout, n, recurrent.numel())
         core, states.nodes = kernels.tree(q[0], k[0], v[0], g[0], beta[0], recurrent[0], layout.ancestors,
-                                          layout.depth, keep=keep)
+                                          layout.depth, keep=keep, states=into[1] if into else None)
         return _output(gdn, core[None], z), states
     if layout.chain:        # one sequence: the recurrent kernel runs all of it in one call
         return _output(gdn, kernels.step(q, k, v, g, beta, recurrent)[0], z), states

@@ -49,7 +49,8 @@ from ..kernels.gdn_paths import select_gdn_kernels
 from ..kernels.glue import active, output_gate
 from ..kernels.step import attend, step_mask
 from ..tree import Ancestry
-from .gdn import TreeLayout, gdn_sequence, gdn_step, gdn_tree
+from .gdn import TreeLayout, gdn_sequence, gdn_step, gdn_tree, keeps_nodes
+from .gdn_stack import GdnStack
 from .layer_loop import run_layers
 from .placement import devices
 from .static_cache import move_rows
@@ -191,15 +192,18 @@ class HybridTarget(Target):
         self._stores: list[torch.Tensor] = []           # reserved: every layer's K/V on a device (`_KV.reserved`)
         self._conv: dict[int, torch.Tensor] = {}        # layer -> [1, C, K]
         self._rec: dict[int, torch.Tensor] = {}         # layer -> [1, HV, Dk, Dv] float32
+        self._stacks: dict[int, GdnStack] = {}          # reserved: layer -> its device's stacked states
 
     def reserve(self, capacity: int) -> None:
         """Fix the storage of every state from now on: K/V of `capacity` rows, and GDN states that later prompts
         and commits overwrite in place, so that a captured `decode` step stays valid (remote.decoding.graph)."""
         self.capacity = capacity
-        layers = enumerate(self.decoder.layers[: len(self.layer_types)])
-        self._kv, self._stores = _KV.reserved({i: layer.self_attn for i, layer in layers
-                                               if self.layer_types[i] != "linear_attention"}, capacity)
-        self._conv, self._rec = {}, {}
+        layers = list(enumerate(self.decoder.layers[: len(self.layer_types)]))
+        gdns = {i: layer.linear_attn for i, layer in layers if self.layer_types[i] == "linear_attention"}
+        self._kv, self._stores = _KV.reserved({i: layer.self_attn for i, layer in layers if i not in gdns}, capacity)
+        self._stacks = GdnStack.reserved(gdns)
+        self._conv = {i: stack.state(i)[0] for i, stack in self._stacks.items()}
+        self._rec = {i: stack.state(i)[1] for i, stack in self._stacks.items()}
 
     def _install(self, layer: int, conv: torch.Tensor, recurrent: torch.Tensor) -> None:
         """Make (conv, recurrent) the committed state of GDN `layer`: in place once reserved."""
@@ -216,7 +220,19 @@ class HybridTarget(Target):
         """Install every GDN layer's state after `path` (`NodeStates.after`): written in place where reserved, and
         the last node's conv columns gathered once a device, not once a layer."""
         windows = {}                                     # device -> the last node's conv columns
+        done = set()                                     # layers installed with their device's stack
+        for stack in set(self._stacks.values()):
+            first = node_states.get(stack.layers[0])
+            if first is None or not first.needs_window:
+                continue
+            with self._on(stack.device):
+                here = path.to(stack.device)
+                windows[stack.device] = first.layout.window(here[-1:])
+                if stack.install(node_states, windows[stack.device], here[-1:]):
+                    done.update(stack.layers)
         for layer, states in node_states.items():
+            if layer in done:
+                continue
             device = states.bank.device
             with self._on(device):
                 here = path.to(device)
@@ -304,6 +320,8 @@ class HybridTarget(Target):
         rows start.., positions are start + depth, GDN node states go to `step.states`; nothing is committed
         until `commit_static`."""
         step = self._static(step, tokens.numel())
+        for stack in set(self._stacks.values()):         # where every GDN layer's bank and node states go
+            stack.begin(tokens.numel(), keeps_nodes(self.kernels, step.layout, tokens.numel(), stack.rec[0].numel()))
         positions = step.start + step.layout.depth if step.positions is None else step.positions
         hidden, feats = self._forward(tokens.view(1, -1), positions, tree=step)
         return Verified(self._logits(hidden), feats)
@@ -363,7 +381,9 @@ class HybridTarget(Target):
         if isinstance(tree, Static):
             if tree.layout is None:
                 return gdn_step(gdn, h, self._conv[i], self._rec[i], self.kernels)
-            out, tree.states[i] = gdn_tree(gdn, h, tree.layout, self._conv[i], self._rec[i], self.kernels)
+            stack = self._stacks.get(i)
+            out, tree.states[i] = gdn_tree(gdn, h, tree.layout, self._conv[i], self._rec[i], self.kernels,
+                                           into=stack.into(i) if stack else None)
             return out
         layout, node_states = tree
         out, node_states[i] = gdn_tree(gdn, h, layout.to(h.device), self._conv[i], self._rec[i], self.kernels)
