@@ -155,8 +155,7 @@ def draft(drafter: DFlashDrafter, model, cache: DrafterCache, context: torch.Ten
                            torch.arange(block, device=context.device) + start])                # [C + B]
     cache.begin(positions, c_len)
     hidden = drafter(noise, context, positions, cache)[:, 1:]                                # [1, B-1, H]
-    # in the model's dtype: the tree search, the argmax and the step's stats compare in float32 themselves
-    return drafter.logits(hidden, model.get_output_embeddings())[0]                          # [B-1, V]
+    return drafter.logits(hidden, model.get_output_embeddings())[0].float()                  # [B-1, V]
 
 
 @dataclass

@@ -220,9 +220,7 @@ class DFlashDrafter(nn.Module):
 
     def logits(self, hidden: torch.Tensor, lm_head: nn.Module) -> torch.Tensor:
         """Draft logits from block hidden states with the target's LM head (+ upstream scale / softcap)."""
-        logits = lm_head(hidden)
-        if self.logit_scale != 1.0:
-            logits = logits * self.logit_scale
+        logits = lm_head(hidden) * self.logit_scale
         if self.softcap is not None and float(self.softcap) > 0:
             logits = torch.tanh(logits / float(self.softcap)) * float(self.softcap)
         return logits
