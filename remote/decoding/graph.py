@@ -132,9 +132,7 @@ class GraphDecoder:
             _compile_steps(self)
         self.compiled_drafter = compiled_drafter and not compiled and drafter is not None
         self.compiled_glue = compiled_drafter and not compiled       # AR too: every method the same target kernels
-        self._compiled_draft = torch.compile(draft, dynamic=False) if self.compiled_drafter else None
-        self._draft = self._primed_draft if self.compiled_drafter else draft
-        self._primed = False
+        self._draft = torch.compile(draft, dynamic=False) if self.compiled_drafter else draft
         self._graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         self._pool = None                                # the memory pool all of them share (`_capture`)
         as_long = dict(dtype=torch.long, device=self.device)
@@ -143,15 +141,6 @@ class GraphDecoder:
         self.count = torch.zeros((), **as_long)          # AR: tokens decoded after the first
         self.context_rows = torch.zeros((), **as_long)   # speculative: real rows of `context`
         self.temperature, self.rng = 0.0, None           # this generation's sampling (`_sampling`)
-
-    def _primed_draft(self, *args) -> torch.Tensor:
-        """The compiled draft, after one eager run of the same call: remote.kernels.gemv times the draft's
-        projection shapes there (it cannot while compile traces), and the traced draft keeps its choices. The eager
-        run writes the same context K/V to the same drafter cache rows, and block rows that every draft rewrites."""
-        if not self._primed:
-            draft(*args)
-            self._primed = True
-        return self._compiled_draft(*args)
 
     def _targets(self, target_layer_ids: list[int] | None) -> None:
         # their forwards (logits, and drafter features for `featured`) run on this decoder's static cache: the prompt

@@ -55,9 +55,7 @@ def bucket(m: int) -> int:
 
 
 def eligible(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    # the op has no backward: a forward that records gradients (training a drafter) keeps F.linear
-    training = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
-    return (triton is not None and not training and x.is_cuda and x.shape[-1] == weight.shape[1] and 1 <= rows(x, weight) <= MAX_ROWS
+    return (triton is not None and x.is_cuda and x.shape[-1] == weight.shape[1] and 1 <= rows(x, weight) <= MAX_ROWS
             and x.dtype == weight.dtype and x.dtype in HALF and weight.stride(1) == 1)
 
 
@@ -139,12 +137,10 @@ FASTER: dict[tuple, bool] = {}
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """See the module docstring. Under torch.compile a shape takes the kernel only where an eager run already chose
-    it (the compiled draft after its eager first run, `remote.decoding.graph`); a step compiled whole never ran
-    eagerly and keeps cuBLAS."""
-    if eligible(x, weight):
+    """See the module docstring."""
+    if eligible(x, weight) and not torch.compiler.is_compiling():     # traced whole (compile_steps): cuBLAS
         key = (tuple(weight.shape), weight.dtype, bias is not None, x.device, bucket(rows(x, weight)))
-        if key not in FASTER and not torch.compiler.is_compiling() and not torch.cuda.is_current_stream_capturing():
+        if key not in FASTER and not torch.cuda.is_current_stream_capturing():
             FASTER[key] = _faster(x, weight, bias)
         if FASTER.get(key):
             return _op(x, weight, bias)

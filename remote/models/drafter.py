@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP, Qwen3RMSNorm, Qwen3RotaryEmbedding, rotate_half
 
-from ..kernels import gemv
 from ..kernels.fused_linear import concatenate
 from ..kernels.step import attend, grouped_attention
 
@@ -70,12 +70,6 @@ class DrafterCache:
             self.keys[layer], self.values[layer] = k[:, :, :c_len], v[:, :, :c_len]
         return (torch.cat([self.keys[layer], k[:, :, c_len:]], dim=-2),
                 torch.cat([self.values[layer], v[:, :, c_len:]], dim=-2))
-
-
-def _project(linear: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    """`linear(x)`, through remote.kernels.gemv: a draft's 16-32 rows by the few-row kernel where it was timed
-    faster than cuBLAS for that shape (its choice is made on the draft's first, eager run)."""
-    return gemv.linear(x, linear.weight, linear.bias)
 
 
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -132,7 +126,7 @@ class DrafterAttention(nn.Module):
             q, k, v = self.q_proj(x), self.k_proj(both), self.v_proj(both)
         else:   # the context rows' queries are computed and dropped: one GEMM costs less than three launches
             widths = [self.q_proj.out_features, self.k_proj.out_features, self.v_proj.out_features]
-            q, k, v = gemv.linear(both, self.qkv_weight, self.qkv_bias).split(widths, dim=-1)
+            q, k, v = F.linear(both, self.qkv_weight, self.qkv_bias).split(widths, dim=-1)
             q = q[:, c_len:]
         q = self.q_norm(self._heads(q, self.num_heads)).transpose(1, 2)                     # [1, Hq, Q, D]
         k = self.k_norm(self._heads(k, self.num_kv)).transpose(1, 2)                        # [1, Hkv, C+Q, D]
@@ -145,7 +139,7 @@ class DrafterAttention(nn.Module):
             # a static cache: its rows past the block are masked; the bidirectional drafters it serves
             # (graph_decode checks) need no other mask; on CUDA one Triton kernel (remote.kernels.attention)
             out = attend(q, k, v, cache.visible, scale)                                       # [1, Q, Hq, D]
-            return _project(self.o_proj, out.reshape(1, q_len, -1))
+            return self.o_proj(out.reshape(1, q_len, -1))
         # The cache holds every position from 0 (decode.draft checks the context is contiguous with it), so the
         # keys sit at 0 .. P+Q-1; reading positions[0] instead would cost a host sync per layer.
         k_pos = torch.arange(k.shape[2], device=x.device)
@@ -170,8 +164,8 @@ class DrafterLayer(nn.Module):
     def _mlp(self, x: torch.Tensor) -> torch.Tensor:
         if self.gate_up_weight is None:
             return self.mlp(x)
-        gate, up = gemv.linear(x, self.gate_up_weight).chunk(2, dim=-1)
-        return _project(self.mlp.down_proj, self.mlp.act_fn(gate) * up)
+        gate, up = F.linear(x, self.gate_up_weight).chunk(2, dim=-1)
+        return self.mlp.down_proj(self.mlp.act_fn(gate) * up)
 
     def forward(self, x, ctx, cos, sin, positions, cache):
         x = x + self.self_attn(self.input_layernorm(x), ctx, cos, sin, positions, cache)
@@ -211,7 +205,7 @@ class DFlashDrafter(nn.Module):
     def forward(self, noise: torch.Tensor, features: torch.Tensor, positions: torch.Tensor,
                 cache: DrafterCache) -> torch.Tensor:
         """noise [1, Q, H] block embeddings; features [1, C, F] new context; positions [C+Q] -> [1, Q, H]."""
-        ctx = self.hidden_norm(_project(self.fc, features))            # [1, C, H]
+        ctx = self.hidden_norm(self.fc(features))                      # [1, C, H]
         cos, sin = self.rotary_emb(noise, positions[None])            # [1, C+Q, D] each
         x = noise
         for layer in self.layers:
