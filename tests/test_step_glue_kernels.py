@@ -71,6 +71,20 @@ for seed in range(16):
     rows.gather_rows_interpreted(features, 0, path, context[0], 0)
     out["moves"].append({"seed": seed, "equal": torch.equal(got, want), "moved": not torch.equal(want, cache),
                          "context": torch.equal(context, want_ctx)})
+# a step's K/V [2, Hkv, n, D] into a layer's pair of a store [2L, Hkv, cap, D] at consecutive rows from a device
+# start (StaticKV.write), and embedding rows (remote.models.layer_loop.embed)
+g = torch.Generator().manual_seed(0)
+out["writes"] = []
+for n, start in ((1, 0), (1, 37), (32, 5), (64, 0)):
+    store = torch.randn(6, 2, 100, 16, generator=g)
+    kv = torch.randn(2, 2, n, 16, generator=g)
+    want = store.clone()
+    want[2:4].index_copy_(2, start + torch.arange(n), kv)
+    rows.gather_rows_interpreted(kv, 0, torch.arange(n), store[2:4], torch.tensor([start])[0])
+    table, ids = torch.randn(50, 24, generator=g), torch.randint(0, 50, (n,), generator=g)
+    embedded = torch.zeros(n, 24)
+    rows.gather_rows_interpreted(table, 0, ids, embedded, 0)
+    out["writes"].append({"n": n, "kv": torch.equal(store, want), "embed": torch.equal(embedded, table[ids])})
 for seed in range(30):
     logits = argmax_case(seed)
     got = argmax.argmax_rows_interpreted(logits, chunk=1024 if seed % 2 else 4096)
@@ -84,6 +98,7 @@ def test_interpreted_kernels_equal_their_definitions():
     for r in results["moves"]:
         assert r["equal"] and r["context"], r
     assert any(r["moved"] for r in results["moves"])          # some paths really move rows
+    assert results["writes"] and all(r["kv"] and r["embed"] for r in results["writes"]), results["writes"]
     for r in results["argmax"]:
         assert r["got"] == r["want"], r
 

@@ -15,7 +15,9 @@ shared, nothing copied) and holds the per-layer state itself:
   committed prefix and attends with an ancestor-only mask at positions prefix_len + depth; commit moves the accepted
   rows to the front of that window (compaction), so rejected rows are simply overwritten next time.
 - GDN layers: conv state [1, C, K] and recurrent state [1, HV, Dk, Dv] float32 (transformers' layouts). Verify
-  runs every node from its parent's state (`remote.models.gdn`), commit installs the accepted node's.
+  runs every node from its parent's state (`remote.models.gdn`), commit installs the accepted node's. Once reserved,
+  the layers of a device are views of one stack (remote.models.gdn_stack), so where the node states are kept a
+  commit installs every layer's in two gathers.
 
 Cost: the recurrence is one kernel call per GDN layer and verify (on CUDA with Triton remote.kernels.gdn_tree, or
 remote.kernels.gdn_chunked for chains and for trees at wide layers; else every node's root-to-node path as one
