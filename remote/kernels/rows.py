@@ -14,7 +14,8 @@ src[..., src_start + path[i], :] for every i, as if every row were read before a
 src / dst: [..., R, D] with the same leading dims (flattened to slabs), unit column stride and slabs at a fixed
 stride; path [H] long on their device; each start a host int or a device scalar (long), so a captured step moves
 rows without a host value. Off CUDA (or without Triton) the torch ops do the same (`torch_gather_rows`, the
-reference the kernel is tested against). torch.compile leaves it out of its graphs (a graph break).
+reference the kernel is tested against), and so do more than MAX_ROWS rows. torch.compile leaves it out of its graphs
+(a graph break).
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ except ImportError:          # CPU-only installs: the torch ops
     triton = None
 
 TILE = 4096        # elements a program holds (rows x columns): 16 rows x 256 columns
+MAX_ROWS = 64      # rows one program holds (a step's at most); a prompt's more go through the torch ops
 
 
 def available(device: torch.device) -> bool:
@@ -91,7 +93,7 @@ def _launch(s: torch.Tensor, src_start, path: torch.Tensor, d: torch.Tensor, dst
 @torch.compiler.disable     # a move within one tensor is not something to functionalize: always this launch
 def gather_rows(src: torch.Tensor, src_start, path: torch.Tensor, dst: torch.Tensor, dst_start) -> None:
     """The kernel where it can run, else `torch_gather_rows`."""
-    s, d = (_slabs(src), _slabs(dst)) if available(src.device) and path.shape[0] > 0 else (None, None)
+    s, d = (_slabs(src), _slabs(dst)) if available(src.device) and 0 < path.shape[0] <= MAX_ROWS else (None, None)
     if s is None or d is None:
         return torch_gather_rows(src, src_start, path, dst, dst_start)
     return _launch(s, src_start, path, d, dst_start)

@@ -25,17 +25,13 @@ from ..kernels.rows import gather_rows
 from ..kernels.step import residual_norm
 
 
-EMBED_ROWS = 64      # tokens `embed` gathers in one launch
-
-
 def embed(table: torch.nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
-    """`table(input_ids)` ([1, T] -> [1, T, H]); a plain `nn.Embedding`'s rows for a step's few tokens through
-    `gather_rows` (one launch: PyTorch's small-index select took 5.8 us for a verify's 32 rows of the demo target,
-    H200, session 28)."""
-    t = input_ids.shape[-1]
-    if type(table) is not torch.nn.Embedding or table.max_norm is not None or t > EMBED_ROWS:
+    """`table(input_ids)` ([1, T] -> [1, T, H]); a plain `nn.Embedding`'s rows through `gather_rows` (a step's in
+    one launch: PyTorch's small-index select took 5.8 us for a verify's 32 rows of the demo target, H200, session
+    28)."""
+    if type(table) is not torch.nn.Embedding or table.max_norm is not None:
         return table(input_ids)
-    out = table.weight.new_empty(1, t, table.weight.shape[1])
+    out = table.weight.new_empty(1, input_ids.shape[-1], table.weight.shape[1])
     gather_rows(table.weight, 0, input_ids.reshape(-1), out[0], 0)
     return out
 

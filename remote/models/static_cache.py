@@ -19,9 +19,6 @@ from ..kernels.rows import gather_rows
 from ..kernels.step import additive_mask
 
 
-WRITE_ROWS = 64      # rows `StaticKV.write` moves in one launch (a prompt's more: index_copy_)
-
-
 def _zeros(layers: int, heads: int, capacity: int, head_dim: int, dtype, device) -> list[torch.Tensor]:
     return list(torch.zeros(layers, 1, heads, capacity, head_dim, dtype=dtype, device=device))
 
@@ -60,15 +57,10 @@ class StaticKV:
         return self.keys[layer_idx], self.values[layer_idx]
 
     def write(self, layer_idx: int, kv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """`update` for K/V stacked [2, Hkv, n, D], whose `slots` are consecutive rows (every caller's are). A step's
-        rows (at most WRITE_ROWS) in one `gather_rows` launch: PyTorch's `index_copy_` took 2.8 us a layer for a
-        verify's 32 rows of the demo target and 1.65 for AR's one (H200, session 28)."""
-        store = self.store[2 * layer_idx:2 * layer_idx + 2]
-        n = kv.shape[2]
-        if n <= WRITE_ROWS:
-            gather_rows(kv, 0, self._rows[:n], store, self.slots[0])
-        else:
-            store.index_copy_(2, self.slots, kv)
+        """`update` for K/V stacked [2, Hkv, n, D], whose `slots` are consecutive rows (every caller's are): a
+        step's rows in one `gather_rows` launch (PyTorch's `index_copy_` took 2.8 us a layer for a verify's 32 rows
+        of the demo target and 1.65 for AR's one, H200, session 28)."""
+        gather_rows(kv, 0, self._rows[:kv.shape[2]], self.store[2 * layer_idx:2 * layer_idx + 2], self.slots[0])
         return self.keys[layer_idx], self.values[layer_idx]
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
