@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from ..kernels.rows import gather_rows
+from ..kernels.rows import MAX_ROWS, gather_rows
 from ..kernels.step import additive_mask
 
 
@@ -60,7 +60,11 @@ class StaticKV:
         """`update` for K/V stacked [2, Hkv, n, D], whose `slots` are consecutive rows (every caller's are): a
         step's rows in one `gather_rows` launch (PyTorch's `index_copy_` took 2.8 us a layer for a verify's 32 rows
         of the demo target and 1.65 for AR's one, H200, session 28)."""
-        gather_rows(kv, 0, self._rows[:kv.shape[2]], self.store[2 * layer_idx:2 * layer_idx + 2], self.slots[0])
+        store = self.store[2 * layer_idx:2 * layer_idx + 2]
+        if kv.shape[2] <= MAX_ROWS:
+            gather_rows(kv, 0, self._rows[:kv.shape[2]], store, self.slots[0])
+        else:                   # a prompt, or a tree over 63 nodes: one launch still, where gather_rows' would be two
+            store.index_copy_(2, self.slots, kv)
         return self.keys[layer_idx], self.values[layer_idx]
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
