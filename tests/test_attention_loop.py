@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from remote.kernels.glue import _CACHE, add_rms_norm, norm_rotary
-from remote.kernels.step import step_kernels
+from remote.kernels.step import _gathered_embedding, step_kernels
 from remote.models.attention_loop import AttentionLoop
 from remote.models.attention_target import AttentionTarget
 from remote.models.static_cache import StaticKV, visibility_mask
@@ -67,11 +67,15 @@ def test_the_loop_gives_transformers_logits_and_features(kind):
 
 def test_inside_the_step_kernels_the_adds_norms_and_rotary_are_compiled():
     """With the compiled glue (the captured steps'), every residual add runs with its norm and q / k norms with the
-    rotary, compiled (inductor on the CPU here), and the logits stay transformers' up to rounding."""
+    rotary, compiled (inductor on the CPU here), the embedding gathers its rows, and the logits stay transformers'
+    up to rounding."""
     model = _tiny("qwen3")
     theirs, _ = _verify_both(model, [1])
+    table = model.get_input_embeddings()
     with step_kernels(model, compiled=True):
+        assert table.forward.__func__ is _gathered_embedding         # a step's rows in one gather (torch ops here)
         _, ours = _verify_both(model, [1])
+    assert "forward" not in vars(table)                                 # the module's own forward again
     assert all(_CACHE[fn].compiled is not None for fn in (add_rms_norm, norm_rotary))     # compiled, and ran so
     assert (ours.logits - theirs.logits).abs().max() < 1e-4
     assert (ours.features - theirs.features).abs().max() < 1e-4

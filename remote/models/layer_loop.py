@@ -21,24 +21,12 @@ import contextlib
 
 import torch
 
-from ..kernels.rows import MAX_ROWS, gather_rows
 from ..kernels.step import residual_norm
-
-
-def embed(table: torch.nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
-    """`table(input_ids)` ([1, T] -> [1, T, H]); a plain `nn.Embedding`'s rows for a step's few tokens through
-    `gather_rows` (one launch: PyTorch's small-index select took 5.8 us for a verify's 32 rows of the demo target,
-    H200, session 28)."""
-    if type(table) is not torch.nn.Embedding or table.max_norm is not None or input_ids.shape[-1] > MAX_ROWS:
-        return table(input_ids)
-    out = table.weight.new_empty(1, input_ids.shape[-1], table.weight.shape[1])
-    gather_rows(table.weight, 0, input_ids.reshape(-1), out[0], 0)
-    return out
 
 
 def run_layers(decoder, layers: int, input_ids: torch.Tensor, positions: torch.Tensor, mix, feature_ids: list[int],
                features_device: torch.device, on=lambda device: contextlib.nullcontext(), mrope: bool = False):
-    x = embed(decoder.embed_tokens, input_ids)                                        # [1, T, H]
+    x = decoder.embed_tokens(input_ids)                                               # [1, T, H]
     pos = positions.reshape(1, -1).to(x.device)
     rope = decoder.rotary_emb(x, pos.expand(3, 1, -1) if mrope else pos)             # cos, sin [1, T, rotary_dim]
     # A layer's MLP output (`late`) is added at the next layer's input norm, where layer i's hidden state is known.
