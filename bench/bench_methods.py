@@ -5,7 +5,9 @@
         --max-new-tokens 128 --budgets 16,32,64,128,256,512 --temperatures 0,1 --dtype bfloat16 --out OUT
 
 One model load per temperature; every method decodes the same prompts with the same per-prompt seeds, after a
-warm-up per method and budget (each budget is a new shape). `--stock-generate` adds transformers' own `generate` as
+warm-up per method and budget (each budget is a new shape). `--ar-again` times AR once more after the other
+methods and gives every speculative row's speedup against the mean of both AR rows too (`speedup_vs_ar_both`, the
+`vs_both_ar` column). `--stock-generate` adds transformers' own `generate` as
 a row, to keep our AR honest; `--methods` measures fewer (AR always); `--floor` gives every row's step against the
 floor (the target's weight bytes / a device copy's bandwidth, measured in the run). Writes summary.csv and the sweep
 plots (same functions as the orchestrator's sweep summary) to --out; every row is printed as one JSON line and saved
@@ -133,6 +135,20 @@ def auto_verdicts(rows: list[dict], temperature: float) -> list[str]:
     return [f"{r['tree_budget']}-T{temperature:g}: {fixed[best] / r['tpot_ms']:.1%} of the best fixed budget ({best}: "
             f"{fixed[best]:.4f} ms a token), {'above' if r['tpot_ms'] < median else 'not above'} the median of "
             f"{len(fixed)} ({median:.4f})" for r in ddtree if str(r["tree_budget"]).startswith("auto")]
+
+
+def bracket(rows: list[dict], temperature: float, out: Path) -> None:
+    """With --ar-again: every speculative row of `temperature` also against the mean of the two AR rows that
+    bracket it (`speedup_vs_ar_both`), which a drift of AR between them (up to 9% on an H200, session 28) moves
+    half as much as the first row alone; rows.json is rewritten with it."""
+    ar = [r["tpot_ms"] for r in rows if r["method"] == "ar" and r["temperature"] == temperature and r.get("tpot_ms")]
+    if len(ar) < 2:
+        return
+    both = sum(ar) / len(ar)
+    for r in rows:
+        if r["temperature"] == temperature and r["method"] in ("dflash", "ddtree") and r.get("tpot_ms"):
+            r["speedup_vs_ar_both"] = both / r["tpot_ms"]
+    (out / "rows.json").write_text(json.dumps(rows, indent=1))
 
 
 def parse_budgets(text: str, auto_max: int) -> list[int | str]:
@@ -333,6 +349,7 @@ def main(argv: list[str] | None = None) -> None:
             again = row("ar", None, temperature, metrics, ar_metrics, gens, ar_gens)
             record({**again, "run": f"ar-again-T{temperature:g}",
                     "speedup_vs_ar": ar_metrics["tpot_ms"] / metrics["tpot_ms"]})
+            bracket(rows, temperature, out)
         if args.phase_kernels:
             for method, budget in [("ar", 1), *([("dflash", 1)] if "dflash" in methods else []),
                                    *(("ddtree", b) for b in fixed)]:
@@ -355,7 +372,8 @@ def main(argv: list[str] | None = None) -> None:
               f"draft={r.get('draft_ms', 0):.3f} "
               f"build={r.get('tree_build_ms', 0):.3f} verify={r.get('verify_ms', 0):.3f} "
               f"commit={r.get('commit_ms', 0):.3f}  exact={r.get('exact_match_vs_ar', '-')}"
-              + (f"  vs_floor={r['step_vs_floor']:.2f}x" if "step_vs_floor" in r else ""))
+              + (f"  vs_floor={r['step_vs_floor']:.2f}x" if "step_vs_floor" in r else "")
+              + (f"  vs_both_ar={r['speedup_vs_ar_both']:.3f}" if "speedup_vs_ar_both" in r else ""))
     summarize(rows, out)
     print(json.dumps({"rows": len(rows), "out": str(out),
                       "best_ddtree": max((r for r in rows if r["method"] == "ddtree"),

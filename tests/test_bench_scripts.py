@@ -244,6 +244,22 @@ def test_methods_measures_only_the_methods_asked(tmp_path):
     assert [r["method"] for r in rows] == ["ar"] and last["rows"] == 1 and last["best_ddtree"] is None
 
 
+def test_ar_again_gives_speedups_against_both_ar_rows(tmp_path):
+    """With --ar-again every speculative row also carries its speedup against the mean of the AR rows before and
+    after it."""
+    _in_process("bench_methods", [
+        "--random", json.dumps(TINY_QWEN3), "--random-drafter", json.dumps(TINY_DRAFTER), "--num-prompts", "1",
+        "--max-new-tokens", "4", "--budgets", "4", "--ar-again", "--dtype", "float32", "--device", "cpu", "--out",
+        str(tmp_path)], tmp_path / "again.stdout")
+    rows = json.loads((tmp_path / "rows.json").read_text())
+    assert [r["run"] for r in rows] == ["ar-T0", "dflash-T0", "ddtree-4-T0", "ar-again-T0"]
+    both = (rows[0]["tpot_ms"] + rows[3]["tpot_ms"]) / 2
+    for r in rows[1:3]:
+        assert r["speedup_vs_ar_both"] == pytest.approx(both / r["tpot_ms"])
+        assert r["speedup_vs_ar"] == pytest.approx(rows[0]["tpot_ms"] / r["tpot_ms"])
+    assert "speedup_vs_ar_both" not in rows[0] and "speedup_vs_ar_both" not in rows[3]
+
+
 def test_ab_base_writes_a_commit_beside_the_tree(tmp_path):
     """bench/ab_base.sh REV (gpu_suite.sh's BASE): REV's code under .ab/base, without the model assets, REV recorded,
     and nothing git would commit."""
