@@ -237,8 +237,8 @@ def gdn_tree(gdn: torch.nn.Module, h: torch.Tensor, layout: TreeLayout, conv_sta
     mixed, z, b, a = project(gdn, h)
     # Conv: each node's window of pre-conv inputs (its ancestors, then committed columns) is gathered from the bank
     # inside the conv, so no [N, C, K] windows are written; commit gathers the accepted node's alone.
-    bank = torch.cat([conv_state[0], mixed[0].transpose(0, 1).to(conv_state.dtype)], dim=-1,
-                     **({"out": into[0]} if into else {}))                                   # [C, K + N]
+    columns = [conv_state[0], mixed[0].transpose(0, 1).to(conv_state.dtype)]
+    bank = torch.cat(columns, dim=-1, out=into[0]) if into else torch.cat(columns, dim=-1)     # [C, K + N]
     q, k, v, g, beta = _conv_gates(gdn, bank, layout.conv_index, b, a)                        # [1, N, ...]
     states = NodeStates(bank, (q, k, v, g, beta), recurrent, layout, kernels)
     if kernels.chunked is not None and (layout.chain or kernels.chunked_trees):   # node corrections kept for commit
