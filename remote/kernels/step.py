@@ -39,9 +39,9 @@ from torch.nn import functional as F
 
 from . import attention as attention_kernel
 from .fused_linear import grouped
-from .rows import MAX_ROWS, gather_rows
 from .glue import active, add_rms_norm, add_zero_centred_norm, compiled_glue, gated_norm, norm_rotary, plain, \
     zero_centred_norm
+from .rows import MAX_ROWS, gather_rows
 
 FUSABLE = ("Qwen3RMSNorm", "Qwen2RMSNorm", "LlamaRMSNorm", "MistralRMSNorm")
 ZERO_CENTRED = ("Qwen3_5RMSNorm", "Qwen3_5MoeRMSNorm", "Qwen3NextRMSNorm")     # x_normed * (1 + weight)
