@@ -11,8 +11,8 @@ float32 states (zeros); `state(layer)` gives a layer's [1, ...] slices, which th
 `begin(n, keep)` makes a verify's banks [G, C, K + n] and, with `keep`, node states [G, n, HV, Dk, Dv] (inside a
 captured step: the graph's pool); `into(layer)` is what `remote.models.gdn.gdn_tree` writes a layer's there.
 `install(states, window, last)` installs, for every layer, the state after node `last` ([1]) whose conv columns
-are `window` ([K]), when every layer's `NodeStates` kept its node states here (True), else leaves it to the caller
-(False).
+are `window` ([K]; None where the layers need none, which then keeps nothing here), when every layer's `NodeStates`
+kept its node states here (True), else leaves it to the caller (False).
 """
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ class GdnStack:
         g = self._index[layer]
         return self.bank[g], None if self.nodes is None else self.nodes[g]
 
-    def install(self, states: dict, window: torch.Tensor, last: torch.Tensor) -> bool:
+    def install(self, states: dict, window: torch.Tensor | None, last: torch.Tensor) -> bool:
         if self.nodes is None or not all(self._kept(layer, states.get(layer)) for layer in self.layers):
             return False
         torch.index_select(self.bank, 2, window, out=self.conv)

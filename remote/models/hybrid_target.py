@@ -219,19 +219,11 @@ class HybridTarget(Target):
         return bool(self.capacity) and layer in self._conv
 
     def _install_after(self, node_states: dict, path: torch.Tensor, length: torch.Tensor | None = None) -> None:
-        """Install every GDN layer's state after `path` (`NodeStates.after`): written in place where reserved, and
-        the last node's conv columns gathered once a device, not once a layer."""
+        """Install every GDN layer's state after `path` (`NodeStates.after`): written in place where reserved, the
+        last node's conv columns gathered once a device, not once a layer, and a device's whole stack in two gathers
+        where its verify kept every layer's node states there (`GdnStack.install`)."""
         windows = {}                                     # device -> the last node's conv columns
-        done = set()                                     # layers installed with their device's stack
-        for stack in set(self._stacks.values()):
-            first = node_states.get(stack.layers[0])
-            if first is None or not first.needs_window:
-                continue
-            with self._on(stack.device):
-                here = path.to(stack.device)
-                windows[stack.device] = first.layout.window(here[-1:])
-                if stack.install(node_states, windows[stack.device], here[-1:]):
-                    done.update(stack.layers)
+        tried, done = set(), set()                       # stacks tried; layers they installed
         for layer, states in node_states.items():
             if layer in done:
                 continue
@@ -240,6 +232,12 @@ class HybridTarget(Target):
                 here = path.to(device)
                 if states.needs_window and device not in windows:
                     windows[device] = states.layout.window(here[-1:])
+                stack = self._stacks.get(layer)
+                if stack is not None and stack not in tried:     # every layer of its device at once, if it can
+                    tried.add(stack)
+                    if stack.install(node_states, windows.get(device), here[-1:]):
+                        done.update(stack.layers)
+                        continue
                 into = (self._conv[layer], self._rec[layer]) if self._reserved(layer) else None
                 self._conv[layer], self._rec[layer] = states.after(here, length, windows.get(device), into)
 
