@@ -19,6 +19,9 @@ import torch
 from remote.decoding import tree_build
 from remote.kernels import tree_search
 
+if sys.argv[2:] == ["sorted"]:      # as on a Triton without tl.topk: every key sorted, the first ones kept
+    import triton.language as tl
+    tree_search.HAS_TOPK = tl.constexpr(False)
 out = []
 for depth, vocab, budget, seed in json.loads(sys.argv[1]):
     g = torch.Generator().manual_seed(seed)
@@ -71,6 +74,16 @@ def test_kernel_builds_the_torch_tree():
     assert sum(r["top_k"] is True for r in results) >= 3
 
 
+def test_kernel_without_tl_topk_builds_the_torch_tree():
+    """Triton before tl.topk (torch 2.4's): the full sort's first keys, at a level, the final order and the top-k."""
+    cases = [(7, 50, 64, 2), (4, 9, 16, 5), (10, 100, 16, 130)]
+    results = run_interpreted(CHECK, json.dumps(cases), "sorted")
+    assert [r["case"] for r in results] == [list(c) for c in cases]
+    for r in results:
+        assert all(r[key] is True for key in ("tokens", "parents", "depths", "ancestors", "path_lp", "top_k",
+                                              "expected")), r
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the kernels run on CUDA")
 @pytest.mark.parametrize("vocab,budget", [(4096, 64), (4096, 128), (4096, 512), (1000, 300), (151936, 64)])
 def test_cuda_tree_equals_the_torch_tree(vocab, budget):
@@ -110,12 +123,12 @@ def test_kernels_compile_for_hopper():
              "sizes", "expected")
     tree = {**{name: "*i64" for name in longs}, "top_lp": "*fp32", "path_lp": "*fp32",
             **{name: "i32" for name in ("K", "C", "B", "levels", "n", "S")}}
-    shapes = {"CP": 1024, "SP": 2048, "NP": 256, "HP": 16, "ZP": 8}
+    shapes = {"CP": 1024, "KP": 128, "SP": 2048, "NK": 128, "NP": 256, "HP": 16, "LH": 4, "ZP": 8}
     chunk = {"logits": "*fp32", "part_key": "*i64", "part_max": "*fp32", "part_sum": "*fp32",
              **{name: "i32" for name in ("V", "per", "stride", "tie_top")}}
     merge = {"part_key": "*i64", "part_max": "*fp32", "part_sum": "*fp32", "top_lp": "*fp32", "top_ids": "*i64",
              **{name: "i32" for name in ("K", "chunks", "per", "tie_top")}}
     for kernel, signature, constants in [(tree_search._tree_kernel, tree, shapes),
-                                         (tree_search._top_k_chunk_kernel, chunk, {"CHUNK": 512}),
-                                         (tree_search._top_k_merge_kernel, merge, {"MP": 1024, "CP": 8})]:
+                                         (tree_search._top_k_chunk_kernel, chunk, {"CHUNK": 512, "PER": 128}),
+                                         (tree_search._top_k_merge_kernel, merge, {"MP": 1024, "CP": 8, "KP": 128})]:
         assert ".entry" in hopper_ptx(kernel, signature, constants)

@@ -11,8 +11,10 @@ comparison instead was 6x slower). The search stops at the first level past whic
 deeper one scores at most that level's best plus the next level's best gain, and n kept prefixes score at least that):
 on the demo drafters' trees after 3-4 of 15 levels (fp32 and bf16 on HumanEval, session 10), which took the search at
 budget 31 from 22 us to 8 (a 15-deep spine still runs every level: 28). Each level's gains are loaded a level ahead
-and its picks go to global memory rather than a register gather: the spine 28.6 -> 27.6 us (session 27); the sorts
-are the rest. The final order and the ancestry follow the kept levels.
+and its picks go to global memory rather than a register gather: the spine 28.6 -> 27.6 us (session 27). A level
+and the final order take only the best keys they keep (`tl.topk`: k-wide sorted blocks merged, the losing half of
+the keys dropped at each merge) instead of sorting every key, and the ancestry is binary-lifted: budget 31's spine
+22.6 -> 19.6 us, a bushy tree 7.4 -> 6.3 (session 29, 4 warps each).
 
 Contract: `top_k(draft_logits, k)` -> the k best log-probs and token ids per row (two kernels where the chunks'
 candidates fit TOP_K_MERGE: the demo's 4096 vocabulary up to k = 256). `build(top_lp, top_ids, parent, rank, sizes,
@@ -41,14 +43,28 @@ def available(device: torch.device) -> bool:
 
 
 def _warps(length: int) -> int:
-    """Warps of the CTA that sorts `length` int64 keys. Measured for the search (H200, bench_kernels --kinds tree):
-    512 keys (budget 31) 8.4 / 7.4 / 6.8 us at 4 / 8 / 16 warps on a bushy tree (the search stops after a few
-    levels), 27.7 / 28.8 / 32.6 on a 15-deep spine (session 10); 1024 (budget 63) 33 / 24 / 21 and 89 / 62 / 59;
-    2048 (budget 128) 208 us at 4, 115 at 16 (session 6, before the early stop)."""
-    return 4 if length <= 256 else 8 if length <= 512 else 16
+    """Warps of the search's CTA for `length` kept slots (levels x budget). Measured with bench_kernels --kinds tree
+    (H200, session 29, `tl.topk`), bushy tree / 15-deep spine at 2 / 4 / 8 / 16 warps: 256 slots (budget 15) 4.0 /
+    3.8 / 4.0 / 4.9 and 15.0 / 14.4 / 16.0 / 19.0 us; 512 (budget 31) 7.8 / 6.3 / 6.4 / 7.3 and 21.9 / 19.6 / 21.6 /
+    25.9; 1024 (budget 63, call before) 26 / 19 / 13 / 14 and 85 / 62 / 39 / 45. 2048 (budget 128): 208 us at 4, 115
+    at 16 (session 6, before the early stop)."""
+    return 4 if length <= 512 else 8 if length <= 1024 else 16
 
 
 if triton is not None:
+    # tl.topk (a bitonic sort of k-wide blocks, then merges that halve the keys) arrived in Triton 3.x; without it
+    # the full sort's first k keys
+    HAS_TOPK = tl.constexpr(hasattr(tl, "topk"))
+
+    @triton.jit
+    def _top(keys, K: tl.constexpr):
+        """The K largest of `keys` [N] (N and K powers of two), largest first."""
+        if HAS_TOPK:
+            return tl.topk(keys, K)
+        else:
+            # sorted descending, the first row of [N / K, K] is its column-wise max
+            return tl.max(tl.reshape(tl.sort(keys, descending=True), [keys.shape[0] // K, K]), 0)
+
     @triton.jit
     def _key(score, tie):
         """int64 that orders like (score, tie): the float's bits made monotonic, above a 32-bit tie-break."""
@@ -62,21 +78,23 @@ if triton is not None:
 
     @triton.jit
     def _tree_kernel(top_lp, top_ids, cand_parent, cand_rank, vindex, picks, tokens, parents, depths, ancestors,
-                     path_lp, sizes, expected, K, C, B, levels, n, S, CP: tl.constexpr, SP: tl.constexpr,
-                     NP: tl.constexpr, HP: tl.constexpr, ZP: tl.constexpr):
+                     path_lp, sizes, expected, K, C, B, levels, n, S, CP: tl.constexpr, KP: tl.constexpr,
+                     SP: tl.constexpr, NK: tl.constexpr, NP: tl.constexpr, HP: tl.constexpr, LH: tl.constexpr,
+                     ZP: tl.constexpr):
         neg = float("-inf")
-        c = tl.arange(0, CP)                # the candidates, and the kept slots (CP >= C and CP >= B)
+        c = tl.arange(0, CP)                # the candidates (CP >= C >= B)
         live = c < C
         par = tl.load(cand_parent + c, mask=live, other=0)
         rank = tl.load(cand_rank + c, mask=live, other=0)
-        kept = c < B
+        b = tl.arange(0, KP)                # a level's kept slots (KP >= B): only the best KP candidates are sorted
+        kept = b < B
         # Every level's kept scores in registers, level-major (slot = level * B + kept index); their candidates
         # go to `picks` (global, read after the search): no gather into registers a level
         s = tl.arange(0, SP)
         col = s % B
         scores = tl.full([SP], neg, tl.float32)
         # The level being searched lives in registers too: its parents' scores are gathered from the last level's.
-        prev = tl.where(c == 0, 0.0, neg)   # the virtual level above depth 1: slot 0 is the root, the rest empty
+        prev = tl.where(b == 0, 0.0, neg)   # the virtual level above depth 1: slot 0 is the root, the rest empty
         # finite floor for impossible tokens, so that every real prefix outranks an empty slot; each level's gains
         # and the next level's best gain are loaded one level ahead, so that their latency hides behind a sort
         gain = tl.maximum(tl.load(top_lp + rank, mask=live, other=0.0), -1e30)
@@ -88,9 +106,9 @@ if triton is not None:
             row = tl.minimum(ahead, levels - 1)          # past the last level: a row loaded and never used
             gain_ahead = tl.maximum(tl.load(top_lp + row * K + rank, mask=live, other=0.0), -1e30)
             best_ahead = tl.load(top_lp + (ahead + 1) * K, mask=ahead + 1 < levels, other=0.0)
-            key = tl.sort(_key(tl.where(live, tl.gather(prev, par, 0) + gain, neg), CP - 1 - c), descending=True)
+            key = _top(_key(tl.where(live, tl.gather(prev, par, 0) + gain, neg), CP - 1 - c), KP)
             prev = tl.where(kept, _score(key), neg)
-            tl.store(picks + level * B + c, CP - 1 - (key & 0xFFFFFFFF), mask=kept)
+            tl.store(picks + level * B + b, CP - 1 - (key & 0xFFFFFFFF), mask=kept)
             scores = tl.where(s // B == level, tl.gather(prev, col, 0), scores)
             level = ahead
             # Stop once no deeper prefix can be chosen: every one scores at most `bound` (this level's best plus
@@ -100,16 +118,17 @@ if triton is not None:
             more = (level < levels) & (tl.sum((scores >= bound).to(tl.int32), 0) < n)
             gain, best_gain = gain_ahead, best_ahead
         # the best n prefixes of the levels searched; equal scores keep the shallower (level-major slot) first
-        key = tl.sort(_key(scores, SP - 1 - s), descending=True)
+        key = _top(_key(scores, SP - 1 - s), NK)
         slot = SP - 1 - (key & 0xFFFFFFFF)
-        chosen = s < n
+        t = tl.arange(0, NK)                # the chosen prefixes, best first (NK >= n)
+        chosen = t < n
         depth = slot // B
         tl.debug_barrier()                  # every level's picks stored
         pick = tl.load(picks + slot, mask=chosen & (depth < level), other=0)
         token = tl.load(top_ids + depth * K + tl.gather(rank, pick, 0), mask=chosen, other=0)
-        tl.store(tokens + s, token, mask=chosen)
+        tl.store(tokens + t, token, mask=chosen)
         lp = _score(key)
-        tl.store(path_lp + s, lp, mask=chosen)
+        tl.store(path_lp + t, lp, mask=chosen)
         # tree_budget=auto's predictions: each bucket's expected accepted tokens (thousandths, rounded) is the mass
         # of its first nodes, -1 for a bucket larger than this tree (unless the tree holds every prefix there is)
         z = tl.arange(0, ZP)
@@ -117,31 +136,34 @@ if triton is not None:
         mass = tl.cumsum(tl.where(chosen, tl.exp(lp), 0.0), 0)
         thousandths = tl.floor(tl.gather(mass, tl.maximum(tl.minimum(size, n) - 1, 0), 0) * 1000.0 + 0.5)
         tl.store(expected + z, tl.where((size > B) & (n >= B), -1, thousandths.to(tl.int64)), mask=z < S)
-        tl.store(vindex + slot, s + 1, mask=chosen)
+        tl.store(vindex + slot, t + 1, mask=chosen)
         tl.debug_barrier()
         above = tl.maximum(depth - 1, 0) * B + tl.gather(par, pick, 0)
         parent = tl.where(depth == 0, 0, tl.load(vindex + above, mask=chosen & (depth > 0), other=0))
-        # Verify index v: the root is 0, chosen prefix s is s + 1. ancestors[v, d]: v's ancestor at depth d, v
-        # itself from its own depth on; the walk up to the root runs in registers too, as deep as the search went.
+        # Verify index v: the root is 0, chosen prefix s is s + 1. ancestors[v, d]: v's ancestor at depth d (dv - d
+        # steps up), v itself from its own depth on; by binary lifting in registers, a hop of 2^b steps a round: a
+        # 15-deep spine in 4 rounds, not 15 (the root is its own parent here)
         H = levels + 1
         v = tl.arange(0, NP).to(tl.int64)
         node = v <= n
-        prior = tl.minimum(tl.maximum(v - 1, 0), SP - 1)
+        prior = tl.minimum(tl.maximum(v - 1, 0), NK - 1)
         pv = tl.where(node & (v > 0), tl.gather(parent, prior, 0), -1)
         dv = tl.where(node & (v > 0), tl.gather(depth + 1, prior, 0), 0)
         d = tl.arange(0, HP)
-        anc = v[:, None] + d[None, :] * 0
-        up = v
-        for step in range(level + 1):
-            anc = tl.where(d[None, :] == (dv - step)[:, None], up[:, None], anc)
-            above_up = tl.gather(pv, up, 0)
-            up = tl.where(above_up < 0, up, above_up)
+        steps = tl.maximum(dv[:, None] - d[None, :], 0)
+        anc = tl.broadcast_to(v[:, None], [NP, HP])
+        hop = tl.where(pv < 0, v, pv)
+        for b in tl.static_range(LH):
+            up = tl.gather(tl.broadcast_to(hop[:, None], [NP, HP]), anc, 0)
+            anc = tl.where(((steps >> b) & 1) == 1, up, anc)
+            hop = tl.gather(hop, hop, 0)
         tl.store(parents + v, pv, mask=node)
         tl.store(depths + v, dv, mask=node)
         tl.store(ancestors + v[:, None] * H + d[None, :], anc, mask=node[:, None] & (d[None, :] < H))
 
     @triton.jit
-    def _top_k_chunk_kernel(logits, part_key, part_max, part_sum, V, per, stride, tie_top, CHUNK: tl.constexpr):
+    def _top_k_chunk_kernel(logits, part_key, part_max, part_sum, V, per, stride, tie_top, CHUNK: tl.constexpr,
+                            PER: tl.constexpr):
         """Stage 1, program (row, chunk): the chunk's best `per` keys, best first, its max and its sum of
         exp(x - max) (for the row's log-softmax)."""
         row, chunk, chunks = tl.program_id(0), tl.program_id(1), tl.num_programs(1)
@@ -152,18 +174,19 @@ if triton is not None:
         slot = row * chunks + chunk
         tl.store(part_max + slot, top)
         tl.store(part_sum + slot, tl.sum(tl.exp(x - safe), 0))
-        key = tl.sort(_key(x, tie_top - i), descending=True)
-        c = tl.arange(0, CHUNK)
+        key = _top(_key(x, tie_top - i), PER)
+        c = tl.arange(0, PER)
         tl.store(part_key + slot * per + c, key, mask=c < per)
 
     @triton.jit
     def _top_k_merge_kernel(part_key, part_max, part_sum, top_lp, top_ids, K, chunks, per, tie_top,
-                            MP: tl.constexpr, CP: tl.constexpr):
+                            MP: tl.constexpr, CP: tl.constexpr, KP: tl.constexpr):
         """Stage 2, program row: the K best of the chunks' keys, as log-probs and token ids."""
         row = tl.program_id(0)
-        j = tl.arange(0, MP)
-        key = tl.load(part_key + row * chunks * per + j, mask=j < chunks * per, other=-9223372036854775807 - 1)
-        key = tl.sort(key, descending=True)
+        m = tl.arange(0, MP)
+        key = tl.load(part_key + row * chunks * per + m, mask=m < chunks * per, other=-9223372036854775807 - 1)
+        key = _top(key, KP)
+        j = tl.arange(0, KP)
         c = tl.arange(0, CP)
         tops = tl.load(part_max + row * chunks + c, mask=c < chunks, other=float("-inf"))
         top = tl.max(tops, 0)
@@ -193,10 +216,10 @@ def _launch_top_k(wrap, logits, k: int, chunk: int = TOP_K_CHUNK):
     top_lp = torch.empty(rows, k, dtype=torch.float32, device=device)
     top_ids = torch.empty(rows, k, dtype=torch.long, device=device)
     wrap(_top_k_chunk_kernel)[(rows, chunks)](logits, part_key, part_max, part_sum, vocab, per, logits.stride(0),
-                                             TIE_TOP, CHUNK=chunk, num_warps=4)
+                                             TIE_TOP, CHUNK=chunk, PER=pow2(per), num_warps=4)
     mp = pow2(chunks * per)
     wrap(_top_k_merge_kernel)[(rows,)](part_key, part_max, part_sum, top_lp, top_ids, k, chunks, per, TIE_TOP,
-                                      MP=mp, CP=pow2(chunks), num_warps=_warps(mp))
+                                      MP=mp, CP=pow2(chunks), KP=pow2(k), num_warps=_warps(mp))
     return top_lp, top_ids
 
 
@@ -213,8 +236,9 @@ def _launch(wrap, top_lp, top_ids, parent, rank, sizes, budget: int, levels: int
     expected = torch.empty(sizes.shape[0], **as_long)
     sp = pow2(levels * budget)
     wrap(_tree_kernel)[(1,)](top_lp, top_ids, parent, rank, vindex, picks, tokens, parents, depths, ancestors, path_lp,
-                             sizes, expected, k, c, budget, levels, n, sizes.shape[0], CP=pow2(max(c, budget)),
-                             SP=sp, NP=pow2(n + 1), HP=pow2(levels + 1), ZP=pow2(sizes.shape[0]),
+                             sizes, expected, k, c, budget, levels, n, sizes.shape[0], CP=pow2(c), KP=pow2(budget),
+                             SP=sp, NK=pow2(n), NP=pow2(n + 1), HP=pow2(levels + 1), LH=levels.bit_length(),
+                             ZP=pow2(sizes.shape[0]),
                              num_warps=num_warps or _warps(sp))
     return tokens, parents, depths, ancestors, path_lp, expected
 
