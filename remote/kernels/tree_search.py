@@ -13,8 +13,8 @@ on the demo drafters' trees after 3-4 of 15 levels (fp32 and bf16 on HumanEval, 
 budget 31 from 22 us to 8 (a 15-deep spine still runs every level: 28). Each level's gains are loaded a level ahead
 and its picks go to global memory rather than a register gather: the spine 28.6 -> 27.6 us (session 27). A level
 and the final order take only the best keys they keep (`tl.topk`: k-wide sorted blocks merged, the losing half of
-the keys dropped at each merge) instead of sorting every key, and the ancestry is binary-lifted: budget 31's spine
-22.6 -> 19.6 us, a bushy tree 7.4 -> 6.3 (session 29, 4 warps each).
+the keys dropped at each merge) instead of sorting every key, and the ancestry is binary-lifted: budget 31's search
+27.7 -> 19.6 us on a spine, 10.8 -> 6.3 on a bushy tree (session 29, each at its default warps).
 
 Contract: `top_k(draft_logits, k)` -> the k best log-probs and token ids per row (two kernels where the chunks'
 candidates fit TOP_K_MERGE: the demo's 4096 vocabulary up to k = 256). `build(top_lp, top_ids, parent, rank, sizes,
