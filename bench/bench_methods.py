@@ -7,12 +7,13 @@
 One model load per temperature; every method decodes the same prompts with the same per-prompt seeds, after a
 warm-up per method and budget (each budget is a new shape). `--ar-again` times AR once more after the other
 methods and gives every speculative row's speedup against the mean of both AR rows too (`speedup_vs_ar_both`, the
-`vs_both_ar` column). `--stock-generate` adds transformers' own `generate` as
-a row, to keep our AR honest; `--methods` measures fewer (AR always); `--floor` gives every row's step against the
-floor (the target's weight bytes / a device copy's bandwidth, measured in the run). Writes summary.csv and the sweep
-plots (same functions as the orchestrator's sweep summary) to --out; every row is printed as one JSON line and saved
-to rows.json as soon as it is measured (a run stopped at a time limit keeps them), and the last stdout line is
-compact JSON.
+`vs_both_ar` column). `--interleave` has the methods take turns prompt by prompt instead (`measure_interleaved`: a
+drift of the GPU falls on each alike; one cache size for all; rows say `interleaved`). `--stock-generate` adds
+transformers' own `generate` as a row, to keep our AR honest; `--methods` measures fewer (AR always); `--floor`
+gives every row's step against the floor (the target's weight bytes / a device copy's bandwidth, measured in the
+run). Writes summary.csv and the sweep plots (same functions as the orchestrator's sweep summary) to --out; every
+row is printed as one JSON line and saved to rows.json as soon as it is measured (a run stopped at a time limit
+keeps them), and the last stdout line is compact JSON.
 `--profile DIR` adds, after the timed runs of the first temperature (so no reported time is taken under the
 profiler), a torch.profiler chrome trace and a key_averages table of --profile-gens generations per method (ar,
 dflash, ddtree at the budget with the best speedup, stock `generate`), with the decode phases (draft, tree_build,
@@ -115,13 +116,55 @@ def measure(run: Run, method: str, budget: int | str) -> tuple[list, dict]:
     waited = run.graphed.read_wait_s if run.graphed else 0.0
     gens = [run.generate(method, i) for i in range(len(run.inputs))]
     peak = peak_memory_gb(run.device) if run.device.type == "cuda" else None
+    return gens, metrics_of(run, method, gens, peak, (run.graphed.read_wait_s - waited) if run.graphed else 0.0)
+
+
+def metrics_of(run: Run, method: str, gens: list, peak, waited_s: float) -> dict:
+    """A method's row figures from its timed generations, the peak memory they reached and the seconds the host
+    waited for their steps' reads; the phase split replays the state the last generation left."""
     depth = run.drafter.block_size - 1 if method != "ar" else 0
     # ms a speculative step the host waited for the GPU's read of it: near zero where the host sets the pace
     steps = sum(len(g.committed) for g in gens)
-    wait = {"read_wait_ms": 1000 * (run.graphed.read_wait_s - waited) / steps} \
+    wait = {"read_wait_ms": 1000 * waited_s / steps} \
         if run.graphed and run.device.type == "cuda" and method != "ar" and steps else {}
-    return gens, {**aggregate(gens, peak, depth), **step_figures(run, method, gens, print), **figures(run.auto),
-                  **wait}
+    return {**aggregate(gens, peak, depth), **step_figures(run, method, gens, print), **figures(run.auto), **wait}
+
+
+def measure_interleaved(run: Run, configs: list[tuple[str, int]]) -> dict[tuple[str, int], tuple[list, dict]]:
+    """`measure` for every (method, budget) of `configs` at once: the methods take turns prompt by prompt, in
+    reverse order on every other prompt (as remote.runner.run_methods), so that a drift of the GPU over the run
+    (clocks, heat: two AR rows of one process differed by up to 5% on an H200, session 29) falls on each alike.
+    The static caches have one size, the widest config's: a method that writes fewer rows a step attends over a
+    few rows more than when `measure` sizes them for it alone. Each config is warmed up first, and decodes one
+    more prompt after the timed ones (untimed), so that its phase split replays a state of its own."""
+    d, cuda = run.spec.decoding, run.device.type == "cuda"
+    widest = max(configs, key=lambda c: (c[0] != "ar", c[0] == "ddtree", c[1]))
+    d.tree_budget = widest[1]
+    run.reset_auto()
+    if run.graphed:
+        run.graphed.reserve(max(ids.shape[1] for ids in run.inputs), d.max_new_tokens, *widest, exact=True)
+    for method, budget in configs:
+        d.tree_budget = budget
+        run.generate(method, 0)
+    gens = {c: [] for c in configs}
+    peaks, waits = dict.fromkeys(configs), dict.fromkeys(configs, 0.0)
+    for index in range(len(run.inputs)):
+        for config in configs if index % 2 == 0 else configs[::-1]:
+            d.tree_budget = config[1]
+            reset_peak_memory(run.device)
+            waited = run.graphed.read_wait_s if run.graphed else 0.0
+            gens[config].append(run.generate(config[0], index))
+            waits[config] += (run.graphed.read_wait_s - waited) if run.graphed else 0.0
+            if cuda:
+                now = peak_memory_gb(run.device)
+                peaks[config] = [max(a, b) for a, b in zip(now, peaks[config] or now)]
+    measured = {}
+    for config in configs:
+        d.tree_budget = config[1]
+        run.generate(config[0], len(run.inputs) - 1)
+        measured[config] = gens[config], {**metrics_of(run, config[0], gens[config], peaks[config], waits[config]),
+                                          "interleaved": True}
+    return measured
 
 
 def auto_verdicts(rows: list[dict], temperature: float) -> list[str]:
@@ -280,6 +323,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--no-cudnn-sdpa", action="store_true",
                    help="keep torch's SDPA off cuDNN (which builds an execution plan for every new sequence length)")
     p.add_argument("--ar-again", action="store_true", help="measure AR again after the other methods (drift check)")
+    p.add_argument("--interleave", action="store_true",
+                   help="the methods take turns prompt by prompt on one cache size (the widest budget's), instead "
+                        "of one method's prompts after another's each on caches of its own size; fixed budgets only")
     p.add_argument("--no-graphs", action="store_true", help="eager steps even where CUDA graphs are supported")
     p.add_argument("--compile", action="store_true", help="torch.compile each graphed step (compile_steps=true)")
     p.add_argument("--eager-drafter", action="store_true",
@@ -298,6 +344,8 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"--methods: one or more of ar, dflash, ddtree; got {args.methods!r}")
     budgets = parse_budgets(args.budgets, args.auto_max) if "ddtree" in methods else []
     fixed = [b for b in budgets if isinstance(b, int)]      # what the phase kernels and the profile take
+    if args.interleave and len(fixed) < len(budgets):
+        raise SystemExit(f"--interleave: fixed budgets only (tree_budget=auto learns as it goes); got {args.budgets!r}")
     if args.profile and not fixed:
         raise SystemExit("--profile traces ddtree at a fixed budget: give one in --budgets (and ddtree in --methods)")
     if args.no_cudnn_sdpa:
@@ -327,7 +375,9 @@ def main(argv: list[str] | None = None) -> None:
             floor.update(floor_ms=weights / gbps / 1e6, copy_gbps=gbps, weight_gb=weights / 1e9)
             print(f"floor: {weights / 1e9:.2f} GB of weights at {gbps:.0f} GB/s (a copy's) = "
                   f"{floor['floor_ms']:.3f} ms a step", flush=True)
-        ar_gens, ar_metrics = measure(run, "ar", 1)
+        measured = measure_interleaved(run, [("ar", 1), *([("dflash", 1)] if "dflash" in methods else []),
+                                             *(("ddtree", b) for b in budgets)]) if args.interleave else {}
+        ar_gens, ar_metrics = measured.get(("ar", 1)) or measure(run, "ar", 1)
         record(row("ar", None, temperature, ar_metrics, ar_metrics, ar_gens, ar_gens))
         if args.stock_generate and temperature == 0:
             tpot = stock_generate_tpot(run)
@@ -335,10 +385,10 @@ def main(argv: list[str] | None = None) -> None:
                     "tree_budget": None, "temperature": 0.0, "tpot_ms": tpot, "step_ms": tpot,
                     "speedup_vs_ar": ar_metrics["tpot_ms"] / tpot, "accept_by_depth": []})
         if "dflash" in methods:
-            gens, metrics = measure(run, "dflash", 1)
+            gens, metrics = measured.get(("dflash", 1)) or measure(run, "dflash", 1)
             record(row("dflash", None, temperature, metrics, ar_metrics, gens, ar_gens))
         for budget in budgets:
-            gens, metrics = measure(run, "ddtree", budget)
+            gens, metrics = measured.get(("ddtree", budget)) or measure(run, "ddtree", budget)
             record(row("ddtree", budget, temperature, metrics, ar_metrics, gens, ar_gens))
             if getattr(run.auto, "trace", None) is not None:
                 save_trace(run.auto, gens, out / f"{budget}-T{temperature:g}.json")

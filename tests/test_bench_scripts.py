@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from unittest import mock
 
 import pytest
 import torch
@@ -258,6 +259,32 @@ def test_ar_again_gives_speedups_against_both_ar_rows(tmp_path):
         assert r["speedup_vs_ar_both"] == pytest.approx(both / r["tpot_ms"])
         assert r["speedup_vs_ar"] == pytest.approx(rows[0]["tpot_ms"] / r["tpot_ms"])
     assert "speedup_vs_ar_both" not in rows[0] and "speedup_vs_ar_both" not in rows[3]
+
+
+def test_interleave_takes_turns_prompt_by_prompt(tmp_path):
+    """--interleave: each method warmed up, then the methods take turns on prompt 0, in reverse order on prompt 1,
+    each at its own budget; then each decodes once more (the state its phase split replays). Every row says so."""
+    from remote.runner import Run
+
+    calls, generate = [], Run.generate
+
+    def recorded(run, method, index, *args, **kwargs):     # the real generate, its calls written down
+        calls.append((method, run.spec.decoding.tree_budget, index))
+        return generate(run, method, index, *args, **kwargs)
+
+    with mock.patch.object(Run, "generate", recorded):
+        _in_process("bench_methods", [
+            "--random", json.dumps(TINY_QWEN3), "--random-drafter", json.dumps(TINY_DRAFTER), "--num-prompts", "2",
+            "--max-new-tokens", "4", "--budgets", "4,2", "--interleave", "--dtype", "float32", "--device", "cpu",
+            "--out", str(tmp_path)], tmp_path / "interleaved.stdout")
+    order = [("ar", 1), ("dflash", 1), ("ddtree", 4), ("ddtree", 2)]
+    assert calls == [(m, b, 0) for m, b in order] + [(m, b, 0) for m, b in order] + \
+        [(m, b, 1) for m, b in order[::-1]] + [(m, b, 1) for m, b in order]
+    rows = json.loads((tmp_path / "rows.json").read_text())
+    assert [r["run"] for r in rows] == ["ar-T0", "dflash-T0", "ddtree-4-T0", "ddtree-2-T0"]
+    assert all(r["interleaved"] is True and r["tpot_ms"] > 0 for r in rows)
+    with pytest.raises(SystemExit, match="--interleave: fixed budgets only"):
+        _bench("bench_methods").main(["--random", json.dumps(TINY_QWEN3), "--budgets", "4,auto", "--interleave"])
 
 
 def test_ab_base_writes_a_commit_beside_the_tree(tmp_path):
