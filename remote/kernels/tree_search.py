@@ -43,11 +43,12 @@ def available(device: torch.device) -> bool:
 
 
 def _warps(length: int) -> int:
-    """Warps of the search's CTA for `length` kept slots (levels x budget). Measured with bench_kernels --kinds tree
-    (H200, session 29, `tl.topk`), bushy tree / 15-deep spine at 2 / 4 / 8 / 16 warps: 256 slots (budget 15) 4.0 /
-    3.8 / 4.0 / 4.9 and 15.0 / 14.4 / 16.0 / 19.0 us; 512 (budget 31) 7.8 / 6.3 / 6.4 / 7.3 and 21.9 / 19.6 / 21.6 /
-    25.9; 1024 (budget 63, call before) 26 / 19 / 13 / 14 and 85 / 62 / 39 / 45. 2048 (budget 128): 208 us at 4, 115
-    at 16 (session 6, before the early stop)."""
+    """Warps of a CTA that keeps the best of `length` int64 keys: the search's slots (levels x budget), the top-k
+    merge's candidates. Measured for the search with bench_kernels --kinds tree (H200, session 29, `tl.topk`), bushy
+    tree / 15-deep spine at 2 / 4 / 8 / 16 warps: 256 slots (budget 15) 4.0 / 3.8 / 4.0 / 4.9 and 15.0 / 14.4 / 16.0
+    / 19.0 us; 512 (budget 31) 7.8 / 6.3 / 6.4 / 7.3 and 21.9 / 19.6 / 21.6 / 25.9; 1024 (budget 63, an earlier
+    call) 26 / 19 / 13 / 14 and 85 / 62 / 39 / 45. 2048 (budget 128): 208 us at 4, 115 at 16 (session 6, before the
+    early stop). The merge (budget 63: 512 candidates, 8 warps before) has not been timed apart."""
     return 4 if length <= 512 else 8 if length <= 1024 else 16
 
 
@@ -86,7 +87,7 @@ if triton is not None:
         live = c < C
         par = tl.load(cand_parent + c, mask=live, other=0)
         rank = tl.load(cand_rank + c, mask=live, other=0)
-        b = tl.arange(0, KP)                # a level's kept slots (KP >= B): only the best KP candidates are sorted
+        b = tl.arange(0, KP)                # a level's kept slots (KP >= B): the best KP candidates, in order
         kept = b < B
         # Every level's kept scores in registers, level-major (slot = level * B + kept index); their candidates
         # go to `picks` (global, read after the search): no gather into registers a level
