@@ -95,6 +95,11 @@ step gdn 200 sh -c "python3 bench/bench_kernels.py --kinds gdn --gdn-preset qwen
   --out $OUT/gdn_hv16.json && python3 bench/bench_kernels.py --kinds gdn --budgets 63 --out $OUT/gdn_demo.json"
 methods q3_graph 90 $Q3 --temperatures 0 --num-prompts 6 --budgets 32,64,128 --stock-generate --ar-again
 methods q3_graph24 150 $Q3 --temperatures 0 --num-prompts 24 --budgets 31,63 --ar-again
+# the same and the hybrid with the methods taking turns prompt by prompt (one cache size): the ratios the goals
+# (DDTree >= 2.0x AR, hybrid DDTree >= 1.3x DFlash) are read from, without the +-5% drift between AR rows (a BASE
+# from before --interleave, session 29, fails their _base steps at once)
+methods q3_turns 150 $Q3 --temperatures 0 --num-prompts 24 --budgets 31,63 --interleave
+methods q35_turns 150 $Q35 --temperatures 0 --num-prompts 24 --budgets 15,31 --interleave
 methods q3_compile 150 $Q3 --temperatures 0 --num-prompts 6 --budgets 128,64 --compile --ar-again
 methods q35 150 $Q35 --temperatures 0 --num-prompts 24 --budgets 31,32 --phase-kernels
 # the kernels of each phase of demo-qwen3's replayed steps (AR against DDTree 31: what a small pair's step is made of)
