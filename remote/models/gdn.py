@@ -217,12 +217,15 @@ def gdn_step(gdn: torch.nn.Module, h: torch.Tensor, conv_state: torch.Tensor, re
     return _output(gdn, core, z)
 
 
+def _chunked(kernels: GdnKernels, layout: TreeLayout) -> bool:
+    """Whether `gdn_tree` solves `layout` in the chunked form: chains, and every tree at wide layers."""
+    return kernels.chunked is not None and (layout.chain or kernels.chunked_trees)
+
+
 def keeps_nodes(kernels: GdnKernels, layout: TreeLayout, n: int, state_numel: int) -> bool:
     """Whether `gdn_tree` runs the n nodes of `layout` through the per-node kernel and keeps every node's state
-    (recurrent states of `state_numel` floats): not for chains and wide layers (the chunked form), and only within
-    KEEP_LIMIT."""
-    chunked = kernels.chunked is not None and (layout.chain or kernels.chunked_trees)
-    return not chunked and kernels.tree is not None and n * state_numel * 4 <= KEEP_LIMIT
+    (recurrent states of `state_numel` floats): not in the chunked form, and only within KEEP_LIMIT."""
+    return not _chunked(kernels, layout) and kernels.tree is not None and n * state_numel * 4 <= KEEP_LIMIT
 
 
 def gdn_tree(gdn: torch.nn.Module, h: torch.Tensor, layout: TreeLayout, conv_state: torch.Tensor,
@@ -241,7 +244,7 @@ def gdn_tree(gdn: torch.nn.Module, h: torch.Tensor, layout: TreeLayout, conv_sta
     bank = torch.cat(columns, dim=-1, out=into[0]) if into else torch.cat(columns, dim=-1)     # [C, K + N]
     q, k, v, g, beta = _conv_gates(gdn, bank, layout.conv_index, b, a)                        # [1, N, ...]
     states = NodeStates(bank, (q, k, v, g, beta), recurrent, layout, kernels)
-    if kernels.chunked is not None and (layout.chain or kernels.chunked_trees):   # node corrections kept for commit
+    if _chunked(kernels, layout):                   # node corrections kept for commit
         core, states.solved = kernels.chunked(q[0], k[0], v[0], g[0], beta[0], recurrent[0], layout.visible, n)
         return _output(gdn, core[None], z), states
     if kernels.tree is not None:    # one launch: every node from its parent's state, node states kept if small
