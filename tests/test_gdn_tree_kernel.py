@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from tests.interpreted import run_interpreted
 
@@ -73,15 +74,65 @@ print(json.dumps(installs))
 
 def test_stacked_commit_installs_every_layer_as_the_eager_commit():
     """With node states kept (the tree kernel), a static verify writes every GDN layer's bank and node states into
-    its device's stack and the commit installs all layers in two gathers (remote.models.gdn_stack); the layer
+    its device's stack and the commit installs all layers in one launch (remote.models.gdn_stack); the layer
     states then equal the eager commit's (a chain and a tree, several accepted paths each)."""
     installs = run_interpreted(STACKED, timeout=900)
     assert installs and all(installs), installs
 
 
-def test_tree_kernel_compiles_for_hopper():
-    """Triton's compiler types what its interpreter does not; the kernel compiles for sm_90 here, without a GPU."""
-    from remote.kernels import gdn_tree as gdn_tree_kernel
+INSTALL = r"""
+import json, sys
+import torch
+from remote.kernels import gdn_install
+from tests.test_gdn_tree_kernel import install_case
+
+out = []
+for case in json.loads(sys.argv[1]):
+    (bank, nodes, conv_index, last), (conv, rec) = install_case(*case)
+    want_conv, want_rec = conv.clone(), rec.clone()
+    gdn_install.torch_install(bank, nodes, conv_index, last, want_conv, want_rec)
+    gdn_install.install_interpreted(bank, nodes, conv_index, last, conv, rec)
+    out.append([torch.equal(conv, want_conv), torch.equal(rec, want_rec)])
+print(json.dumps(out))
+"""
+
+INSTALL_CASES = [(2, 8, 3, 4, 0), (3, 300, 5, 2, 1), (1, 16, 1, 2000, 2)]   # (layers, channels, nodes, state, seed)
+
+
+def install_case(layers: int, channels: int, nodes: int, state: int, seed: int, device: str = "cpu"):
+    """(bank, nodes, conv_index, last) of a made-up commit, and the (conv, rec) it installs into; channels x K or
+    the state size past gdn_install.BLOCK: several blocks a layer."""
+    g = torch.Generator().manual_seed(seed)
+    k = 4
+    bank = torch.randn(layers, channels, k + nodes, generator=g).to(torch.bfloat16)
+    kept = torch.randn(layers, nodes, 2, state, generator=g)
+    conv_index = torch.randint(0, k + nodes, (nodes, k), generator=g)
+    last = torch.tensor([nodes - 1 - seed % nodes])
+    conv, rec = torch.zeros(layers, channels, k, dtype=torch.bfloat16), torch.zeros(layers, 2, state)
+    return tuple(t.to(device) for t in (bank, kept, conv_index, last)), (conv.to(device), rec.to(device))
+
+
+def test_install_kernel_equals_the_gathers():
+    """One launch installs every layer's conv window and kept node state as the two gathers do, bit for bit."""
+    assert run_interpreted(INSTALL, json.dumps(INSTALL_CASES)) == [[True, True]] * len(INSTALL_CASES)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the kernel runs on CUDA")
+def test_cuda_install_equals_the_gathers():
+    from remote.kernels import gdn_install
+
+    for case in INSTALL_CASES:
+        (bank, nodes, conv_index, last), (conv, rec) = install_case(*case, device="cuda")
+        want_conv, want_rec = conv.clone(), rec.clone()
+        gdn_install.torch_install(bank, nodes, conv_index, last, want_conv, want_rec)
+        gdn_install.install(bank, nodes, conv_index, last, conv, rec)
+        assert torch.equal(conv, want_conv) and torch.equal(rec, want_rec), case
+
+
+def test_kernels_compile_for_hopper():
+    """Triton's compiler types what its interpreter does not; the tree and install kernels compile for sm_90 here,
+    without a GPU."""
+    from remote.kernels import gdn_install, gdn_tree as gdn_tree_kernel
     from tests.test_tree_kernel import hopper_ptx
 
     pointers = {"q": "*bf16", "k": "*bf16", "v": "*bf16", "g": "*fp32", "beta": "*bf16", "state": "*fp32",
@@ -89,3 +140,6 @@ def test_tree_kernel_compiles_for_hopper():
     ints = {name: "i32" for name in ("HV", "H", "q_t", "q_h", "k_t", "k_h", "v_t", "v_h")}
     constants = {"DK": 128, "DV": 128, "BK": 128, "BV": 8, "HP": 16, "KEEP": True}
     assert ".entry" in hopper_ptx(gdn_tree_kernel._tree_gdn_kernel, {**pointers, **ints, "scale": "fp32"}, constants)
+    install = {"bank": "*bf16", "nodes": "*fp32", "conv_index": "*i64", "last": "*i64", "conv": "*bf16",
+               "rec": "*fp32", **{name: "i32" for name in ("C", "K", "width", "N", "R")}}
+    assert ".entry" in hopper_ptx(gdn_install._install_kernel, install, {"BLOCK": gdn_install.BLOCK})

@@ -3,20 +3,22 @@ node states and a commit serve all those layers at once.
 
 Why: a DDTree commit on reserved state installed the accepted node's conv window and kept recurrent state layer by
 layer, two gathers a GDN layer: 27.5 us of the demo hybrid's 45.6-us DDTree 31 commit, where DFlash's chunked
-commit took 16.5 (H200, bench_methods --phase-kernels, session 28). Stacked, it is two gathers a device.
+commit took 16.5 (H200, bench_methods --phase-kernels, session 28). Stacked, it is one launch a device.
 
 Contract: `GdnStack(gdns)` for {layer: GDN module} on one device holds conv [G, C, K] and recurrent [G, HV, Dk, Dv]
 float32 states (zeros); `state(layer)` gives a layer's [1, ...] slices, which the target installs into in place;
 `GdnStack.reserved(gdns)` maps every layer to its device's stack.
 `begin(n, keep)` makes a verify's banks [G, C, K + n] and, with `keep`, node states [G, n, HV, Dk, Dv] (inside a
 captured step: the graph's pool); `into(layer)` is what `remote.models.gdn.gdn_tree` writes a layer's there.
-`install(states, window, last)` installs, for every layer, the state after node `last` ([1]) whose conv columns
-are `window` ([K]; None where the layers need none, which then keeps nothing here), when every layer's `NodeStates`
-kept its node states here (True), else leaves it to the caller (False).
+`install(states, layout, last)` installs, for every layer, the state after node `last` ([1]) of the tree `layout`
+(remote.models.gdn.TreeLayout, its conv windows) in one launch (remote.kernels.gdn_install), when every layer's
+`NodeStates` kept its node states here (True), else leaves it to the caller (False).
 """
 from __future__ import annotations
 
 import torch
+
+from ..kernels import gdn_install
 
 
 class GdnStack:
@@ -59,11 +61,10 @@ class GdnStack:
         g = self._index[layer]
         return self.bank[g], None if self.nodes is None else self.nodes[g]
 
-    def install(self, states: dict, window: torch.Tensor | None, last: torch.Tensor) -> bool:
+    def install(self, states: dict, layout, last: torch.Tensor) -> bool:
         if self.nodes is None or not all(self._kept(layer, states.get(layer)) for layer in self.layers):
             return False
-        torch.index_select(self.bank, 2, window, out=self.conv)
-        torch.index_select(self.nodes, 1, last, out=self.rec.unsqueeze(1))
+        gdn_install.install(self.bank, self.nodes, layout.conv_index, last, self.conv, self.rec)
         return True
 
     def _kept(self, layer: int, states) -> bool:

@@ -219,9 +219,9 @@ class HybridTarget(Target):
         return bool(self.capacity) and layer in self._conv
 
     def _install_after(self, node_states: dict, path: torch.Tensor, length: torch.Tensor | None = None) -> None:
-        """Install every GDN layer's state after `path` (`NodeStates.after`): written in place where reserved, the
-        last node's conv columns gathered once a device, not once a layer, and a device's whole stack in two gathers
-        where its verify kept every layer's node states there (`GdnStack.install`)."""
+        """Install every GDN layer's state after `path` (`NodeStates.after`): written in place where reserved, a
+        device's whole stack in one launch where its verify kept every layer's node states there
+        (`GdnStack.install`), else the last node's conv columns gathered once a device, not once a layer."""
         windows = {}                                     # device -> the last node's conv columns
         tried, done = set(), set()                       # stacks tried; layers they installed
         for layer, states in node_states.items():
@@ -230,14 +230,14 @@ class HybridTarget(Target):
             device = states.bank.device
             with self._on(device):
                 here = path.to(device)
-                if states.needs_window and device not in windows:
-                    windows[device] = states.layout.window(here[-1:])
                 stack = self._stacks.get(layer)
                 if stack is not None and stack not in tried:     # every layer of its device at once, if it can
                     tried.add(stack)
-                    if stack.install(node_states, windows.get(device), here[-1:]):
+                    if stack.install(node_states, states.layout, here[-1:]):
                         done.update(stack.layers)
                         continue
+                if states.needs_window and device not in windows:
+                    windows[device] = states.layout.window(here[-1:])
                 into = (self._conv[layer], self._rec[layer]) if self._reserved(layer) else None
                 self._conv[layer], self._rec[layer] = states.after(here, length, windows.get(device), into)
 
