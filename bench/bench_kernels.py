@@ -154,7 +154,7 @@ def tree_fns(vocab: int, budget: int, draft: str) -> dict:
         logits[:, 0] += 12
     k = min(budget, vocab)
     plan = _plan(15, k, budget, torch.device("cuda"))
-    top_lp, top_ids = tree_search.torch_top_k(logits, k)
+    top_lp, top_ids = tree_search.top_k(logits, k)
     search = {f"search-w{w}": (lambda w=w: tree_search._launch(
         lambda kernel: kernel, top_lp, top_ids, plan.parent, plan.rank, _sizes((budget,), top_lp.device), budget,
         plan.levels, min(budget, plan.real), num_warps=w)) for w in (1, 2, 4, 8, 16)}

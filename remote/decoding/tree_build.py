@@ -18,8 +18,8 @@ kept prefixes of depth d are scored and the best `budget` are kept (only childre
 see `_plan`), then one stable sort over all kept prefixes picks the best `budget`. The kept sets hold the best
 `budget` prefixes' scores (a prefix dropped at some depth has `budget` kept prefixes scoring at least as much), so
 the tree is the heap's up to the order of equal scores. Every shape is fixed by (depth, vocab, budget): nothing
-waits for data, and the step could be captured in a graph. On CUDA (with Triton) the top-k, the levels, the final
-order and the ancestry run as one kernel (remote.kernels.tree_search); these torch ops are the reference and the CPU
+waits for data, and the step could be captured in a graph. On CUDA (with Triton) the levels, the final order
+and the ancestry run as one kernel (remote.kernels.tree_search); these torch ops are the reference and the CPU
 path.
 """
 from __future__ import annotations
@@ -103,16 +103,13 @@ def best_first_tree(draft_logits: torch.Tensor, budget: int, sizes: tuple[int, .
 
 
 def kernel_tree(draft_logits: torch.Tensor, budget: int, k: int, plan: _Plan, sizes: tuple[int, ...]) -> DeviceTree:
-    """`best_first_tree` by remote.kernels.tree_search (CUDA): the draft top-k and the whole search, the
-    predictions included, in one launch (past its vocabulary limit: torch.topk, then the search's launch)."""
+    """`best_first_tree` by remote.kernels.tree_search (CUDA): the draft top-k (two kernels) and the whole search,
+    the predictions included (one)."""
+    top_lp, top_ids = tree_search.top_k(draft_logits, k)                                        # [D, k] each
     # without buckets the kernel still writes one prediction (its own size's), unread: one kernel for both uses
-    search = (plan.parent, plan.rank, _sizes(sizes or (budget,), draft_logits.device), budget, plan.levels,
-              min(budget, plan.real))
-    if tree_search.fused(draft_logits.shape[1], k):
-        tokens, parents, depth, ancestors, path_lp, expected = tree_search.build_from_logits(draft_logits, k, *search)
-    else:
-        tokens, parents, depth, ancestors, path_lp, expected = tree_search.build(
-            *tree_search.torch_top_k(draft_logits, k), *search)
+    tokens, parents, depth, ancestors, path_lp, expected = tree_search.build(
+        top_lp, top_ids, plan.parent, plan.rank, _sizes(sizes or (budget,), draft_logits.device), budget,
+        plan.levels, min(budget, plan.real))
     return DeviceTree(tokens=tokens, parents=parents[1:], depths=depth[1:], height=plan.levels + 1,
                       built=Ancestry(parents, depth, ancestors, False), path_lp=path_lp,
                       expected=expected if sizes else None)

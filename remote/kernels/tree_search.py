@@ -14,27 +14,21 @@ budget 31 from 22 us to 8 (a 15-deep spine still runs every level: 28). Each lev
 and its picks go to global memory rather than a register gather: the spine 28.6 -> 27.6 us (session 27). A level
 and the final order take only the best keys they keep (`tl.topk`: k-wide sorted blocks merged, the losing half of
 the keys dropped at each merge) instead of sorting every key, and the ancestry is binary-lifted: budget 31's search
-27.7 -> 19.6 us on a spine, 10.8 -> 6.3 on a bushy tree (session 29, each at its default warps).
+27.7 -> 19.6 us on a spine, 10.8 -> 6.3 on a bushy tree (session 29, each at its default warps). The top-k's two
+launches and the search stay three: one launch in which a row's last chunk program merged the row and the last row
+merged ran the search (atomic tickets, acquire-release) was 0.6-2.3 us slower a tree (bench_kernels --kinds tree,
+budgets 15 / 31, bushy and spine; session 30): the tickets' fences cost more than the launches they saved.
 
-The draft's top-k rides in the same launch (`build_from_logits`; torch.topk of a [15, 4096] draft at k = 128 took
-~50 us in two kernels): each 512-wide chunk of a row keeps its best keys in a program of its own, the row's last
-chunk to finish merges the row (an atomic ticket a row), and the last row merged runs the search. As three
-launches (chunks, merge, search) the demo hybrid's DDTree 15 build took 10.4 us of kernel time and ~20 us of its
-step (session 29's phase split).
-
-Contract: `build_from_logits(draft_logits, k, parent, rank, sizes, budget, levels, n)`, where `fused(vocab, k)`
-(the chunks' candidates fit TOP_K_MERGE: the demo's 4096 vocabulary up to k = 256), and otherwise
-`build(*torch_top_k(draft_logits, k), parent, rank, sizes, budget, levels, n)` -> (tokens [n], parents [n + 1],
-depth [n + 1], ancestors [n + 1, levels + 1], path_lp [n]: each node's path log-prob, float32, expected
-[len(sizes)]: tree_budget=auto's predictions for trees of `sizes` nodes, long,
-remote.decoding.tree_build.predictions) with the root at index 0 (parent -1): the tree remote.decoding.tree_build's
-torch ops build, up to the order of equal scores (lower candidate index first here). `available(device)` says
-whether they can run. Under torch.compile each is an opaque op (`torch.library.triton_op`). `torch_top_k` is the
-top-k in torch ops (the fallback, and tree_build's CPU path).
+Contract: `top_k(draft_logits, k)` -> the k best log-probs and token ids per row (two kernels where the chunks'
+candidates fit TOP_K_MERGE: the demo's 4096 vocabulary up to k = 256). `build(top_lp, top_ids, parent, rank, sizes,
+budget, levels, n)` -> (tokens [n], parents [n + 1], depth [n + 1], ancestors [n + 1, levels + 1], path_lp [n]: each
+node's path log-prob, float32, expected [len(sizes)]: tree_budget=auto's predictions for trees of `sizes` nodes,
+long, remote.decoding.tree_build.predictions) with the root at index 0 (parent -1): the tree
+remote.decoding.tree_build's torch ops build, up to the order of equal scores (lower candidate index first here).
+`available(device)` says whether they can run. Under torch.compile each is an opaque op (`torch.library.triton_op`).
+`torch_top_k` is top_k in torch ops (the fallback, and tree_build's CPU path).
 """
 from __future__ import annotations
-
-from functools import lru_cache
 
 import torch
 
@@ -91,16 +85,6 @@ if triton is not None:
                      path_lp, sizes, expected, K, C, B, levels, n, S, CP: tl.constexpr, KP: tl.constexpr,
                      SP: tl.constexpr, NK: tl.constexpr, NP: tl.constexpr, HP: tl.constexpr, LH: tl.constexpr,
                      ZP: tl.constexpr):
-        """The search alone, from a top-k made elsewhere (torch.topk, past TOP_K_MERGE)."""
-        _search(top_lp, top_ids, cand_parent, cand_rank, vindex, picks, tokens, parents, depths, ancestors, path_lp,
-                sizes, expected, K, C, B, levels, n, S, CP, KP, SP, NK, NP, HP, LH, ZP)
-
-    @triton.jit
-    def _search(top_lp, top_ids, cand_parent, cand_rank, vindex, picks, tokens, parents, depths, ancestors,
-                path_lp, sizes, expected, K, C, B, levels, n, S, CP: tl.constexpr, KP: tl.constexpr,
-                SP: tl.constexpr, NK: tl.constexpr, NP: tl.constexpr, HP: tl.constexpr, LH: tl.constexpr,
-                ZP: tl.constexpr):
-        """The levels, the final order, the parents and the ancestry, in the calling program (one CTA)."""
         neg = float("-inf")
         c = tl.arange(0, CP)                # the candidates (CP >= C >= B)
         live = c < C
@@ -117,17 +101,15 @@ if triton is not None:
         prev = tl.where(b == 0, 0.0, neg)   # the virtual level above depth 1: slot 0 is the root, the rest empty
         # finite floor for impossible tokens, so that every real prefix outranks an empty slot; each level's gains
         # and the next level's best gain are loaded one level ahead, so that their latency hides behind a sort
-        gain = tl.maximum(tl.load(top_lp + rank, mask=live, other=0.0, cache_modifier=".cg"), -1e30)
-        best_gain = tl.load(top_lp + K, mask=levels > 1, other=0.0, cache_modifier=".cg")
+        gain = tl.maximum(tl.load(top_lp + rank, mask=live, other=0.0), -1e30)
+        best_gain = tl.load(top_lp + K, mask=levels > 1, other=0.0)
         level = 0
         more = levels > 0
         while more:
             ahead = level + 1
             row = tl.minimum(ahead, levels - 1)          # past the last level: a row loaded and never used
-            gain_ahead = tl.maximum(tl.load(top_lp + row * K + rank, mask=live, other=0.0, cache_modifier=".cg"),
-                                    -1e30)
-            best_ahead = tl.load(top_lp + (ahead + 1) * K, mask=ahead + 1 < levels, other=0.0,
-                                 cache_modifier=".cg")
+            gain_ahead = tl.maximum(tl.load(top_lp + row * K + rank, mask=live, other=0.0), -1e30)
+            best_ahead = tl.load(top_lp + (ahead + 1) * K, mask=ahead + 1 < levels, other=0.0)
             key = _top(_key(tl.where(live, tl.gather(prev, par, 0) + gain, neg), CP - 1 - c), KP)
             prev = tl.where(kept, _score(key), neg)
             tl.store(picks + level * B + b, CP - 1 - (key & 0xFFFFFFFF), mask=kept)
@@ -147,8 +129,7 @@ if triton is not None:
         depth = slot // B
         tl.debug_barrier()                  # every level's picks stored
         pick = tl.load(picks + slot, mask=chosen & (depth < level), other=0)
-        token = tl.load(top_ids + depth * K + tl.gather(rank, pick, 0), mask=chosen, other=0,
-                        cache_modifier=".cg")
+        token = tl.load(top_ids + depth * K + tl.gather(rank, pick, 0), mask=chosen, other=0)
         tl.store(tokens + t, token, mask=chosen)
         lp = _score(key)
         tl.store(path_lp + t, lp, mask=chosen)
@@ -185,10 +166,11 @@ if triton is not None:
         tl.store(ancestors + v[:, None] * H + d[None, :], anc, mask=node[:, None] & (d[None, :] < H))
 
     @triton.jit
-    def _chunk_top(logits, part_key, part_max, part_sum, row, chunk, chunks, V, per, stride, tie_top,
-                   CHUNK: tl.constexpr, PER: tl.constexpr):
-        """Stage 1, (row, chunk): the chunk's best `per` keys, best first, its max and its sum of exp(x - max) (for
-        the row's log-softmax)."""
+    def _top_k_chunk_kernel(logits, part_key, part_max, part_sum, V, per, stride, tie_top, CHUNK: tl.constexpr,
+                            PER: tl.constexpr):
+        """Stage 1, program (row, chunk): the chunk's best `per` keys, best first, its max and its sum of
+        exp(x - max) (for the row's log-softmax)."""
+        row, chunk, chunks = tl.program_id(0), tl.program_id(1), tl.num_programs(1)
         i = chunk * CHUNK + tl.arange(0, CHUNK)
         x = tl.load(logits + row * stride + i, mask=i < V, other=float("-inf")).to(tl.float32)
         top = tl.max(x, 0)
@@ -201,43 +183,21 @@ if triton is not None:
         tl.store(part_key + slot * per + c, key, mask=c < per)
 
     @triton.jit
-    def _merge_top(part_key, part_max, part_sum, top_lp, top_ids, row, K, chunks, per, tie_top,
-                   MP: tl.constexpr, MC: tl.constexpr, MK: tl.constexpr):
-        """Stage 2, a row: the K best of its chunks' keys, as log-probs and token ids (L2 reads: other programs
-        wrote the chunks in this launch)."""
+    def _top_k_merge_kernel(part_key, part_max, part_sum, top_lp, top_ids, K, chunks, per, tie_top,
+                            MP: tl.constexpr, CP: tl.constexpr, KP: tl.constexpr):
+        """Stage 2, program row: the K best of the chunks' keys, as log-probs and token ids."""
+        row = tl.program_id(0)
         m = tl.arange(0, MP)
-        key = tl.load(part_key + row * chunks * per + m, mask=m < chunks * per, other=-9223372036854775807 - 1,
-                      cache_modifier=".cg")
-        key = _top(key, MK)
-        j = tl.arange(0, MK)
-        c = tl.arange(0, MC)
-        tops = tl.load(part_max + row * chunks + c, mask=c < chunks, other=float("-inf"), cache_modifier=".cg")
+        key = tl.load(part_key + row * chunks * per + m, mask=m < chunks * per, other=-9223372036854775807 - 1)
+        key = _top(key, KP)
+        j = tl.arange(0, KP)
+        c = tl.arange(0, CP)
+        tops = tl.load(part_max + row * chunks + c, mask=c < chunks, other=float("-inf"))
         top = tl.max(tops, 0)
-        sums = tl.load(part_sum + row * chunks + c, mask=c < chunks, other=0.0, cache_modifier=".cg")
+        sums = tl.load(part_sum + row * chunks + c, mask=c < chunks, other=0.0)
         log_sum = tl.log(tl.sum(tl.where(c < chunks, sums * tl.exp(tops - top), 0.0), 0))
         tl.store(top_lp + row * K + j, (_score(key) - top) - log_sum, mask=j < K)
         tl.store(top_ids + row * K + j, tie_top - (key & 0xFFFFFFFF), mask=j < K)
-
-    @triton.jit
-    def _build_kernel(logits, part_key, part_max, part_sum, tickets, top_lp, top_ids, V, stride, per, tie_top,
-                      cand_parent, cand_rank, vindex, picks, tokens, parents, depths, ancestors, path_lp, sizes,
-                      expected, K, C, B, levels, n, S, CHUNK: tl.constexpr, PER: tl.constexpr, MP: tl.constexpr,
-                      MC: tl.constexpr, MK: tl.constexpr, CP: tl.constexpr, KP: tl.constexpr, SP: tl.constexpr,
-                      NK: tl.constexpr, NP: tl.constexpr, HP: tl.constexpr, LH: tl.constexpr, ZP: tl.constexpr):
-        """Program (row, chunk): its chunk's top keys; the row's last chunk to finish merges the row, and the last
-        row merged runs the search. `tickets` [rows + 1] int32 count the chunks done per row and the rows merged;
-        each is zero when a launch starts and put back to zero by the program that read its last ticket."""
-        row, chunk, rows, chunks = tl.program_id(0), tl.program_id(1), tl.num_programs(0), tl.num_programs(1)
-        _chunk_top(logits, part_key, part_max, part_sum, row, chunk, chunks, V, per, stride, tie_top, CHUNK, PER)
-        tl.debug_barrier()          # every thread's stores made before the ticket (acq_rel, GPU scope) publishes them
-        if tl.atomic_add(tickets + row, 1) == chunks - 1:
-            tl.atomic_xchg(tickets + row, 0)
-            _merge_top(part_key, part_max, part_sum, top_lp, top_ids, row, K, chunks, per, tie_top, MP, MC, MK)
-            tl.debug_barrier()
-            if tl.atomic_add(tickets + rows, 1) == rows - 1:
-                tl.atomic_xchg(tickets + rows, 0)
-                _search(top_lp, top_ids, cand_parent, cand_rank, vindex, picks, tokens, parents, depths, ancestors,
-                        path_lp, sizes, expected, K, C, B, levels, n, S, CP, KP, SP, NK, NP, HP, LH, ZP)
 
 
 TOP_K_MERGE = 2048      # most candidates the merge stage sorts in one CTA (more: torch.topk)
@@ -250,61 +210,41 @@ def _top_k_shape(vocab: int, k: int, chunk: int = TOP_K_CHUNK) -> tuple[int, int
     return -(-vocab // chunk), min(k, chunk)
 
 
-def fused(vocab: int, k: int) -> bool:
-    """Whether `build_from_logits` takes a draft of this vocabulary (else torch.topk, then `build`)."""
-    chunks, per = _top_k_shape(vocab, k)
-    return chunks * per <= TOP_K_MERGE
-
-
-def _outputs(device: torch.device, budget: int, levels: int, n: int, buckets: int) -> dict:
-    """The search's scratch (vindex, picks) and results, by the kernels' argument names."""
-    as_long = dict(dtype=torch.long, device=device)
-    return dict(vindex=torch.empty(levels * budget, **as_long), picks=torch.empty(levels * budget, **as_long),
-                tokens=torch.empty(n, **as_long), parents=torch.empty(n + 1, **as_long),
-                depths=torch.empty(n + 1, **as_long), ancestors=torch.empty(n + 1, levels + 1, **as_long),
-                path_lp=torch.empty(n, dtype=torch.float32, device=device), expected=torch.empty(buckets, **as_long))
-
-
-def _search_shapes(c: int, budget: int, levels: int, n: int, buckets: int) -> dict:
-    return dict(CP=pow2(c), KP=pow2(budget), SP=pow2(levels * budget), NK=pow2(n), NP=pow2(n + 1),
-                HP=pow2(levels + 1), LH=levels.bit_length(), ZP=pow2(buckets))
-
-
-RESULTS = ("tokens", "parents", "depths", "ancestors", "path_lp", "expected")
+def _launch_top_k(wrap, logits, k: int, chunk: int = TOP_K_CHUNK):
+    rows, vocab = logits.shape
+    chunks, per = _top_k_shape(vocab, k, chunk)
+    device = logits.device
+    part_key = torch.empty(rows, chunks, per, dtype=torch.long, device=device)
+    part_max = torch.empty(rows, chunks, dtype=torch.float32, device=device)
+    part_sum = torch.empty_like(part_max)
+    top_lp = torch.empty(rows, k, dtype=torch.float32, device=device)
+    top_ids = torch.empty(rows, k, dtype=torch.long, device=device)
+    wrap(_top_k_chunk_kernel)[(rows, chunks)](logits, part_key, part_max, part_sum, vocab, per, logits.stride(0),
+                                             TIE_TOP, CHUNK=chunk, PER=pow2(per), num_warps=4)
+    mp = pow2(chunks * per)
+    wrap(_top_k_merge_kernel)[(rows,)](part_key, part_max, part_sum, top_lp, top_ids, k, chunks, per, TIE_TOP,
+                                      MP=mp, CP=pow2(chunks), KP=pow2(k), num_warps=_warps(mp))
+    return top_lp, top_ids
 
 
 def _launch(wrap, top_lp, top_ids, parent, rank, sizes, budget: int, levels: int, n: int,
             num_warps: int | None = None):
     """Allocate and run; `wrap` is torch.library.wrap_triton inside the op, identity otherwise; `num_warps` other
     than the default for bench/bench_kernels.py."""
-    out = _outputs(top_lp.device, budget, levels, n, sizes.shape[0])
-    shapes = _search_shapes(parent.shape[0], budget, levels, n, sizes.shape[0])
-    wrap(_tree_kernel)[(1,)](top_lp, top_ids, parent, rank, out["vindex"], out["picks"], *(out[r] for r in RESULTS[:5]),
-                             sizes, out["expected"], top_lp.shape[1], parent.shape[0], budget, levels, n,
-                             sizes.shape[0], **shapes, num_warps=num_warps or _warps(shapes["SP"]))
-    return tuple(out[r] for r in RESULTS)
-
-
-def _launch_build(wrap, logits, tickets, parent, rank, sizes, k: int, budget: int, levels: int, n: int,
-                  chunk: int = TOP_K_CHUNK):
-    """Allocate and run the one-launch build; returns RESULTS, then the top-k (log-probs, ids) it searched."""
-    rows, vocab = logits.shape
-    device = logits.device
-    chunks, per = _top_k_shape(vocab, k, chunk)
-    part_key = torch.empty(rows, chunks, per, dtype=torch.long, device=device)
-    part_max = torch.empty(rows, chunks, dtype=torch.float32, device=device)
-    part_sum = torch.empty_like(part_max)
-    top_lp = torch.empty(rows, k, dtype=torch.float32, device=device)
-    top_ids = torch.empty(rows, k, dtype=torch.long, device=device)
-    out = _outputs(device, budget, levels, n, sizes.shape[0])
-    shapes = _search_shapes(parent.shape[0], budget, levels, n, sizes.shape[0])
-    mp = pow2(chunks * per)
-    wrap(_build_kernel)[(rows, chunks)](
-        logits, part_key, part_max, part_sum, tickets, top_lp, top_ids, vocab, logits.stride(0), per, TIE_TOP,
-        parent, rank, out["vindex"], out["picks"], *(out[r] for r in RESULTS[:5]), sizes, out["expected"], k,
-        parent.shape[0], budget, levels, n, sizes.shape[0], CHUNK=chunk, PER=pow2(per), MP=mp, MC=pow2(chunks),
-        MK=pow2(k), **shapes, num_warps=max(_warps(shapes["SP"]), _warps(mp)))
-    return *(out[r] for r in RESULTS), top_lp, top_ids
+    device, k, c = top_lp.device, top_lp.shape[1], parent.shape[0]
+    as_long = dict(dtype=torch.long, device=device)
+    vindex, picks = torch.empty(levels * budget, **as_long), torch.empty(levels * budget, **as_long)
+    tokens, parents, depths = torch.empty(n, **as_long), torch.empty(n + 1, **as_long), torch.empty(n + 1, **as_long)
+    path_lp = torch.empty(n, dtype=torch.float32, device=device)
+    ancestors = torch.empty(n + 1, levels + 1, **as_long)
+    expected = torch.empty(sizes.shape[0], **as_long)
+    sp = pow2(levels * budget)
+    wrap(_tree_kernel)[(1,)](top_lp, top_ids, parent, rank, vindex, picks, tokens, parents, depths, ancestors, path_lp,
+                             sizes, expected, k, c, budget, levels, n, sizes.shape[0], CP=pow2(c), KP=pow2(budget),
+                             SP=sp, NK=pow2(n), NP=pow2(n + 1), HP=pow2(levels + 1), LH=levels.bit_length(),
+                             ZP=pow2(sizes.shape[0]),
+                             num_warps=num_warps or _warps(sp))
+    return tokens, parents, depths, ancestors, path_lp, expected
 
 
 if triton is not None:
@@ -314,32 +254,24 @@ if triton is not None:
             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         return _launch(torch.library.wrap_triton, top_lp, top_ids, parent, rank, sizes, budget, levels, n)
 
-    # `tickets` is not declared mutated: every launch leaves it as it found it (zeros)
-    @torch.library.triton_op("ddtree::tree_from_logits", mutates_args=())
-    def _build_op(logits: torch.Tensor, tickets: torch.Tensor, parent: torch.Tensor, rank: torch.Tensor,
-                  sizes: torch.Tensor, k: int, budget: int, levels: int, n: int
-                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        return _launch_build(torch.library.wrap_triton, logits, tickets, parent, rank, sizes, k, budget, levels,
-                             n)[:len(RESULTS)]
+    @torch.library.triton_op("ddtree::top_k", mutates_args=())
+    def _top_k_op(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return _launch_top_k(torch.library.wrap_triton, logits, k)
 
 
 def torch_top_k(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.topk(torch.log_softmax(logits.float(), dim=-1), k, dim=-1)
 
 
-@lru_cache(maxsize=16)
-def tickets(rows: int, device: torch.device) -> torch.Tensor:
-    """`build_from_logits`' zeroed counters for `rows` draft rows on `device`, made once, outside any capture (a
-    step's first, uncaptured run), and shared by every launch there: launches on one stream run one at a time."""
-    with torch.inference_mode(False):
-        return torch.zeros(rows + 1, dtype=torch.int32, device=device)
-
-
-def build_from_logits(logits: torch.Tensor, k: int, parent: torch.Tensor, rank: torch.Tensor, sizes: torch.Tensor,
-                      budget: int, levels: int, n: int):
-    """`build` of the top-k of `logits` [D, V] (`fused(V, k)`), top-k included, in one launch."""
-    return _build_op(logits.contiguous(), tickets(logits.shape[0], logits.device), parent, rank, sizes, k, budget,
-                     levels, n)
+def top_k(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log-softmax of the k best, their ids) per row of `logits` [D, V], best first: torch.topk's result (up to
+    the order of equal logits) in two kernels where the chunks' candidates fit TOP_K_MERGE (a [15, 4096] topk with
+    k = 128 takes ~50 us in torch's two kernels): every 512-wide chunk of a row sorted by its own program, then
+    the chunks' best merged per row."""
+    chunks, per = _top_k_shape(logits.shape[1], k)
+    if chunks * per > TOP_K_MERGE:
+        return torch_top_k(logits, k)
+    return _top_k_op(logits.contiguous(), k)
 
 
 def build(top_lp: torch.Tensor, top_ids: torch.Tensor, parent: torch.Tensor, rank: torch.Tensor, sizes: torch.Tensor,
@@ -353,10 +285,6 @@ def build_interpreted(*args):
     return _launch(lambda kernel: kernel, *args)
 
 
-def build_from_logits_interpreted(logits: torch.Tensor, k: int, parent, rank, sizes, budget: int, levels: int,
-                                  n: int, chunk: int = TOP_K_CHUNK):
-    """`build_from_logits` under Triton's interpreter, for tests (a small `chunk` makes several chunks a row);
-    returns the top-k it searched too, and its tickets (zeros again after the launch)."""
-    counters = torch.zeros(logits.shape[0] + 1, dtype=torch.int32)
-    return *_launch_build(lambda kernel: kernel, logits.contiguous(), counters, parent, rank, sizes, k, budget,
-                          levels, n, chunk), counters
+def top_k_interpreted(logits: torch.Tensor, k: int, chunk: int = TOP_K_CHUNK):
+    """`top_k`'s kernels under Triton's interpreter, for tests (a small `chunk` makes several chunks a row)."""
+    return _launch_top_k(lambda kernel: kernel, logits.contiguous(), k, chunk)
