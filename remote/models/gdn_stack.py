@@ -19,6 +19,7 @@ from __future__ import annotations
 import torch
 
 from ..kernels import gdn_install
+from .gdn import TreeLayout
 
 
 class GdnStack:
@@ -61,7 +62,7 @@ class GdnStack:
         g = self._index[layer]
         return self.bank[g], None if self.nodes is None else self.nodes[g]
 
-    def install(self, states: dict, layout, last: torch.Tensor) -> bool:
+    def install(self, states: dict, layout: TreeLayout, last: torch.Tensor) -> bool:
         if self.nodes is None or not all(self._kept(layer, states.get(layer)) for layer in self.layers):
             return False
         gdn_install.install(self.bank, self.nodes, layout.conv_index, last, self.conv, self.rec)
