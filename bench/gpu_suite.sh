@@ -165,7 +165,8 @@ step profile_27b 180 python3 bench/bench_profile.py --preset qwen3.6-27b --rows 
 step verify_27b 90 python3 bench/bench_verify.py --preset qwen3.6-27b --layers 16 --ar-tokens 8 \
   --budgets 16,64,256 --repeats 3 --min-repeats 2 --measure-s 1 --time-limit 80 --out "$OUT/verify_27b.json"
 step hybrid_tests 200 python3 -m pytest -q -p no:cacheprovider --durations=5 \
-  tests/test_graph_decode.py::test_hybrid_graph_replays_equal_eager_steps tests/test_hybrid_target.py -k "cuda or hybrid_graph"
+  tests/test_graph_decode.py::test_hybrid_graph_replays_equal_eager_steps tests/test_hybrid_target.py \
+  tests/test_gdn_tree_kernel.py -k "cuda or hybrid_graph"
 if [ "$(python3 -c 'import torch; print(torch.cuda.device_count())')" -ge 2 ]; then
   # the first hybrid split on a fresh host autotunes fla's kernels for ~60 s
   step split_tests 150 python3 -m pytest -q -p no:cacheprovider --durations=5 tests/test_multi_gpu.py
