@@ -1,7 +1,8 @@
 """The GDN tree kernel (remote.kernels.gdn_tree) inside `HybridTarget`, against the oracle (the model's own forward
 over each ancestor path) on a tiny random hybrid model in float32: Triton's interpreter runs it on the CPU (in a
 subprocess: the interpreter is chosen when the kernel module is imported), keeping every node's state and, with a
-zero keep limit, recomputing the accepted node's at commit; both kernels compile for sm_90 without a GPU."""
+zero keep limit, recomputing the accepted node's at commit; the commit's one-launch install of kept node states
+(remote.kernels.gdn_install) bit for bit against its torch gathers; the kernels compile for sm_90 without a GPU."""
 from __future__ import annotations
 
 import json
