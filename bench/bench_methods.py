@@ -23,11 +23,14 @@ each prefix of the step captured and timed; AR: forward_ms) in the draft/tree_bu
 graphs' replays). A split replays one committed state (where the last generation ended, or the last length before it
 whose step the exactly sized caches hold: remote.decoding.phase_split), so a data-dependent phase shows that state's
 cost, not the mean: the tree search stops early on a bushy tree and runs every level on a spine. A split that fails
-is reported and skipped; the run goes on.
+is reported and skipped; the run goes on. `--timeline DIR` (CUDA) traces --profile-gens generations of every method
+and fixed budget after the timed runs and prints where their replayed steps leave the device idle
+(bench/step_timeline.py), to DIR/timeline.json beside the traces.
 """
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import statistics
 import sys
@@ -45,6 +48,7 @@ import remote.runner  # noqa: E402
 from auto_diagnostics import diagnostic, figures  # noqa: E402
 from bench_profile import copy_bandwidth  # noqa: E402
 from bench_verify import save_profile  # noqa: E402
+from step_timeline import render, step_timeline  # noqa: E402
 from orchestrator.compare import render_table, summarize  # noqa: E402
 from remote.decoding.phase_split import split_kernels  # noqa: E402
 from remote.errors import first_line  # noqa: E402
@@ -282,6 +286,26 @@ def profile_methods(run: Run, budget: int, directory: Path, gens: int) -> list[s
     return written
 
 
+def timelines(run: Run, configs: list[tuple[str, int]], directory: Path, gens: int) -> dict:
+    """The device timeline of `gens` generations of each (method, budget) (bench/step_timeline.py), each after
+    `prepare` sized its caches: replays' spans, busy time, gaps and the positions where the device idles most.
+    Printed, written to directory/timeline.json with each trace beside it."""
+    activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+    found = {}
+    for method, budget in configs:
+        name = method if method != "ddtree" else f"ddtree-{budget}"
+        prepare(run, method, budget)
+        with profile(activities=activities) as prof:
+            for i in range(min(gens, len(run.inputs))):
+                run.generate(method, i)
+        trace = save_profile(prof, directory, f"timeline_{name}")[0]
+        with (gzip.open if trace.endswith(".gz") else open)(trace, "rt") as f:
+            found[name] = step_timeline(json.load(f))
+        print(render(name, found[name]), flush=True)
+    (directory / "timeline.json").write_text(json.dumps(found, indent=1))
+    return found
+
+
 def row(method, budget, temperature, metrics, ar_metrics, gens, ar_gens) -> dict:
     r = {"run": f"{method}{'' if budget is None else f'-{budget}'}-T{temperature:g}", "status": "FINISHED",
          "model": "", "method": method, "tree_budget": budget, "temperature": temperature, **metrics}
@@ -333,6 +357,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", default="bench_out")
     p.add_argument("--profile", help="directory for profiler traces and tables (after the timed runs)")
     p.add_argument("--profile-gens", type=int, default=2, help="generations per method under the profiler")
+    p.add_argument("--timeline", help="directory for the device timeline of --profile-gens generations per method "
+                                      "(bench/step_timeline.py: where a replayed step idles), after the timed runs")
     p.add_argument("--floor", action="store_true",
                    help="measure the copy bandwidth and give every row's step against the floor: the target's "
                         "weight bytes / that bandwidth (what one step that reads every weight once takes at best)")
@@ -408,6 +434,9 @@ def main(argv: list[str] | None = None) -> None:
             best = max((r for r in rows if r["method"] == "ddtree" and r["temperature"] == temperature
                         and isinstance(r["tree_budget"], int)), key=lambda r: r.get("speedup_vs_ar", 0))["tree_budget"]
             traces = profile_methods(run, best, Path(args.profile), args.profile_gens)
+        if args.timeline and temperature == temperatures[0] and run.device.type == "cuda":
+            timelines(run, [("ar", 1), *([("dflash", 1)] if "dflash" in methods else []),
+                            *(("ddtree", b) for b in fixed)], Path(args.timeline), args.profile_gens)
         del run
     if gemv.FASTER:            # which projection shapes and row buckets the kernels serve (remote.kernels.gemv)
         print("gemv: " + ", ".join(f"{'x'.join(map(str, key[0]))}/{key[-1]} {'kernel' if fast else 'cublas'}"

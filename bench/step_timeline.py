@@ -1,0 +1,85 @@
+"""Where a replayed step's wall time goes beyond its kernels: the device timeline of graph replays, from a
+torch.profiler chrome trace.
+
+Why: a captured step's kernel time (remote.decoding.phase_split.split_kernels) sums to less than its wall time,
+by 40-54 us a step on the demo hybrid (session 30), more for DDTree than for DFlash although DDTree launches fewer
+kernels. The difference is idle device time: between the kernels of one replay (each kernel waits for its
+predecessor to drain and for its own launch) and between replays (the device waits for the host to queue the next
+one). Only timestamps show which.
+
+Contract: `step_timeline(trace)` takes a chrome trace's dict (torch.profiler `export_chrome_trace`, CUDA activity;
+the CPU's runtime calls come along) and returns, over every graph replay in it (device events grouped by the
+correlation id of their `cudaGraphLaunch`; replays of fewer than `min_events` events are left out):
+steps, events (mean per step), span_us (first start to last end), busy_us (summed durations), gap_us (span - busy:
+idle inside the replay), idle_before_us (previous replay's end to this one's start, the first replay excluded) and
+host_late (the fraction of replays launched by the host after the previous one had ended: then the device waited
+for the host), and `gaps`: the replays' modal event sequence position by position, as (position, event, previous
+event, mean gap before it us, mean duration us), largest gap first. `render(name, timeline, top)` is its text.
+"""
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from statistics import mean
+
+DEVICE = ("kernel", "gpu_memcpy", "gpu_memset")
+
+
+def _replays(trace: dict) -> tuple[dict[int, float], dict[int, list[dict]]]:
+    """{correlation: host launch ts} of cudaGraphLaunch calls and {correlation: device events, by start}."""
+    launches, device = {}, defaultdict(list)
+    for event in trace.get("traceEvents", []):
+        if event.get("ph") != "X":
+            continue
+        correlation = (event.get("args") or {}).get("correlation")
+        if event.get("cat") == "cuda_runtime" and event.get("name", "").startswith("cudaGraphLaunch"):
+            launches[correlation] = float(event["ts"])
+        elif event.get("cat") in DEVICE and correlation is not None:
+            device[correlation].append(event)
+    return launches, {c: sorted(events, key=lambda e: float(e["ts"])) for c, events in device.items()
+                      if c in launches}
+
+
+def step_timeline(trace: dict, min_events: int = 10) -> dict:
+    launches, replays = _replays(trace)
+    steps = sorted((events for events in replays.values() if len(events) >= min_events),
+                   key=lambda events: float(events[0]["ts"]))
+    if not steps:
+        return {"steps": 0}
+    spans, busies, idles, late = [], [], [], 0
+    previous_end = None
+    for events in steps:
+        start = float(events[0]["ts"])
+        end = max(float(e["ts"]) + float(e["dur"]) for e in events)
+        spans.append(end - start)
+        busies.append(sum(float(e["dur"]) for e in events))
+        if previous_end is not None:
+            idles.append(start - previous_end)
+            late += launches[events[0]["args"]["correlation"]] > previous_end
+        previous_end = end
+    modal = Counter(tuple(e["name"] for e in events) for events in steps).most_common(1)[0][0]
+    same = [events for events in steps if tuple(e["name"] for e in events) == modal]
+    gaps = []
+    for i, name in enumerate(modal):
+        if i == 0:
+            continue
+        before = [float(s[i]["ts"]) - max(float(e["ts"]) + float(e["dur"]) for e in s[:i]) for s in same]
+        gaps.append((i, name, modal[i - 1], mean(before), mean(float(s[i]["dur"]) for s in same)))
+    return {
+        "steps": len(steps), "events": mean(len(s) for s in steps), "span_us": mean(spans), "busy_us": mean(busies),
+        "gap_us": mean(spans) - mean(busies), "idle_before_us": mean(idles) if idles else 0.0,
+        "host_late": late / max(1, len(steps) - 1), "modal_steps": len(same),
+        "gaps": sorted(gaps, key=lambda g: -g[3]),
+    }
+
+
+def render(name: str, timeline: dict, top: int = 15) -> str:
+    if not timeline.get("steps"):
+        return f"{name}: no graph replays in the trace"
+    t = timeline
+    lines = [f"{name}: {t['steps']} replays, {t['events']:.0f} events each; span {t['span_us']:.1f} us = busy "
+             f"{t['busy_us']:.1f} + gaps {t['gap_us']:.1f}; idle before a replay {t['idle_before_us']:.1f} us "
+             f"(host late {100 * t['host_late']:.0f}%)"]
+    for position, event, previous, gap, duration in t["gaps"][:top]:
+        lines.append(f"    {gap:6.2f} us before #{position:<4d} {event[:60]:60s} ({duration:5.2f} us) "
+                     f"after {previous[:50]}")
+    return "\n".join(lines)

@@ -1,0 +1,48 @@
+"""bench/step_timeline.py over a trace in kineto's chrome format: replays grouped by their cudaGraphLaunch's
+correlation, gaps inside and idle time between them, the host-late count and the largest gap's position."""
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+
+from step_timeline import render, step_timeline  # noqa: E402
+
+
+def _trace(replays: list[tuple[float, float, list[tuple[str, float, float]]]]) -> dict:
+    """Chrome events for replays (host launch ts, device start, [(name, gap before, duration)])."""
+    events = []
+    for correlation, (launch, start, kernels) in enumerate(replays, 1):
+        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "ts": launch, "dur": 5,
+                       "args": {"correlation": correlation}})
+        t = start
+        for name, gap, dur in kernels:
+            t += gap
+            cat = "gpu_memcpy" if name.startswith("Memcpy") else "kernel"
+            events.append({"ph": "X", "cat": cat, "name": name, "ts": t, "dur": dur,
+                           "args": {"correlation": correlation}})
+            t += dur
+    # a lone copy outside any graph (a host read) is not a replay
+    events.append({"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoH", "ts": 1, "dur": 1,
+                   "args": {"correlation": 999}})
+    return {"traceEvents": events}
+
+
+def test_timeline_finds_the_idle_time_and_where_it_is():
+    step = [("a", 0, 2.0)] + [("b", 0.5, 1.0)] * 9 + [("slow_after", 4.0, 1.0)]
+    replays = [(0.0, 10.0, step), (20.0, 45.0, step), (80.0, 75.0, step)]    # the third launched after the second
+    t = step_timeline(_trace(replays))
+    busy = sum(d for _, _, d in step)
+    gaps = sum(g for _, g, _ in step[1:])
+    assert t["steps"] == 3 and t["events"] == len(step)
+    assert abs(t["busy_us"] - busy) < 1e-9 and abs(t["gap_us"] - gaps) < 1e-9
+    end = 10.0 + busy + gaps
+    assert abs(t["idle_before_us"] - ((45.0 - end) + (75.0 - (45.0 + busy + gaps))) / 2) < 1e-9
+    assert t["host_late"] == 0.5                      # of the two replays after the first, one was launched late
+    position, name, previous, gap, duration = t["gaps"][0]
+    assert (position, name, previous, gap, duration) == (len(step) - 1, "slow_after", "b", 4.0, 1.0)
+    assert "slow_after" in render("x", t).splitlines()[1]
+
+
+def test_timeline_of_a_trace_without_replays():
+    assert step_timeline({"traceEvents": []}) == {"steps": 0}
+    assert "no graph replays" in render("ar", {"steps": 0})
