@@ -18,7 +18,8 @@ What is timed (microseconds per call: --calls calls captured in one graph, media
   also torch.compile'd.
 - `tree/<variant>`: a whole tree from [15, --vocab] draft logits, spread or a confident spine (`tree_fns`): `torch`
   (remote.decoding.tree_build's torch ops), `kernel` (the runner's: remote.kernels.tree_search's top-k and search),
-  `search-w<N>` (the search kernel alone at N warps).
+  `search-w<N>` (the search kernel alone at N warps), `top_k-c<C>` (the draft top-k alone, C vocabulary entries a
+  stage-1 program).
 - `proj/<group>-<separate|fused>`: the projections that share an input (q/k/v, gate/up, a GDN layer's in_proj_*)
   of --proj-preset's first layers, each member its own GEMM against one GEMM over the concatenated weight
   (remote.kernels.fused_linear), for --queries rows; `gbps` is the weights' bytes read per second. Up to 128 rows
@@ -158,8 +159,11 @@ def tree_fns(vocab: int, budget: int, draft: str) -> dict:
     search = {f"search-w{w}": (lambda w=w: tree_search._launch(
         lambda kernel: kernel, top_lp, top_ids, plan.parent, plan.rank, _sizes((budget,), top_lp.device), budget,
         plan.levels, min(budget, plan.real), num_warps=w)) for w in (1, 2, 4, 8, 16)}
+    # the draft top-k alone at several chunk widths (a program sorts one chunk of a row; the merge stays)
+    chunks = {f"top_k-c{c}": (lambda c=c: tree_search._launch_top_k(lambda kernel: kernel, logits, k, c))
+              for c in (256, 512, 1024, 2048, 4096) if c <= max(vocab, 512)}
     return {"torch": lambda: torch_tree(logits, budget, k, plan),
-            "kernel": lambda: kernel_tree(logits, budget, k, plan, ()), **search}
+            "kernel": lambda: kernel_tree(logits, budget, k, plan, ()), **search, **chunks}
 
 
 def gdn_fns(preset: str, nodes: int, draft: str = "spine") -> dict:

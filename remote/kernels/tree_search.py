@@ -201,7 +201,10 @@ if triton is not None:
 
 
 TOP_K_MERGE = 2048      # most candidates the merge stage sorts in one CTA (more: torch.topk)
-TOP_K_CHUNK = 512       # vocabulary entries a stage-1 program sorts (a 4096-wide sort in one CTA took ~77 us)
+# vocabulary entries a stage-1 program sorts: a [15, 4096] top-15 took 5.2 us at 256 or 512 a program, 6.3 at 1024,
+# 15.9 at 4096, and 11-12 us in one launch of one program a row (the merge left out; H200, bench_kernels --kinds tree,
+# session 31): the chunks' parallelism is worth the second launch
+TOP_K_CHUNK = 512
 TIE_TOP = 0x7FFFFFFF    # keys hold TIE_TOP - token id below the score: equal scores, the lower id first
 
 
