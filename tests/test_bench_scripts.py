@@ -321,3 +321,28 @@ def test_gpu_suite_hands_its_kernel_caches_on(tmp_path):
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     listed = subprocess.run(["tar", "tzf", str(tmp_path / "back.tgz")], capture_output=True, text=True).stdout
     assert "./triton/kernel.json" in listed.split()
+
+
+def test_tree_scoring_at_the_plain_surrogate_is_plain_ddtree(tmp_path):
+    """bench_tree_scoring's untempered, unpenalised variant builds the runner's own trees (the same tau as a plain
+    DDTree run), a tempered one builds others, and the torch top-k is put back afterwards."""
+    from remote.kernels import tree_search
+    from remote.runner import Run
+    from remote.spec import DatasetSpec, DecodingSpec, DrafterSpec, ModelSpec, RunSpec
+
+    models = REPO / "remote" / "assets" / "models"
+    pair = ["--model", str(models / "demo-qwen3_5"), "--drafter", str(models / "demo-qwen3_5-dflash")]
+    plain = tree_search.torch_top_k
+    rows = _in_process("bench_tree_scoring", [*pair, "--num-prompts", "1", "--max-new-tokens", "24",
+                                              "--temperatures", "1,4"], tmp_path / "scoring.stdout")
+    assert tree_search.torch_top_k is plain
+    run = Run(RunSpec(run_id="t", seed=0, device="cpu", model=ModelSpec(path=pair[1], dtype="float32"),
+                      drafter=DrafterSpec(path=pair[3]),
+                      decoding=DecodingSpec(method="ddtree", tree_budget=15, max_new_tokens=24, warmup=0),
+                      dataset=DatasetSpec(name="humaneval", num_prompts=1)))
+    steps = run.generate("ddtree", 0).committed
+    assert [r["temperature"] for r in rows] == [1.0, 4.0]
+    assert rows[0]["tau"] == pytest.approx(sum(steps) / len(steps)) and rows[0]["steps"] == len(steps)
+    assert rows[1]["steps"] != rows[0]["steps"] or rows[1]["tau"] != rows[0]["tau"]
+    with pytest.raises(SystemExit, match="--depth-penalties"):
+        _bench("bench_tree_scoring").main([*pair, "--depth-penalties", "0.1"])
