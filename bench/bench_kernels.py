@@ -35,6 +35,8 @@ What is timed (microseconds per call: --calls calls captured in one graph, media
   warps), `chunk-n<BN>-v<BV>-w<W>-<dot>` the chunked one (remote.kernels.gdn_chunked, blocks of BN nodes, float32
   products at `dot` precision), `state` the chunked commit's state build after the deepest node, `fla-step-1` fla's
   one-token step (AR's), where installed.
+- `conv/<variant>`: one GDN layer's conv over 1 / 16 / 32 / 64 windows and its gates at --gdn-preset's widths:
+  `compiled` (torch.compile'd, as captured steps run it), `kernel` (remote.kernels.conv_gates, one launch), `eager`.
 The last stdout line is compact JSON; --out writes the rows.
 """
 from __future__ import annotations
@@ -164,6 +166,30 @@ def tree_fns(vocab: int, budget: int, draft: str) -> dict:
               for c in (256, 512, 1024, 2048, 4096) if c <= max(vocab, 512)}
     return {"torch": lambda: torch_tree(logits, budget, k, plan),
             "kernel": lambda: kernel_tree(logits, budget, k, plan, ()), **search, **chunks}
+
+
+def conv_fns(preset: str, nodes: int) -> dict:
+    """One GDN layer's conv over `nodes` windows (1: AR's step, from the bank's last columns) and its gates at
+    --gdn-preset's widths (key heads repeated 3x at Qwen3.6-27B's): torch.compile'd as the runner's captured steps
+    run it today (inductor tunes the tiling at the first call), the one-launch kernel (remote.kernels.conv_gates),
+    and the torch ops."""
+    from remote.kernels import conv_gates as kernel
+    from remote.models.gdn import conv_gates
+
+    heads, dk, dv = GDN_SHAPES[preset]
+    rep = 3 if preset == "qwen3.6-27b" else 1
+    key_dim, value_dim, width = heads // rep * dk, heads * dv, 4
+    channels = 2 * key_dim + value_dim
+    cuda = dict(device="cuda", dtype=torch.bfloat16)
+    bank = torch.randn(channels, width + nodes, **cuda)
+    index = None if nodes == 1 else torch.randint(0, width + nodes, (nodes, width), device="cuda")
+    weight, bias = torch.randn(channels, width, **cuda), None
+    b, a = torch.randn(1, nodes, heads, **cuda), torch.randn(1, nodes, heads, **cuda)
+    a_log, dt_bias = torch.randn(heads, device="cuda"), torch.randn(heads, device="cuda")
+    args = (bank, index, weight, bias, b, a, a_log, dt_bias, (key_dim, value_dim, dk, dv, rep), "silu")
+    compiled = torch.compile(conv_gates, dynamic=False)
+    return {"compiled": lambda: compiled(*args), "kernel": lambda: kernel.conv_gates(*args),
+            "eager": lambda: conv_gates(*args)}
 
 
 def gdn_fns(preset: str, nodes: int, draft: str = "spine") -> dict:
@@ -349,6 +375,9 @@ def main(argv: list[str]) -> int:
             for name, fn in gdn_fns(args.gdn_preset, nodes, draft).items():
                 record("gdn", name, graph_us(fn, args.calls, args.repeats), nodes=nodes, draft=draft,
                        preset=args.gdn_preset)
+        for nodes in (1, 16, 32, 64) if "conv" in kinds else ():
+            for name, fn in conv_fns(args.gdn_preset, nodes).items():
+                record("conv", name, graph_us(fn, args.calls, args.repeats), nodes=nodes, preset=args.gdn_preset)
     meta = {"preset": args.preset, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
     if args.out:
         Path(args.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))

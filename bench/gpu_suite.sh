@@ -104,6 +104,9 @@ methods q3_compile 150 $Q3 --temperatures 0 --num-prompts 6 --budgets 128,64 --c
 methods q35 150 $Q35 --temperatures 0 --num-prompts 24 --budgets 31,32 --phase-kernels
 # the kernels of each phase of demo-qwen3's replayed steps (AR against DDTree 31: what a small pair's step is made of)
 methods q3_kernels 90 $Q3 --temperatures 0 --num-prompts 4 --budgets 31 --phase-kernels
+# where the replayed steps of real generations leave the device idle, and each kernel's mean time a step
+# (bench/step_timeline.py; traces and timeline.json under the step's out dir)
+methods q35_timeline 150 $Q35 --temperatures 0 --num-prompts 6 --budgets 15,31 --timeline "$OUT/q35_timeline/traces"
 # tree_budget=auto beside every fixed budget (issue 27's acceptance: >= 97% of the best, above the median)
 methods q3_auto 150 $Q3 --temperatures 0 --num-prompts 24 --budgets 15,31,63,127,255,auto,auto127
 methods q35_auto 260 $Q35 --temperatures 0 --num-prompts 24 --budgets 15,31,63,127,255,auto,auto127
@@ -166,7 +169,7 @@ step verify_27b 90 python3 bench/bench_verify.py --preset qwen3.6-27b --layers 1
   --budgets 16,64,256 --repeats 3 --min-repeats 2 --measure-s 1 --time-limit 80 --out "$OUT/verify_27b.json"
 step hybrid_tests 200 python3 -m pytest -q -p no:cacheprovider --durations=5 \
   tests/test_graph_decode.py::test_hybrid_graph_replays_equal_eager_steps tests/test_hybrid_target.py \
-  tests/test_gdn_tree_kernel.py -k "cuda or hybrid_graph"
+  tests/test_gdn_tree_kernel.py tests/test_conv_gates_kernel.py -k "cuda or hybrid_graph"
 if [ "$(python3 -c 'import torch; print(torch.cuda.device_count())')" -ge 2 ]; then
   # the first hybrid split on a fresh host autotunes fla's kernels for ~60 s
   step split_tests 150 python3 -m pytest -q -p no:cacheprovider --durations=5 tests/test_multi_gpu.py

@@ -17,7 +17,9 @@ steps, events (mean per step), span_us (first start to last end), busy_us (summe
 idle inside the replay), idle_before_us (the median over replays of the previous one's end to this one's start:
 a prefill between two generations is no replay's) and host_late (the fraction of replays launched by the host after the previous one had ended: then the device waited
 for the host), and `gaps`: the replays' modal event sequence position by position, as (position, event, previous
-event, mean gap before it us, mean duration us), largest gap first. `render(name, timeline, top)` is its text.
+event, mean gap before it us, mean duration us), largest gap first, and `kernels`: [name, us a step, launches a
+step] over every replay, the slowest first (real generations' means, where remote.decoding.phase_split profiles
+one replayed state). `render(name, timeline, top)` is its text.
 """
 from __future__ import annotations
 
@@ -59,6 +61,11 @@ def step_timeline(trace: dict, min_events: int = 10) -> dict:
             idles.append(start - previous_end)
             late += launches[events[0]["args"]["correlation"]] > previous_end
         previous_end = end
+    kernels: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])      # name -> [us, launches] over all
+    for events in steps:
+        for e in events:
+            kernels[e["name"]][0] += float(e["dur"]) / len(steps)
+            kernels[e["name"]][1] += 1 / len(steps)
     modal = Counter(tuple(e["name"] for e in events) for events in steps).most_common(1)[0][0]
     same = [events for events in steps if tuple(e["name"] for e in events) == modal]
     gaps = []
@@ -72,6 +79,7 @@ def step_timeline(trace: dict, min_events: int = 10) -> dict:
         "gap_us": mean(spans) - mean(busies), "idle_before_us": median(idles) if idles else 0.0,
         "host_late": late / max(1, len(steps) - 1), "modal_steps": len(same),
         "gaps": sorted(gaps, key=lambda g: -g[3]),
+        "kernels": sorted(([name, us, n] for name, (us, n) in kernels.items()), key=lambda k: -k[1]),
     }
 
 
@@ -82,6 +90,9 @@ def render(name: str, timeline: dict, top: int = 15) -> str:
     lines = [f"{name}: {t['steps']} replays, {t['events']:.0f} events each; span {t['span_us']:.1f} us = busy "
              f"{t['busy_us']:.1f} + gaps {t['gap_us']:.1f}; idle before a replay (median) {t['idle_before_us']:.1f} us "
              f"(host late {100 * t['host_late']:.0f}%)"]
+    for name, us, launches in t["kernels"][:top]:
+        lines.append(f"    {us:7.2f} us {launches:5.1f}x  {name[:100]}")
+    lines.append("  largest gaps:")
     for position, event, previous, gap, duration in t["gaps"][:top]:
         lines.append(f"    {gap:6.2f} us before #{position:<4d} {event[:60]:60s} ({duration:5.2f} us) "
                      f"after {previous[:50]}")

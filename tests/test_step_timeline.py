@@ -42,7 +42,10 @@ def test_timeline_finds_the_idle_time_and_where_it_is():
     assert abs(t["host_late"] - 1 / 3) < 1e-9                # of the three replays after the first, one was late
     position, name, previous, gap, duration = t["gaps"][0]
     assert (position, name, previous, gap, duration) == (len(step) - 1, "slow_after", "b", 4.0, 1.0)
-    assert "slow_after" in render("x", t).splitlines()[1]
+    assert t["kernels"][0][0] == "b" and abs(t["kernels"][0][1] - 9.0) < 1e-9 and t["kernels"][0][2] == 9
+    assert [k[0] for k in t["kernels"]] == ["b", "a", "slow_after"]
+    text = render("x", t).splitlines()
+    assert "slow_after" in text[text.index("  largest gaps:") + 1]
 
 
 def test_timeline_of_a_trace_without_replays():

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..kernels import conv_gates as conv_gates_kernel
 from ..kernels.gdn_paths import GdnKernels, activate
 from ..kernels.glue import active
 from ..tree import Ancestry
@@ -186,8 +187,11 @@ def _conv_gates(gdn: torch.nn.Module, bank: torch.Tensor, index: torch.Tensor | 
                 a: torch.Tensor):
     """`conv_gates` with the layer's weights (compiled in captured steps: the window gather, the conv, its
     activation and the gates are then one or two kernels, not a gathered [N, C, K] copy and a depthwise conv)."""
-    return active(conv_gates)(bank, index, gdn.conv1d.weight.squeeze(1), gdn.conv1d.bias, b, a, gdn.A_log,
-                              gdn.dt_bias, _shape(gdn), gdn.activation)
+    args = (bank, index, gdn.conv1d.weight.squeeze(1), gdn.conv1d.bias, b, a, gdn.A_log, gdn.dt_bias, _shape(gdn),
+            gdn.activation)
+    if conv_gates_kernel.usable(*args):                              # one launch, not three (not yet on: see there)
+        return conv_gates_kernel.conv_gates(*args)
+    return active(conv_gates)(*args)
 
 
 def conv_gates(bank: torch.Tensor, index: torch.Tensor | None, weight: torch.Tensor, bias: torch.Tensor | None,
