@@ -60,7 +60,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     args = p.parse_args(argv)
     penalties = [float(x) for x in args.depth_penalties.split(",")]
     if any(x > 0 for x in penalties):
-        raise SystemExit(f"--depth-penalties: each <= 0 (a positive one makes log-probs > 0); got {args.depth_penalties}")
+        raise SystemExit(f"--depth-penalties: each <= 0 (a positive one makes log-probs > 0); "
+                         f"got {args.depth_penalties}")
     spec = RunSpec(run_id="scoring", seed=0, device="cpu", model=ModelSpec(path=args.model, dtype="float32"),
                    drafter=DrafterSpec(path=args.drafter),
                    decoding=DecodingSpec(method="ddtree", tree_budget=args.budget, max_new_tokens=args.max_new_tokens,

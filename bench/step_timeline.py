@@ -12,14 +12,14 @@ landed top-k) is what differs.
 
 Contract: `step_timeline(trace)` takes a chrome trace's dict (torch.profiler `export_chrome_trace`, CUDA activity;
 the CPU's runtime calls come along) and returns, over every graph replay in it (device events grouped by the
-correlation id of their `cudaGraphLaunch`; replays of fewer than `min_events` events are left out):
-steps, events (mean per step), span_us (first start to last end), busy_us (summed durations), gap_us (span - busy:
-idle inside the replay), idle_before_us (the median over replays of the previous one's end to this one's start:
-a prefill between two generations is no replay's) and host_late (the fraction of replays launched by the host after the previous one had ended: then the device waited
-for the host), and `gaps`: the replays' modal event sequence position by position, as (position, event, previous
-event, mean gap before it us, mean duration us), largest gap first, and `kernels`: [name, us a step, launches a
-step] over every replay, the slowest first (real generations' means, where remote.decoding.phase_split profiles
-one replayed state). `render(name, timeline, top)` is its text.
+correlation id of their `cudaGraphLaunch`; replays of fewer than `min_events` events are left out): steps, events
+(mean per step), span_us (first start to last end), busy_us (summed durations), gap_us (span - busy: idle inside the
+replay), idle_before_us (the median over replays of the previous one's end to this one's start: a prefill between
+two generations is no replay's) and host_late (the fraction of replays launched by the host after the previous one
+had ended: then the device waited for the host), and `gaps`: the replays' modal event sequence position by position,
+as (position, event, previous event, mean gap before it us, mean duration us), largest gap first, and `kernels`:
+[name, us a step, launches a step] over every replay, the slowest first (real generations' means, where
+remote.decoding.phase_split profiles one replayed state). `render(name, timeline, top)` is its text.
 """
 from __future__ import annotations
 

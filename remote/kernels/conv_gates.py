@@ -14,9 +14,9 @@ Contract: `conv_gates(bank, index, weight, bias, b, a, a_log, dt_bias, shape, ac
 remote.models.gdn.conv_gates returns (q, k [1, N, HV, Dk] repeated to the value heads, v [1, N, HV, Dv] in bank's
 dtype; g [1, N, HV] float32; beta [1, N, HV] in b's dtype), as contiguous tensors: bank [C, M] (unit column stride),
 index [N, K] long (None: one window, the last K columns), weight [C, K], bias [C] or None, b, a [1, N, HV] (unit
-last stride), activation "silu" or None. Window sums are float32 in tap order and rounded once to bank's dtype: results
-agree with the torch ops to float32 rounding (sums in another order, silu and softplus by other formulas). `usable(...)` (the same arguments) says whether it
-runs: CUDA with Triton, `ENABLED`, the layouts above.
+last stride), activation "silu" or None. Window sums are float32 in tap order and rounded once to bank's dtype:
+results agree with the torch ops to float32 rounding (sums in another order, silu and softplus by other formulas).
+`usable(...)` (the same arguments) says whether it runs: CUDA with Triton, `ENABLED`, the layouts above.
 """
 from __future__ import annotations
 
