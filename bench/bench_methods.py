@@ -434,7 +434,9 @@ def main(argv: list[str] | None = None) -> None:
             best = max((r for r in rows if r["method"] == "ddtree" and r["temperature"] == temperature
                         and isinstance(r["tree_budget"], int)), key=lambda r: r.get("speedup_vs_ar", 0))["tree_budget"]
             traces = profile_methods(run, best, Path(args.profile), args.profile_gens)
-        if args.timeline and temperature == temperatures[0] and run.device.type == "cuda":
+        if args.timeline and temperature == temperatures[0] and run.device.type != "cuda":
+            print("--timeline skipped: it reads graph replays, which run on CUDA only", flush=True)
+        elif args.timeline and temperature == temperatures[0]:
             timelines(run, [("ar", 1), *([("dflash", 1)] if "dflash" in methods else []),
                             *(("ddtree", b) for b in fixed)], Path(args.timeline), args.profile_gens)
         del run

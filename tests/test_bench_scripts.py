@@ -240,9 +240,11 @@ def test_methods_measures_only_the_methods_asked(tmp_path):
     last = _in_process("bench_methods", [
         "--random", json.dumps(TINY_QWEN3), "--random-drafter", json.dumps(TINY_DRAFTER), "--num-prompts", "1",
         "--max-new-tokens", "4", "--methods", "ar", "--dtype", "float32", "--device", "cpu", "--out",
-        str(tmp_path)], tmp_path / "ar.stdout")
+        str(tmp_path), "--timeline", str(tmp_path / "timeline")], tmp_path / "ar.stdout")
     rows = json.loads((tmp_path / "rows.json").read_text())
     assert [r["method"] for r in rows] == ["ar"] and last["rows"] == 1 and last["best_ddtree"] is None
+    # the timeline reads CUDA graph replays: on the CPU it says so and writes nothing
+    assert "--timeline skipped" in (tmp_path / "ar.stdout").read_text() and not (tmp_path / "timeline").exists()
 
 
 def test_ar_again_gives_speedups_against_both_ar_rows(tmp_path):
