@@ -36,7 +36,8 @@ What is timed (microseconds per call: --calls calls captured in one graph, media
   products at `dot` precision), `state` the chunked commit's state build after the deepest node, `fla-step-1` fla's
   one-token step (AR's), where installed.
 - `conv/<variant>`: one GDN layer's conv over 1 / 16 / 32 / 64 windows and its gates at --gdn-preset's widths:
-  `compiled` (torch.compile'd, as captured steps run it), `kernel` (remote.kernels.conv_gates, one launch), `eager`.
+  `compiled` / `compiled-dynamic` (torch.compile'd for the shape / for any), `kernel` (remote.kernels.conv_gates, one
+  launch), `eager`.
 The last stdout line is compact JSON; --out writes the rows.
 """
 from __future__ import annotations
@@ -170,9 +171,9 @@ def tree_fns(vocab: int, budget: int, draft: str) -> dict:
 
 def conv_fns(preset: str, nodes: int) -> dict:
     """One GDN layer's conv over `nodes` windows (1: AR's step, from the bank's last columns) and its gates at
-    --gdn-preset's widths (key heads repeated 3x at Qwen3.6-27B's): torch.compile'd as the runner's captured steps
-    run it today (inductor tunes the tiling at the first call), the one-launch kernel (remote.kernels.conv_gates),
-    and the torch ops."""
+    --gdn-preset's widths (key heads repeated 3x at Qwen3.6-27B's): torch.compile'd for this shape, and dynamic (what
+    remote.kernels.glue's compile serves a second shape with), the one-launch kernel (remote.kernels.conv_gates), and
+    the torch ops."""
     from remote.kernels import conv_gates as kernel
     from remote.models.gdn import conv_gates
 
@@ -187,9 +188,9 @@ def conv_fns(preset: str, nodes: int) -> dict:
     b, a = torch.randn(1, nodes, heads, **cuda), torch.randn(1, nodes, heads, **cuda)
     a_log, dt_bias = torch.randn(heads, device="cuda"), torch.randn(heads, device="cuda")
     args = (bank, index, weight, bias, b, a, a_log, dt_bias, (key_dim, value_dim, dk, dv, rep), "silu")
-    compiled = torch.compile(conv_gates, dynamic=False)
-    return {"compiled": lambda: compiled(*args), "kernel": lambda: kernel.conv_gates(*args),
-            "eager": lambda: conv_gates(*args)}
+    static, dynamic = torch.compile(conv_gates, dynamic=False), torch.compile(conv_gates, dynamic=True)
+    return {"compiled": lambda: static(*args), "compiled-dynamic": lambda: dynamic(*args),
+            "kernel": lambda: kernel.conv_gates(*args), "eager": lambda: conv_gates(*args)}
 
 
 def gdn_fns(preset: str, nodes: int, draft: str = "spine") -> dict:

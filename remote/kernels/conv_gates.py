@@ -1,12 +1,11 @@
 """A GDN layer's causal conv over N windows, its activation and the gates, in one Triton launch (CUDA): what
 remote.models.gdn.conv_gates computes in torch ops, which torch.compile turns into three kernels a layer.
 
-Why: in real generations of the demo hybrid (H200, bench_methods --timeline, session 31) the compiled conv kernel
-of a 16-node verify took 6.7 us a layer, where session 30's replayed state showed 1.5. Inductor autotunes a
-pointwise kernel's tiling by timing launches, which at this size time the launch more than the kernel, so the
-captured step may keep a three-program tiling (grid [1, 3]: 768 channels x 16 nodes in three CTAs). Here program
-(node, channel block) computes its block of the node's window sums, and one more program per node computes the
-gates: 6 x (6.7 + 1.2 + 1.0) us of a step's verify at stake, each method alike, AR's one-window step too.
+Why: torch.compile makes this three kernels a layer (the conv, g, beta: ~1.5 + 1.2 + 1.0 us at the demo's 16-node
+verify on an H200, each also a gap in the captured step), and a compile for a second shape is a dynamic one whose
+tiling served later captures at 6.7 us a layer (grid [1, 3]: three CTAs for 768 channels x 16 nodes; bench_methods
+--timeline, session 31; remote.kernels.glue compiles with dynamic=None). Here program (node, channel block) sums its
+block of the node's windows, and one more program per node computes the gates, whatever the shapes compiled before.
 Not yet measured on a GPU (session 31 had no device after its first call): `ENABLED` stays False until
 bench/bench_kernels.py --kinds conv shows it faster; the interpreter test says it computes the same.
 
