@@ -157,3 +157,33 @@ def test_the_compiled_norms_residual_adds_and_gates_are_the_models_own():
     ran = [gated_norm, gates, conv_gates, output_gate, zero_centred_norm, add_zero_centred_norm]
     assert all(_CACHE[fn].compiled is not None for fn in ran)                # compiled, and ran so
     assert (fused - plain).abs().max() < 1e-5
+
+
+def test_a_static_glue_function_compiles_for_each_shape_it_meets():
+    """`active(fn, static=True)` (the GDN conv's): every window count its own compile (inductor on the CPU here). A
+    dynamic compile after the second count would serve the third, tiled for another (session 31's 6.7-us conv)."""
+    from torch._dynamo.utils import counters
+
+    from remote.kernels.glue import active
+    from remote.models.gdn import conv_gates
+
+    g = torch.Generator().manual_seed(0)
+    channels, width = 2 * 3 + 5, 4       # one key head of 3, one value head of 5: shapes no other test compiles
+
+    def windows(n: int):
+        args = (torch.randn(channels, width + n, generator=g), torch.randint(0, width + n, (n, width), generator=g),
+                torch.randn(channels, width, generator=g), None, torch.randn(1, n, 1, generator=g),
+                torch.randn(1, n, 1, generator=g), torch.randn(1, generator=g), torch.randn(1, generator=g),
+                (3, 5, 3, 5, 1), "silu")
+        compiled, plain = active(conv_gates, static=True)(*args), conv_gates(*args)
+        assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(compiled, plain))
+
+    model = nn.Linear(2, 2)                 # no rotary or MLP to swap: `active` alone
+    with compiled_glue(model):
+        windows(3)
+        windows(5)
+        before = counters["stats"]["unique_graphs"]
+        windows(4)
+        assert counters["stats"]["unique_graphs"] == before + 1          # a compile of its own
+        windows(5)
+        assert counters["stats"]["unique_graphs"] == before + 1          # and each count's kept

@@ -39,7 +39,7 @@ from contextlib import nullcontext
 import torch
 
 from ..errors import SpecError, first_line
-from ..kernels.glue import active
+from ..kernels.glue import active, allow_recompiles
 from ..kernels.rows import gather_rows
 from ..kernels.step import step_kernels
 from ..models.attention_loop import AttentionLoop
@@ -110,10 +110,7 @@ def _compile_steps(decoder: "GraphDecoder") -> None:
     """Put torch.compile'd steps on the instance (its class keeps the plain ones): inductor fuses a step's small
     kernels (transformers' RMSNorm alone is six per call), then the fused step is captured as before. One compile
     per (method, budget): the recompile limit is raised for sweeps over many budgets."""
-    config = torch._dynamo.config
-    for name in ("recompile_limit", "cache_size_limit"):
-        if hasattr(config, name):
-            setattr(config, name, max(getattr(config, name), 64))
+    allow_recompiles()
     decoder._ar_step = torch.compile(decoder._ar_step, dynamic=False)
     decoder._spec_step = torch.compile(decoder._spec_step, dynamic=False)
 
