@@ -13,7 +13,7 @@ Contract: inside `compiled_glue(model)` the `apply_rotary_pos_emb` of every mode
 from is its compiled self (the same function: partial rotary and mrope stay the model's), every SiLU MLP of the
 known shape (gate_proj, up_proj, down_proj, act_fn) computes `down_proj(silu(gate) * up)` through a compiled
 `silu_mul`, and `active(fn)` is `fn` compiled (the norms and the attention output gate here, remote.models.gdn's
-conv and gates); all undone on exit.
+conv and gates; `active(fn, static=True)` compiles each shape apart); all undone on exit.
 Compiled code computes in float32 and rounds once where transformers rounds after each op (equal up to that
 rounding). A function that fails to compile runs plain from then on, so a step never fails here. Callers look the
 rotary function up in its module at each call (as transformers' attention does).
