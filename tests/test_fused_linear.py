@@ -159,9 +159,9 @@ def test_the_compiled_norms_residual_adds_and_gates_are_the_models_own():
     assert (fused - plain).abs().max() < 1e-5
 
 
-def test_a_static_glue_function_compiles_for_each_shape_it_meets():
-    """`active(fn, static=True)` (the GDN conv's): every window count its own compile (inductor on the CPU here). A
-    dynamic compile after the second count would serve the third, tiled for another (session 31's 6.7-us conv)."""
+def test_a_glue_function_compiles_for_each_shape_it_meets():
+    """`active(fn)` (here the GDN conv's): every window count its own compile (inductor on the CPU here). A dynamic
+    compile after the second count would serve the third, tiled for another (session 31's 6.7-us conv)."""
     from torch._dynamo.utils import counters
 
     from remote.kernels.glue import active
@@ -175,7 +175,7 @@ def test_a_static_glue_function_compiles_for_each_shape_it_meets():
                 torch.randn(channels, width, generator=g), None, torch.randn(1, n, 1, generator=g),
                 torch.randn(1, n, 1, generator=g), torch.randn(1, generator=g), torch.randn(1, generator=g),
                 (3, 5, 3, 5, 1), "silu")
-        compiled, plain = active(conv_gates, static=True)(*args), conv_gates(*args)
+        compiled, plain = active(conv_gates)(*args), conv_gates(*args)
         assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(compiled, plain))
 
     model = nn.Linear(2, 2)                 # no rotary or MLP to swap: `active` alone

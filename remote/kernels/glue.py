@@ -13,7 +13,8 @@ Contract: inside `compiled_glue(model)` the `apply_rotary_pos_emb` of every mode
 from is its compiled self (the same function: partial rotary and mrope stay the model's), every SiLU MLP of the
 known shape (gate_proj, up_proj, down_proj, act_fn) computes `down_proj(silu(gate) * up)` through a compiled
 `silu_mul`, and `active(fn)` is `fn` compiled (the norms and the attention output gate here, remote.models.gdn's
-conv and gates; `active(fn, static=True)` compiles each shape apart); all undone on exit.
+conv and gates); all undone on exit. Every function compiles static, once for each shape it meets (a step's row
+count: a handful of widths a run), so a method's kernels never depend on which method compiled first.
 Compiled code computes in float32 and rounds once where transformers rounds after each op (equal up to that
 rounding). A function that fails to compile runs plain from then on, so a step never fails here. Callers look the
 rotary function up in its module at each call (as transformers' attention does).
@@ -40,13 +41,15 @@ def allow_recompiles(limit: int = 64) -> None:
 
 
 class _Compiled:
-    """`fn` compiled, or `fn` itself once compiling it failed. Dynamic row counts after the second shape, unless
-    `static`: then one compile a shape (see `active`)."""
+    """`fn` compiled for each shape it meets, or `fn` itself once compiling it failed. Never dynamic: a dynamic
+    compile serves every later shape, and dynamo tries its newest entry first, so a kernel tiled for one row count
+    would serve all, and which method got it would depend on the order the steps compiled in (remote.models.gdn's
+    conv over 16 windows, compiled dynamic after a 32-window verify, ran 6.7 us a layer in three CTAs where its
+    static compile had 48; H200, session 31)."""
 
-    def __init__(self, fn, static: bool = False):
-        if static:
-            allow_recompiles()
-        self.fn, self.compiled = fn, torch.compile(fn, dynamic=False if static else None)
+    def __init__(self, fn):
+        allow_recompiles()
+        self.fn, self.compiled = fn, torch.compile(fn, dynamic=False)
 
     def __call__(self, *args, **kwargs):
         if self.compiled is not None:
@@ -65,9 +68,9 @@ def plain(fn):
 _CACHE: dict = {}       # function -> its _Compiled (compiled once per process)
 
 
-def _compiled(fn, static: bool = False) -> _Compiled:
+def _compiled(fn) -> _Compiled:
     if fn not in _CACHE:            # not setdefault: that would build a torch.compile wrapper at every call
-        _CACHE[fn] = _Compiled(fn, static)
+        _CACHE[fn] = _Compiled(fn)
     return _CACHE[fn]
 
 
@@ -117,13 +120,10 @@ def output_gate(o: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
 _ACTIVE = [0]           # compiled_glue contexts open: `active` hands out compiled functions then
 
 
-def active(fn, static: bool = False):
+def active(fn):
     """`fn` compiled inside `compiled_glue`, `fn` itself elsewhere (for glue the caller calls, as remote.models.gdn's
-    gates and remote.kernels.step's gated norm). `static`: compiled for each shape it meets, never for any. A
-    dynamic compile serves every later shape, and dynamo tries its newest entry first: a tiled kernel tuned for one
-    row count then serves all (remote.models.gdn's conv over 16 windows, compiled dynamic after a 32-window verify,
-    ran 6.7 us a layer in three CTAs where its static compile had 48; H200, session 31)."""
-    return _compiled(fn, static) if _ACTIVE[0] else fn
+    gates and remote.kernels.step's gated norm)."""
+    return _compiled(fn) if _ACTIVE[0] else fn
 
 
 def _mlp_forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -191,7 +191,7 @@ def _conv_gates(gdn: torch.nn.Module, bank: torch.Tensor, index: torch.Tensor | 
             gdn.activation)
     if conv_gates_kernel.usable(*args):                              # one launch, not three (not yet on: see there)
         return conv_gates_kernel.conv_gates(*args)
-    return active(conv_gates, static=True)(*args)        # a tiled kernel: tuned for each window count it meets
+    return active(conv_gates)(*args)
 
 
 def conv_gates(bank: torch.Tensor, index: torch.Tensor | None, weight: torch.Tensor, bias: torch.Tensor | None,
