@@ -33,6 +33,8 @@ DEFINITIONS = {
                "prompt; it ends when the step that produced the last token ended (a step queued ahead of a stop "
                "token is not in it)",
     "ttft_ms": "mean over prompts of the time to the first token (target prefill + first token choice)",
+    "warmup_s": "wall time of the method's warm-up generations, before any timed one (s): its torch.compile "
+                "compiles and CUDA graph captures fall here, and tree_budget=auto's calibration",
     "speedup_vs_ar": "ar_tpot_ms / tpot_ms, AR run in the same process on the same prompts",
     "speedup_vs_ar_ci_low": "95% percentile-bootstrap interval of speedup_vs_ar, lower end: prompts resampled with "
                             "replacement (10000 resamples, seeded by the run's seed), each drawn with its own AR "

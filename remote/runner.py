@@ -247,6 +247,7 @@ class Measured:
     gens: list[Generation]
     peak: list[float]          # GiB per GPU (one figure on the CPU), the most over all its generations
     path: PathLog
+    warmup_s: float = 0.0      # its warm-up generations' wall time: where its compiles and graph captures fall
 
 
 def run_methods(run: Run, methods: list[str], events: EventWriter, outputs) -> dict[str, Measured]:
@@ -257,14 +258,16 @@ def run_methods(run: Run, methods: list[str], events: EventWriter, outputs) -> d
     timed last (measured on an H200: eager AR timed first ran 1.4-3.2x slower than the same AR timed after the
     others). outputs.jsonl gets the first repeat's tokens (later repeats decode the same prompts with the same
     seeds); every generation's figures go to a `prompt` event."""
+    measured = {m: Measured([], [], PathLog()) for m in methods}
     for method in methods:
+        started = time.perf_counter()
         for _ in range(run.spec.decoding.warmup):
             run.generate(method, 0, min(WARMUP_TOKENS, run.spec.decoding.max_new_tokens))
         if run.spec.decoding.warmup and method == "ddtree":
             run.calibrate(min(WARMUP_TOKENS, run.spec.decoding.max_new_tokens))
+        measured[method].warmup_s = time.perf_counter() - started
     events.stage(RunnerStage.DECODING)
     n, repeats = len(run.inputs), run.spec.decoding.repeats
-    measured = {m: Measured([], [], PathLog()) for m in methods}
     tokens, wall = dict.fromkeys(methods, 0), dict.fromkeys(methods, 0.0)
     for repeat in range(repeats):
         for index in range(n):
@@ -365,6 +368,7 @@ def _run(spec: RunSpec, files: RunFiles, events: EventWriter) -> dict:
         method_metrics = aggregate(got.gens, got.peak, depth, spec.seed, d.repeats)
         method_metrics.update(step_figures(r, method, got.gens,
                                            lambda message: events.emit("warning", message=message)))
+        method_metrics["warmup_s"] = got.warmup_s
         per_prompt += [{"method": method, "prompt_index": i % n, "repeat": i // n, **prompt_metrics(g)}
                        for i, g in enumerate(got.gens)]
         if method == "ar":

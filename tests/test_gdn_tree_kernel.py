@@ -55,30 +55,34 @@ def test_tree_kernel_matches_the_oracle_under_the_interpreter():
 STACKED = r"""
 import dataclasses, json
 from remote.kernels import gdn_tree as gdn_tree_kernel
-from remote.models import gdn_stack, hybrid_target
+from remote.models import gdn, gdn_stack, hybrid_target
 from tests import test_graph_decode
 
 select = hybrid_target.select_gdn_kernels
 hybrid_target.select_gdn_kernels = lambda *a, **kw: dataclasses.replace(select(*a, **kw),
                                                                          tree=gdn_tree_kernel.tree_recurrence)
-installs = []
+installs = {}
 install = gdn_stack.GdnStack.install
 def counted(self, *args):
-    installs.append(install(self, *args))
-    return installs[-1]
+    installs[str(gdn.KEEP_LIMIT)].append(install(self, *args))
+    return installs[str(gdn.KEEP_LIMIT)][-1]
 gdn_stack.GdnStack.install = counted
-for seed in (0, 1):
-    test_graph_decode.test_hybrid_static_commit_equals_the_eager_commit("3to1", seed)
-print(json.dumps(installs))
+for keep_limit in (gdn.KEEP_LIMIT, 0):
+    gdn.KEEP_LIMIT, installs[str(keep_limit)] = keep_limit, []
+    for seed in (0, 1):
+        test_graph_decode.test_hybrid_static_commit_equals_the_eager_commit("3to1", seed)
+print(json.dumps(list(installs.values())))
 """
 
 
 def test_stacked_commit_installs_every_layer_as_the_eager_commit():
     """With node states kept (the tree kernel), a static verify writes every GDN layer's bank and node states into
-    its device's stack and the commit installs all layers in one launch (remote.models.gdn_stack); the layer
+    its device's stack and the commit installs all layers in one launch (remote.models.gdn_stack); with a zero keep
+    limit the commit recomputes each layer's accepted state into its reserved one in place. Either way the layer
     states then equal the eager commit's (a chain and a tree, several accepted paths each)."""
-    installs = run_interpreted(STACKED, timeout=900)
-    assert installs and all(installs), installs
+    kept, recomputed = run_interpreted(STACKED, timeout=900)
+    assert kept and all(kept), kept
+    assert recomputed and not any(recomputed), recomputed
 
 
 INSTALL = r"""

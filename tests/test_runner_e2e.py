@@ -55,6 +55,7 @@ def test_ddtree_run_writes_everything(tmp_path):
     assert m["speedup_vs_ar_ci_low"] <= m["speedup_vs_ar"] <= m["speedup_vs_ar_ci_high"]
     assert m["tau_ci_low"] <= m["tau"] <= m["tau_ci_high"]
     assert m["tpot_ms_p50"] <= m["tpot_ms_p90"] <= m["tpot_ms_p99"] and "tpot_ms_repeat_std" not in m
+    assert 0 < m["warmup_s"] and 0 < m["ar_warmup_s"] and m["warmup_s"] + m["ar_warmup_s"] < m["wall_s"]
     assert {"accept_rate_cond_depth_1", "accepted_depth_hist_0", "accepted_depth_hist_5", "reject_target_rank_1",
             "reject_target_rank_8", "reject_in_tree", "nodes_per_token"} <= set(m)
     assert sum(m[f"accepted_depth_hist_{d}"] for d in range(6)) == pytest.approx(1.0)

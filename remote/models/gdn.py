@@ -118,7 +118,9 @@ class NodeStates:
         elif self.kernels.tree is not None:
             q, k, v, g, beta = (x[0] for x in self.inputs)
             rows = self.layout.ancestors.index_select(0, last), self.layout.depth.index_select(0, last)
-            rec = self.kernels.tree(q, k, v, g, beta, self.state[0], *rows, keep=True)[1]
+            # in place where reserved: each program reads its slice of the committed state before writing it
+            rec = self.kernels.tree(q, k, v, g, beta, self.state[0], *rows, keep=True,
+                                    states=None if into is None else into[1])[1]
         else:
             q, k, v, g, beta = (x.index_select(1, path) for x in self.inputs)
             if length is not None:      # a padding step (gate 0, beta 0) leaves the recurrent state as it is
