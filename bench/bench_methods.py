@@ -115,12 +115,15 @@ def save_trace(auto, gens: list, path: Path) -> None:
 
 
 def measure(run: Run, method: str, budget: int | str) -> tuple[list, dict]:
+    started = time.perf_counter()
     prepare(run, method, budget)
+    warmup_s = time.perf_counter() - started
     reset_peak_memory(run.device)
     waited = run.graphed.read_wait_s if run.graphed else 0.0
     gens = [run.generate(method, i) for i in range(len(run.inputs))]
     peak = peak_memory_gb(run.device) if run.device.type == "cuda" else None
-    return gens, metrics_of(run, method, gens, peak, (run.graphed.read_wait_s - waited) if run.graphed else 0.0)
+    return gens, {**metrics_of(run, method, gens, peak, (run.graphed.read_wait_s - waited) if run.graphed else 0.0),
+                  "warmup_s": warmup_s}
 
 
 def metrics_of(run: Run, method: str, gens: list, peak, waited_s: float) -> dict:
@@ -147,9 +150,11 @@ def measure_interleaved(run: Run, configs: list[tuple[str, int]]) -> dict[tuple[
     run.reset_auto()
     if run.graphed:
         run.graphed.reserve(max(ids.shape[1] for ids in run.inputs), d.max_new_tokens, *widest, exact=True)
-    for method, budget in configs:
-        d.tree_budget = budget
-        run.generate(method, 0)
+    warmup_s = {}
+    for config in configs:
+        d.tree_budget, started = config[1], time.perf_counter()
+        run.generate(config[0], 0)
+        warmup_s[config] = time.perf_counter() - started
     gens = {c: [] for c in configs}
     peaks, waits = dict.fromkeys(configs), dict.fromkeys(configs, 0.0)
     for index in range(len(run.inputs)):
@@ -167,7 +172,7 @@ def measure_interleaved(run: Run, configs: list[tuple[str, int]]) -> dict[tuple[
         d.tree_budget = config[1]
         run.generate(config[0], len(run.inputs) - 1)
         measured[config] = gens[config], {**metrics_of(run, config[0], gens[config], peaks[config], waits[config]),
-                                          "interleaved": True}
+                                          "interleaved": True, "warmup_s": warmup_s[config]}
     return measured
 
 

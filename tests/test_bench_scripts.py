@@ -261,6 +261,7 @@ def test_ar_again_gives_speedups_against_both_ar_rows(tmp_path):
         assert r["speedup_vs_ar_both"] == pytest.approx(both / r["tpot_ms"])
         assert r["speedup_vs_ar"] == pytest.approx(rows[0]["tpot_ms"] / r["tpot_ms"])
     assert "speedup_vs_ar_both" not in rows[0] and "speedup_vs_ar_both" not in rows[3]
+    assert all(r["warmup_s"] > 0 for r in rows)           # each row's own warm-up, where its compiles fall
 
 
 def test_interleave_takes_turns_prompt_by_prompt(tmp_path):
@@ -284,7 +285,7 @@ def test_interleave_takes_turns_prompt_by_prompt(tmp_path):
         [(m, b, 1) for m, b in order[::-1]] + [(m, b, 1) for m, b in order]
     rows = json.loads((tmp_path / "rows.json").read_text())
     assert [r["run"] for r in rows] == ["ar-T0", "dflash-T0", "ddtree-4-T0", "ddtree-2-T0"]
-    assert all(r["interleaved"] is True and r["tpot_ms"] > 0 for r in rows)
+    assert all(r["interleaved"] is True and r["tpot_ms"] > 0 and r["warmup_s"] > 0 for r in rows)
     with pytest.raises(SystemExit, match="--interleave: fixed budgets only"):
         _bench("bench_methods").main(["--random", json.dumps(TINY_QWEN3), "--budgets", "4,auto", "--interleave"])
 
