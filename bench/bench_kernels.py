@@ -33,8 +33,10 @@ What is timed (microseconds per call: --calls calls captured in one graph, media
   siblings; `spread`: an unsure one's, shallow and bushy, as random weights draw), at the value-head shapes of
   --gdn-preset: `node-v<BV>-w<W>` the per-node kernel (remote.kernels.gdn_tree, BV value columns a program, W
   warps), `chunk-n<BN>-v<BV>-w<W>-<dot>` the chunked one (remote.kernels.gdn_chunked, blocks of BN nodes, float32
-  products at `dot` precision), `state` the chunked commit's state build after the deepest node, `fla-step-1` fla's
-  one-token step (AR's), where installed.
+  products at `dot` precision), `state` the chunked commit's state build after the deepest node, `node-none` /
+  `node-keep` / `node-save` the per-node kernel keeping nothing / every node's state / every node's inputs,
+  `commit-install-6` / `commit-recompute-6` a DDTree commit of 6 stacked layers from kept states / from kept inputs
+  (remote.kernels.gdn_install), `fla-step-1` fla's one-token step (AR's), where installed.
 - `conv/<variant>`: one GDN layer's conv over 1 / 16 / 32 / 64 windows and its gates at --gdn-preset's widths:
   `compiled` / `compiled-dynamic` (torch.compile'd for the shape / for any), `kernel` (remote.kernels.conv_gates, one
   launch), `eager`.
@@ -196,9 +198,10 @@ def conv_fns(preset: str, nodes: int) -> dict:
 def gdn_fns(preset: str, nodes: int, draft: str = "spine") -> dict:
     """One GDN layer's tree recurrence for a chain (nodes 16) or a best-first tree of `nodes - 1` draft nodes from
     `draft` (module docstring): the per-node kernel (remote.kernels.gdn_tree, node states kept) and the chunked one
-    (remote.kernels.gdn_chunked) at several blockings, the chunked commit's state build after the deepest node, and
-    fla's one-token step (AR's) where installed."""
-    from remote.kernels import gdn_chunked, gdn_tree
+    (remote.kernels.gdn_chunked) at several blockings, the chunked commit's state build after the deepest node, what
+    a DDTree verify keeps for its commit and that commit both ways, and fla's one-token step (AR's) where
+    installed."""
+    from remote.kernels import gdn_chunked, gdn_install, gdn_tree
     from remote.decoding.tree_build import best_first_tree
     from remote.tree import Ancestry
 
@@ -241,6 +244,25 @@ def gdn_fns(preset: str, nodes: int, draft: str = "spine") -> dict:
     fns.update({f"chunk-n{bn}-v{bv}-w{w}-{dot}": variant(gdn_chunked, chunked, BLOCK_N=bn, BLOCK_V=bv, NUM_WARPS=w,
                                                           DOT=dot) for bn, bv, w, dot in shapes if bv <= dv})
     fns["state"] = commit
+    # what a DDTree verify keeps for its commit, and the commit of 6 stacked layers (the demo hybrid's GDN layers):
+    # node states then a copy (remote.kernels.gdn_install.install), or node inputs then a recompute (.recompute)
+    layers, channels = 6, 2 * heads * dk + heads * dv
+    kept = torch.zeros(layers, n, heads, dk, dv, device="cuda")
+    saved = torch.empty(layers, n, heads, gdn_tree.saved_width(dk, dv), device="cuda")
+    fns["node-none"] = lambda: gdn_tree.tree_recurrence(q, k, v, g, beta, state, tree.ancestors, tree.depth,  # noqa: E731
+                                                        keep=False)
+    fns["node-keep"] = lambda: gdn_tree.tree_recurrence(q, k, v, g, beta, state, tree.ancestors, tree.depth,  # noqa: E731
+                                                        keep=True, states=kept[0])
+    fns["node-save"] = lambda: gdn_tree.tree_recurrence(q, k, v, g, beta, state, tree.ancestors, tree.depth,  # noqa: E731
+                                                        keep=False, saved=saved[0])
+    fns["node-save"]()
+    bank = torch.randn(layers, channels, 4 + n, device="cuda", dtype=torch.bfloat16)
+    conv_index = torch.randint(0, 4 + n, (n, 4), device="cuda")
+    conv, rec = torch.empty(layers, channels, 4, device="cuda", dtype=torch.bfloat16), state.repeat(layers, 1, 1, 1)
+    saved.copy_(saved[:1].expand_as(saved))
+    fns[f"commit-install-{layers}"] = lambda: gdn_install.install(bank, kept, conv_index, deepest, conv, rec)  # noqa: E731
+    fns[f"commit-recompute-{layers}"] = lambda: gdn_install.recompute(  # noqa: E731
+        bank, saved, tree.ancestors, tree.depth, conv_index, deepest, conv, rec)
     try:
         from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule as fla_step
     except ImportError:

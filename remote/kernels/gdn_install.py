@@ -15,12 +15,18 @@ conv_index [N, K] long (remote.models.gdn.TreeLayout), last [1] long on their de
 and rec [G, ...] (nodes' trailing shape) written in place. Off CUDA, without Triton or with a non-contiguous tensor
 the torch ops do the same (`torch_install`, the reference the kernel is tested against). torch.compile leaves it out
 of its graphs (a graph break).
+`recompute(bank, saved, ancestors, depth, conv_index, last, conv, rec)` installs the same conv window and, in place
+of a kept state, the state after node `last`'s path (`ancestors` [N, H], `depth` [N] of the tree) recomputed from
+rec[g] (the committed state) over `saved` [G, N, HV, Dk + Dv + 2] float32, the nodes' inputs the verify's tree
+kernel saved (remote.kernels.gdn_tree), with the steps and blocking of that kernel: the bits of the state it would
+have kept. The verify then writes Dk + Dv + 2 floats a node and head instead of Dk x Dv (1/32 at the demo's 64 x 64).
+`torch_recompute` is its definition (equal to rounding) and its path off CUDA.
 """
 from __future__ import annotations
 
 import torch
 
-from . import on_device
+from . import gdn_tree, on_device
 
 try:
     import triton
@@ -37,6 +43,19 @@ def torch_install(bank, nodes, conv_index, last, conv, rec) -> None:
     torch.index_select(nodes, 1, last, out=rec.unsqueeze(1))
 
 
+def torch_recompute(bank, saved, ancestors, depth, conv_index, last, conv, rec) -> None:
+    """`recompute`'s definition, in torch ops (reads the path's length on the host)."""
+    torch.index_select(bank, 2, conv_index.index_select(0, last)[0], out=conv)
+    dk, dv = rec.shape[-2:]
+    node = int(last[0])
+    for row in ancestors[node, :int(depth[node]) + 1].tolist():
+        x = saved[:, row]                                                   # [G, HV, Dk + Dv + 2]
+        k = x[..., :dk] / torch.sqrt((x[..., :dk] ** 2).sum(-1, keepdim=True) + 1e-6)
+        rec.mul_(x[..., dk + dv].exp()[..., None, None])
+        error = x[..., dk:dk + dv] - torch.einsum("ghk,ghkv->ghv", k, rec)
+        rec.add_(k[..., :, None] * (error * x[..., dk + dv + 1, None])[..., None, :])
+
+
 if triton is not None:
     @triton.jit
     def _install_kernel(bank, nodes, conv_index, last, conv, rec, C, K, width, N, R, BLOCK: tl.constexpr):
@@ -48,6 +67,35 @@ if triton is not None:
         window = e < C * K
         col = tl.load(conv_index + node * K + e % K, mask=window, other=0)
         tl.store(conv + g * C * K + e, tl.load(bank + (g * C + e // K) * width + col, mask=window), mask=window)
+
+
+    @triton.jit
+    def _recompute_kernel(bank, saved, ancestors, depth, conv_index, last, conv, rec, C, K, width, N, H, HV, NVB,
+                          DK: tl.constexpr, DV: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, HP: tl.constexpr,
+                          BLOCK: tl.constexpr):
+        # programs (layer, head x value block) recompute a state block in place, (layer, NVB x HV + i) copy the
+        # window's i-th block
+        g, pid = tl.program_id(0).to(tl.int64), tl.program_id(1)
+        node = tl.load(last)
+        if pid < HV * NVB:
+            head, block = pid // NVB, pid % NVB
+            dk = tl.arange(0, BK)
+            dv = block * BV + tl.arange(0, BV)
+            in_k, in_v = dk < DK, dv < DV
+            d = tl.load(depth + node)
+            hp = tl.arange(0, HP)
+            path = tl.load(ancestors + node * H + hp, mask=hp <= d, other=0)
+            row = DK + DV + 2
+            inputs = saved + g * N * HV * row
+            state = rec + (g * HV + head) * DK * DV
+            s = gdn_tree.path_state(inputs, inputs + DK, inputs + DK + DV, inputs + DK + DV + 1, state, path, d, hp,
+                                    head, HV * row, row, HV * row, row, HV * row, row, dk, dv, in_k, in_v, DV)
+            tl.store(state + dk[:, None] * DV + dv[None, :], s, mask=in_k[:, None] & in_v[None, :])
+        else:
+            e = (pid - HV * NVB) * BLOCK + tl.arange(0, BLOCK)
+            window = e < C * K
+            col = tl.load(conv_index + node * K + e % K, mask=window, other=0)
+            tl.store(conv + g * C * K + e, tl.load(bank + (g * C + e // K) * width + col, mask=window), mask=window)
 
 
 def _launch(bank, nodes, conv_index, last, conv, rec) -> None:
@@ -70,3 +118,29 @@ def install(bank, nodes, conv_index, last, conv, rec) -> None:
 def install_interpreted(bank, nodes, conv_index, last, conv, rec) -> None:
     """The kernel under Triton's interpreter (TRITON_INTERPRET=1) on CPU tensors, for tests."""
     _launch(bank, nodes, conv_index, last, conv, rec)
+
+
+def _recompute_launch(bank, saved, ancestors, depth, conv_index, last, conv, rec) -> None:
+    count, channels, width = bank.shape
+    hv, dk, dv = rec.shape[1:]
+    bk, bv = gdn_tree.blocking(dk, dv)
+    nvb, k = triton.cdiv(dv, bv), conv.shape[2]
+    with on_device(conv):
+        _recompute_kernel[(count, hv * nvb + triton.cdiv(channels * k, BLOCK))](
+            bank, saved, ancestors, depth, conv_index, last, conv, rec, channels, k, width, saved.shape[1],
+            ancestors.shape[1], hv, nvb, DK=dk, DV=dv, BK=bk, BV=bv, HP=triton.next_power_of_2(ancestors.shape[1]),
+            BLOCK=BLOCK, num_warps=gdn_tree.NUM_WARPS)
+
+
+@torch.compiler.disable     # writes the committed state in place: always this launch
+def recompute(bank, saved, ancestors, depth, conv_index, last, conv, rec) -> None:
+    """The kernel where it can run, else `torch_recompute`."""
+    tensors = (bank, saved, ancestors, depth, conv_index, conv, rec)
+    if triton is None or bank.device.type != "cuda" or not all(t.is_contiguous() for t in tensors):
+        return torch_recompute(bank, saved, ancestors, depth, conv_index, last, conv, rec)
+    return _recompute_launch(bank, saved, ancestors, depth, conv_index, last, conv, rec)
+
+
+def recompute_interpreted(bank, saved, ancestors, depth, conv_index, last, conv, rec) -> None:
+    """`recompute`'s kernel under Triton's interpreter on CPU tensors, for tests."""
+    _recompute_launch(bank, saved, ancestors, depth, conv_index, last, conv, rec)

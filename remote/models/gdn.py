@@ -72,6 +72,12 @@ def _conv_index(tree: Ancestry, k: int) -> torch.Tensor:
 
 
 KEEP_LIMIT = 64 << 20      # bytes of per-node recurrent states one layer keeps for commit (else recomputed)
+# Where a verify would keep node states in a device's stack (remote.models.gdn_stack), keep each node's inputs
+# instead (Dk + Dv + 2 floats a head, not Dk x Dv) and recompute the accepted node's state at commit, every layer in
+# one launch (remote.kernels.gdn_install.recompute). Off until measured: in session 31's hybrid timeline every
+# weight-reading kernel ran 3-5% slower in DDTree than in DFlash, as if a verify's 1 MiB of node states a layer
+# pushed the weights out of L2 (docs/PERFORMANCE.md, session 32).
+KEEP_INPUTS = False
 
 
 @dataclass
@@ -88,6 +94,7 @@ class NodeStates:
     layout: TreeLayout
     kernels: GdnKernels
     nodes: torch.Tensor | None = None  # [N, HV, Dk, Dv] float32 every node's state, where kept
+    saved: torch.Tensor | None = None  # [N, HV, Dk + Dv + 2] float32 every node's inputs, where kept instead
     solved: tuple | None = None        # the chunked kernel's (u, log decay) of every node, where it ran
 
     @property
@@ -255,8 +262,14 @@ def gdn_tree(gdn: torch.nn.Module, h: torch.Tensor, layout: TreeLayout, conv_sta
         return _output(gdn, core[None], z), states
     if kernels.tree is not None:    # one launch: every node from its parent's state, node states kept if small
         keep = keeps_nodes(kernels, layout, n, recurrent.numel())
-        core, states.nodes = kernels.tree(q[0], k[0], v[0], g[0], beta[0], recurrent[0], layout.ancestors,
-                                          layout.depth, keep=keep, states=into[1] if into else None)
+        kept = into[1] if into else None
+        if keep and kept is not None and KEEP_INPUTS:       # a stack's commit recomputes the state from these
+            states.saved = kept
+            core, _ = kernels.tree(q[0], k[0], v[0], g[0], beta[0], recurrent[0], layout.ancestors, layout.depth,
+                                   keep=False, saved=kept)
+        else:
+            core, states.nodes = kernels.tree(q[0], k[0], v[0], g[0], beta[0], recurrent[0], layout.ancestors,
+                                              layout.depth, keep=keep, states=kept)
         return _output(gdn, core[None], z), states
     if layout.chain:        # one sequence: the recurrent kernel runs all of it in one call
         return _output(gdn, kernels.step(q, k, v, g, beta, recurrent)[0], z), states
