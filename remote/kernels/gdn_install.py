@@ -82,14 +82,12 @@ if triton is not None:
             dk = tl.arange(0, BK)
             dv = block * BV + tl.arange(0, BV)
             in_k, in_v = dk < DK, dv < DV
-            d = tl.load(depth + node)
-            hp = tl.arange(0, HP)
-            path = tl.load(ancestors + node * H + hp, mask=hp <= d, other=0)
             row = DK + DV + 2
             inputs = saved + g * N * HV * row
             state = rec + (g * HV + head) * DK * DV
-            s = gdn_tree.path_state(inputs, inputs + DK, inputs + DK + DV, inputs + DK + DV + 1, state, path, d, hp,
-                                    head, HV * row, row, HV * row, row, HV * row, row, dk, dv, in_k, in_v, DV)
+            s = gdn_tree.path_state(inputs, inputs + DK, inputs + DK + DV, inputs + DK + DV + 1, state, ancestors,
+                                    depth, node, H, head, HV * row, row, HV * row, row, HV * row, row, dk, dv, in_k,
+                                    in_v, DV, HP)
             tl.store(state + dk[:, None] * DV + dv[None, :], s, mask=in_k[:, None] & in_v[None, :])
         else:
             e = (pid - HV * NVB) * BLOCK + tl.arange(0, BLOCK)

@@ -37,17 +37,16 @@ def available(device: torch.device) -> bool:
 
 if triton is not None:
     @triton.jit
-    def _node_token(path, d, hp):
-        """The node itself: the last entry of its path."""
-        return tl.sum(tl.where(hp == d, path, 0), 0)
-
-    @triton.jit
-    def path_state(k, v, g, beta, state, path, d, hp, head, k_t, k_h, v_t, v_h, g_t, g_h, dk, dv, in_k, in_v,
-                   DV: tl.constexpr):
-        """The state [BK, BV] (value columns `dv`) after running `path`'s rows 0..d from `state` (head `head`'s,
-        [Dk, Dv] float32): every path row's inputs in one round of loads (not one dependent round a step), then the
-        steps in registers. k / v rows at `row * k_t + head * k_h`, g / beta at `row * g_t + head * g_h`."""
+    def path_state(k, v, g, beta, state, ancestors, depth, node, H, head, k_t, k_h, v_t, v_h, g_t, g_h, dk, dv,
+                   in_k, in_v, DV: tl.constexpr, HP: tl.constexpr):
+        """The state [BK, BV] (value columns `dv`) after the path of row `node` of `ancestors` [., H] / `depth` (the
+        node's ancestors, then itself) from `state` (head `head`'s, [Dk, Dv] float32): every path row's inputs in
+        one round of loads (not one dependent round a step), then the steps in registers. k / v rows at
+        `row * k_t + head * k_h`, g / beta at `row * g_t + head * g_h`."""
+        d = tl.load(depth + node)
+        hp = tl.arange(0, HP)
         on = hp <= d
+        path = tl.load(ancestors + node * H + hp, mask=on, other=0)
         ks = tl.load(k + path[:, None] * k_t + head * k_h + dk[None, :], mask=on[:, None] & in_k[None, :],
                      other=0.0).to(tl.float32)
         ks = ks / tl.sqrt(tl.sum(ks * ks, 1) + 1e-6)[:, None]
@@ -74,12 +73,9 @@ if triton is not None:
         dk = tl.arange(0, BK)
         dv = block * BV + tl.arange(0, BV)
         in_k, in_v = dk < DK, dv < DV
-        d = tl.load(depth + node)
-        hp = tl.arange(0, HP)
-        path = tl.load(ancestors + node * H + hp, mask=hp <= d, other=0)
-        s = path_state(k, v, g, beta, state + head * DK * DV, path, d, hp, head, k_t, k_h, v_t, v_h, HV, 1, dk, dv,
-                       in_k, in_v, DV)
-        me = _node_token(path, d, hp)
+        s = path_state(k, v, g, beta, state + head * DK * DV, ancestors, depth, node, H, head, k_t, k_h, v_t, v_h, HV,
+                       1, dk, dv, in_k, in_v, DV, HP)
+        me = tl.load(ancestors + node * H + tl.load(depth + node))        # the node's own row: its path's last
         qq = tl.load(q + me * q_t + head * q_h + dk, mask=in_k, other=0.0).to(tl.float32)
         qq = qq / tl.sqrt(tl.sum(qq * qq) + 1e-6) * scale
         o = tl.sum(s * qq[:, None], 0)
