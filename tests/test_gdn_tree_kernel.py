@@ -89,6 +89,31 @@ def test_stacked_commit_installs_every_layer_as_the_eager_commit():
     assert inputs and all(inputs), inputs
 
 
+TOKEN = r"""
+import dataclasses, json
+from remote.kernels import gdn_tree
+from remote.models import hybrid_target
+from tests import test_graph_decode
+
+calls = []
+def counted(*args):
+    calls.append(1)
+    return gdn_tree.token_step(*args)
+
+select = hybrid_target.select_gdn_kernels
+hybrid_target.select_gdn_kernels = lambda *a, **kw: dataclasses.replace(select(*a, **kw), token=counted)
+for shape in ("3to1", "1to1"):
+    test_graph_decode.test_hybrid_ar_steps_equal_the_model_own_decoding(shape)
+print(json.dumps(len(calls)))
+"""
+
+
+def test_one_token_steps_through_the_tree_kernel_decode_as_the_model():
+    """AR's GDN step through the tree kernel over a one-node tree, the state advanced in place (`token_step`, what
+    runs where fla is not installed): the hybrid graph decoder's AR tokens stay the model's own cached decoding."""
+    assert run_interpreted(TOKEN, timeout=900) > 0
+
+
 INSTALL = r"""
 import json, sys
 import torch

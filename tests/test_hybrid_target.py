@@ -198,6 +198,7 @@ def test_unsupported_models_and_layers_are_refused_with_the_choices():
 def test_fast_kernels_compute_the_torch_math_on_cuda():
     """The bundle `auto` picks (fla / causal_conv1d where installed) against the torch bundle, float32, same inputs:
     the recurrent step exactly (1e-5), the chunk kernel to within fla's TF32 rounding (2% of the output scale)."""
+    from remote.kernels import gdn_tree
     from remote.kernels.gdn_paths import select_gdn_kernels
 
     gdn = tiny_model("qwen3_5-3to1").model.layers[0].linear_attn
@@ -213,6 +214,10 @@ def test_fast_kernels_compute_the_torch_math_on_cuda():
     args = inputs(5, 1)
     (o1, s1), (o2, s2) = fast.step(*args), ref.step(*args)
     assert (o1 - o2).abs().max() <= 1e-5 and (s1 - s2).abs().max() <= 1e-5, fast.path
+    *one, state = inputs(1, 1)              # our one-token step (AR's where fla is absent), the state in place
+    o2, s2 = ref.step(*one, state)
+    o1 = gdn_tree.token_step(*one, state)
+    assert (o1 - o2).abs().max() <= 1e-5 and (state - s2).abs().max() <= 1e-5
     args = inputs(1, 100)
     (o1, s1), (o2, s2) = fast.chunk(*args), ref.chunk(*args)
     assert (o1 - o2).abs().max() <= 2e-2 * o2.abs().max(), fast.path

@@ -14,7 +14,9 @@ the same math whichever path is chosen, so a caller never branches on the path:
   left padding, weight [C, K]; y [B, C, T].
 - `tree`: `remote.kernels.gdn_tree.tree_recurrence` (every node of a token tree from its parent's state, one
   launch) where Triton runs on the device and `prefer` is "auto", else None (remote.models.gdn then runs each
-  node's path through `step`); `chunked`, `chunked_state`: with it, `remote.kernels.gdn_chunked`'s
+  node's path through `step`); `token`: with it and without fla, `remote.kernels.gdn_tree.token_step` (one token,
+  the state advanced in place: AR's step in one launch, not the torch step's ~15), else None;
+  `chunked`, `chunked_state`: with it, `remote.kernels.gdn_chunked`'s
   `tree_recurrence` and `node_state` (the chunked form), which remote.models.gdn runs for chains, and for trees
   too where `chunked_trees` (a layer's recurrent state of CHUNKED_TREES_FROM bytes or more).
 
@@ -22,7 +24,8 @@ the same math whichever path is chosen, so a caller never branches on the path:
 transformers' hub/package dispatch and its fallback warnings stay out of it); "auto" = flash-linear-attention's
 chunk and fused-recurrent kernels and causal_conv1d's conv, each where installed and the tensors are on CUDA, the
 torch function otherwise, and our tree kernels where Triton runs. `path` names what runs: "torch", or the fast
-parts joined by "+" ("fla", "causal_conv1d", and "tree" where trees run per node, "chunked" where chunked).
+parts joined by "+" ("fla", "causal_conv1d", and "tree" where trees run per node, "chunked" where chunked, "token"
+where AR's step is ours).
 Measured on an H200 (fla 0.6.0, torch 2.11, Qwen3.6-27B layer widths): fla's step kernel is ~3.6x faster than the
 torch step per call and matches it to 1e-7 in float32; fla's chunk kernel (TF32 dots in float32) matches to ~1e-3.
 Non-goal: the ancestor conv windows of a tree, plain tensor indexing in `remote.models.gdn` on every path.
@@ -55,6 +58,7 @@ class GdnKernels:
     chunked: Callable | None = None
     chunked_state: Callable | None = None
     chunked_trees: bool = False
+    token: Callable | None = None
 
 
 # Trees go through the chunked form from this recurrent-state size a layer up (HV x Dk x Dv float32). The per-node
@@ -116,7 +120,7 @@ def _causal_conv1d_conv(cc1d: Callable) -> Callable:
 
 
 def _bundle(chunk_fn: Callable, step_fn: Callable, conv: Callable, path: str, tree: Callable | None,
-            chunked_trees: bool = False) -> GdnKernels:
+            chunked_trees: bool = False, token: Callable | None = None) -> GdnKernels:
     """Wrap two gated-delta-rule functions of the transformers / fla signature into the bundle's calls."""
     def chunk(q, k, v, g, beta, initial_state):
         return chunk_fn(q, k, v, g=g, beta=beta, initial_state=initial_state, output_final_state=True,
@@ -129,7 +133,8 @@ def _bundle(chunk_fn: Callable, step_fn: Callable, conv: Callable, path: str, tr
     fast = tree is not None     # the chunked tree kernels run wherever the per-node one does
     return GdnKernels(chunk=chunk, step=step, conv=conv, path=path, tree=tree,
                       chunked=gdn_chunked.tree_recurrence if fast else None,
-                      chunked_state=gdn_chunked.node_state if fast else None, chunked_trees=chunked_trees)
+                      chunked_state=gdn_chunked.node_state if fast else None, chunked_trees=chunked_trees,
+                      token=token)
 
 
 def select_gdn_kernels(gdn_module: torch.nn.Module, device: torch.device | str, prefer: str = "auto") -> GdnKernels:
@@ -137,7 +142,7 @@ def select_gdn_kernels(gdn_module: torch.nn.Module, device: torch.device | str, 
         raise ValueError(f"kernels must be one of {', '.join(KERNEL_CHOICES)} (got {prefer!r})")
     chunk_fn = _model_function(gdn_module, "torch_chunk_gated_delta_rule")
     step_fn = _model_function(gdn_module, "torch_recurrent_gated_delta_rule")
-    conv, parts, tree, chunked_trees = _torch_conv, [], None, False
+    conv, parts, tree, chunked_trees, token = _torch_conv, [], None, False, None
     if prefer == "auto" and torch.device(device).type == "cuda":
         fla = _import_fla()
         if fla is not None:
@@ -153,7 +158,10 @@ def select_gdn_kernels(gdn_module: torch.nn.Module, device: torch.device | str, 
             state_bytes = 4 * gdn_module.num_v_heads * gdn_module.head_k_dim * gdn_module.head_v_dim
             chunked_trees = state_bytes >= CHUNKED_TREES_FROM
             parts.append("chunked" if chunked_trees else "tree")
-    return _bundle(chunk_fn, step_fn, conv, "+".join(parts) or "torch", tree, chunked_trees)
+            if fla is None:         # fla's own one-token step where it is installed (not measured against ours)
+                token = gdn_tree_kernel.token_step
+                parts.append("token")
+    return _bundle(chunk_fn, step_fn, conv, "+".join(parts) or "torch", tree, chunked_trees, token)
 
 
 @contextlib.contextmanager

@@ -136,6 +136,22 @@ def tree_recurrence(q, k, v, g, beta, state, ancestors, depth, keep: bool, state
     return out, states
 
 
+_ONE_NODE: dict = {}        # device -> (ancestors [[0]], depth [0]): a one-node tree, made once (not in a capture)
+
+
+def token_step(q, k, v, g, beta, state: torch.Tensor) -> torch.Tensor:
+    """One token from `state` [1, HV, Dk, Dv] float32, which it advances in place: q, k [1, 1, HV, Dk], v [1, 1,
+    HV, Dv], g, beta [1, 1, HV] -> out [1, 1, HV, Dv] in v's dtype. The tree kernel over a one-node tree, keeping
+    that node's state into `state` itself: each program reads its block of it before writing that block. (AR's GDN
+    step where flash-linear-attention is not installed: one launch, where transformers' torch step is ~15.)"""
+    if state.device not in _ONE_NODE:
+        _ONE_NODE[state.device] = (torch.zeros(1, 1, dtype=torch.long, device=state.device),
+                                   torch.zeros(1, dtype=torch.long, device=state.device))
+    out, _ = tree_recurrence(q[0], k[0], v[0], g[0], beta[0], state[0], *_ONE_NODE[state.device], keep=True,
+                             states=state)
+    return out[None]
+
+
 def blocking(dk: int, dv: int) -> tuple[int, int]:
     """(BK, BV) of a program: the whole key dimension, BLOCK_V value columns (what path_state's callers share, so
     that a recomputed state has the bits of a kept one)."""
