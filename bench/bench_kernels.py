@@ -36,7 +36,8 @@ What is timed (microseconds per call: --calls calls captured in one graph, media
   products at `dot` precision), `state` the chunked commit's state build after the deepest node, `node-none` /
   `node-keep` / `node-save` the per-node kernel keeping nothing / every node's state / every node's inputs,
   `commit-install-6` / `commit-recompute-6` a DDTree commit of 6 stacked layers from kept states / from kept inputs
-  (remote.kernels.gdn_install), `fla-step-1` fla's one-token step (AR's), where installed.
+  (remote.kernels.gdn_install), `token-1` our one-token step (AR's without fla: gdn_tree.token_step), `fla-step-1`
+  fla's (AR's with it), where installed.
 - `conv/<variant>`: one GDN layer's conv over 1 / 16 / 32 / 64 windows and its gates at --gdn-preset's widths:
   `compiled` / `compiled-dynamic` (torch.compile'd for the shape / for any), `kernel` (remote.kernels.conv_gates, one
   launch), `eager`.
@@ -199,7 +200,7 @@ def gdn_fns(preset: str, nodes: int, draft: str = "spine") -> dict:
     """One GDN layer's tree recurrence for a chain (nodes 16) or a best-first tree of `nodes - 1` draft nodes from
     `draft` (module docstring): the per-node kernel (remote.kernels.gdn_tree, node states kept) and the chunked one
     (remote.kernels.gdn_chunked) at several blockings, the chunked commit's state build after the deepest node, what
-    a DDTree verify keeps for its commit and that commit both ways, and fla's one-token step (AR's) where
+    a DDTree verify keeps for its commit and that commit both ways, and the one-token step: ours, and fla's where
     installed."""
     from remote.kernels import gdn_chunked, gdn_install, gdn_tree
     from remote.decoding.tree_build import best_first_tree
@@ -263,11 +264,12 @@ def gdn_fns(preset: str, nodes: int, draft: str = "spine") -> dict:
     fns[f"commit-install-{layers}"] = lambda: gdn_install.install(bank, kept, conv_index, deepest, conv, rec)  # noqa: E731
     fns[f"commit-recompute-{layers}"] = lambda: gdn_install.recompute(  # noqa: E731
         bank, saved, tree.ancestors, tree.depth, conv_index, deepest, conv, rec)
+    one, token_state = [x[:1][None] for x in (q, k, v, g, beta)], state[None].clone()
+    fns["token-1"] = lambda: gdn_tree.token_step(*one, token_state)                    # noqa: E731
     try:
         from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule as fla_step
     except ImportError:
         return fns
-    one = [x[:1][None] for x in (q, k, v, g, beta)]
     fns["fla-step-1"] = lambda: fla_step(*one[:3], g=one[3], beta=one[4], initial_state=state[None],
                                          output_final_state=True, use_qk_l2norm_in_kernel=True)
     return fns
