@@ -17,8 +17,8 @@ states [N, HV, Dk, Dv] float32 or None) for the N nodes whose rows of the tree's
 as fla's `use_qk_l2norm_in_kernel`), v [T, HV, Dv], g (log decay) and beta [T, HV], state [HV, Dk, Dv] float32 (the
 committed one). Row i of `ancestors` / `depth` names its node itself (ancestors[i, depth[i]]), so any rows of a
 tree's may be passed (commit recomputes one node's state). Same arithmetic order as fla's fused-recurrent kernel,
-so a chain agrees with it to float32 rounding. `saved` (without `keep`): [T, HV, SAVED(Dk, Dv)] float32 where each
-node given writes its own raw k, v, g and beta (in that order along the last dimension).
+so a chain agrees with it to float32 rounding. `saved` (without `keep`): [T, HV, Dk + Dv + 2] float32
+(`saved_width`), where each node given writes its own raw k, v, g and beta, in that order.
 """
 from __future__ import annotations
 
@@ -98,16 +98,22 @@ if triton is not None:
                 tl.store(row + DK + DV + 1, tl.load(beta + me * HV + head).to(tl.float32))
 
 
-def saved_width(dk: int, dv: int) -> int:
-    """Floats a head of one node's saved inputs: raw k, v, g and beta."""
-    return dk + dv + 2
-
-
 # Blocking: value columns a program holds, and its warps (bench_kernels --kinds gdn, session 9). At the demo's
 # widths 16 / 1 was fastest or within 10% of it for a DFlash chain of 16 and trees of 32 and 64 nodes; at Qwen3.6-27B's
 # it took a chain of 16 from fla's 8 columns' 81 us to 51 and 64 nodes from 186 to 114 (32 columns: 51 and 95).
 BLOCK_V = 16
 NUM_WARPS = 1
+
+
+def blocking(dk: int, dv: int) -> tuple[int, int]:
+    """(BK, BV) of a program: the whole key dimension, BLOCK_V value columns (what path_state's callers share, so
+    that a recomputed state has the bits of a kept one)."""
+    return triton.next_power_of_2(dk), min(triton.next_power_of_2(dv), BLOCK_V)
+
+
+def saved_width(dk: int, dv: int) -> int:
+    """Floats a head of one node's saved inputs: raw k, v, g and beta."""
+    return dk + dv + 2
 
 
 def tree_recurrence(q, k, v, g, beta, state, ancestors, depth, keep: bool, states: torch.Tensor | None = None,
@@ -150,9 +156,3 @@ def token_step(q, k, v, g, beta, state: torch.Tensor) -> torch.Tensor:
     out, _ = tree_recurrence(q[0], k[0], v[0], g[0], beta[0], state[0], *_ONE_NODE[state.device], keep=True,
                              states=state)
     return out[None]
-
-
-def blocking(dk: int, dv: int) -> tuple[int, int]:
-    """(BK, BV) of a program: the whole key dimension, BLOCK_V value columns (what path_state's callers share, so
-    that a recomputed state has the bits of a kept one)."""
-    return triton.next_power_of_2(dk), min(triton.next_power_of_2(dv), BLOCK_V)
