@@ -250,18 +250,18 @@ def gdn_fns(preset: str, nodes: int, draft: str = "spine") -> dict:
     layers, channels = 6, 2 * heads * dk + heads * dv
     kept = torch.zeros(layers, n, heads, dk, dv, device="cuda")
     saved = torch.empty(layers, n, heads, gdn_tree.saved_width(dk, dv), device="cuda")
-    fns["node-none"] = lambda: gdn_tree.tree_recurrence(q, k, v, g, beta, state, tree.ancestors, tree.depth,  # noqa: E731
-                                                        keep=False)
-    fns["node-keep"] = lambda: gdn_tree.tree_recurrence(q, k, v, g, beta, state, tree.ancestors, tree.depth,  # noqa: E731
-                                                        keep=True, states=kept[0])
-    fns["node-save"] = lambda: gdn_tree.tree_recurrence(q, k, v, g, beta, state, tree.ancestors, tree.depth,  # noqa: E731
-                                                        keep=False, saved=saved[0])
+
+    def node(**kept_as):
+        return lambda: gdn_tree.tree_recurrence(q, k, v, g, beta, state, tree.ancestors, tree.depth, **kept_as)
+    fns.update({"node-none": node(keep=False), "node-keep": node(keep=True, states=kept[0]),
+                "node-save": node(keep=False, saved=saved[0])})
     fns["node-save"]()
     bank = torch.randn(layers, channels, 4 + n, device="cuda", dtype=torch.bfloat16)
     conv_index = torch.randint(0, 4 + n, (n, 4), device="cuda")
     conv, rec = torch.empty(layers, channels, 4, device="cuda", dtype=torch.bfloat16), state.repeat(layers, 1, 1, 1)
     saved.copy_(saved[:1].expand_as(saved))
-    fns[f"commit-install-{layers}"] = lambda: gdn_install.install(bank, kept, conv_index, deepest, conv, rec)  # noqa: E731
+    fns[f"commit-install-{layers}"] = lambda: gdn_install.install(  # noqa: E731
+        bank, kept, conv_index, deepest, conv, rec)
     fns[f"commit-recompute-{layers}"] = lambda: gdn_install.recompute(  # noqa: E731
         bank, saved, tree.ancestors, tree.depth, conv_index, deepest, conv, rec)
     one, token_state = [x[:1][None] for x in (q, k, v, g, beta)], state[None].clone()
