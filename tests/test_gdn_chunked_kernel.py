@@ -151,7 +151,8 @@ def test_chunked_kernels_compile_for_hopper():
 def test_trees_take_the_chunked_form_from_wide_layers_up(value_heads, chunked):
     """The kernel choice for a CUDA device (made here without one: it only reads the layer's widths): trees of a
     layer whose recurrent state is CHUNKED_TREES_FROM or more (32 heads of 128 x 128: 2 MiB) go through the chunked
-    form, narrower ones through the per-node kernel; chains always through the chunked form."""
+    form, narrower ones through the per-node kernel; chains always through the chunked form; AR's step through
+    ours where fla is not installed."""
     from transformers import AutoConfig
     from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5GatedDeltaNet
 
@@ -164,4 +165,7 @@ def test_trees_take_the_chunked_form_from_wide_layers_up(value_heads, chunked):
     kernels = select_gdn_kernels(gdn, torch.device("cuda"), "auto")
     assert (4 * value_heads * 128 * 128 >= CHUNKED_TREES_FROM) == chunked
     assert kernels.chunked is not None and kernels.chunked_trees == chunked
-    assert kernels.path.split("+")[-1] == ("chunked" if chunked else "tree")
+    parts = kernels.path.split("+")
+    assert ("chunked" if chunked else "tree") in parts and ("tree" if chunked else "chunked") not in parts
+    # AR's one-token step: fla's where installed, ours (the tree kernel over one node) where not
+    assert ("token" in parts) == ("fla" not in parts) == (kernels.token is not None)
