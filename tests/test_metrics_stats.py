@@ -148,11 +148,11 @@ def test_results_table_says_whether_the_speedup_interval_includes_one(repeated):
     assert f"{metrics['tau']:.4g} [{metrics['tau_ci_low']:.2f}, {metrics['tau_ci_high']:.2f}]" in text
 
 
-def test_results_table_lists_per_gpu_memory_in_gpu_order():
+def test_results_table_lists_warmup_then_per_gpu_memory_in_gpu_order():
     metrics = {"tau": 2.5, "peak_mem_gb": 6.0, "peak_mem_gb_gpu10": 0.5, "peak_mem_gb_gpu1": 2.0,
-               "peak_mem_gb_gpu0": 3.5, "unlisted_metric": 1.0}
+               "peak_mem_gb_gpu0": 3.5, "unlisted_metric": 1.0, "warmup_s": 41.5}
     rows = [line.split("│")[1].strip() for line in _table_text(metrics).splitlines() if line.count("│") == 3]
-    assert rows == ["tau", "peak_mem_gb", "peak_mem_gb_gpu0", "peak_mem_gb_gpu1", "peak_mem_gb_gpu10"]
+    assert rows == ["tau", "warmup_s", "peak_mem_gb", "peak_mem_gb_gpu0", "peak_mem_gb_gpu1", "peak_mem_gb_gpu10"]
 
 
 def test_runner_refuses_zero_repeats(tmp_path):
