@@ -149,7 +149,8 @@ def token_step(q, k, v, g, beta, state: torch.Tensor) -> torch.Tensor:
     """One token from `state` [1, HV, Dk, Dv] float32, which it advances in place: q, k [1, 1, HV, Dk], v [1, 1,
     HV, Dv], g, beta [1, 1, HV] -> out [1, 1, HV, Dv] in v's dtype. The tree kernel over a one-node tree, keeping
     that node's state into `state` itself: each program reads its block of it before writing that block. (AR's GDN
-    step where flash-linear-attention is not installed: one launch, where transformers' torch step is ~15.)"""
+    step where flash-linear-attention is not installed: one launch, where transformers' torch step is ~15.) `state`
+    must be contiguous: the kernel writes it as such."""
     if state.device not in _ONE_NODE:
         _ONE_NODE[state.device] = (torch.zeros(1, 1, dtype=torch.long, device=state.device),
                                    torch.zeros(1, dtype=torch.long, device=state.device))

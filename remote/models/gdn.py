@@ -225,7 +225,7 @@ def gdn_step(gdn: torch.nn.Module, h: torch.Tensor, conv_state: torch.Tensor, re
     bank = torch.cat([conv_state[0], mixed[0].transpose(0, 1).to(conv_state.dtype)], dim=-1)      # [C, K + 1]
     conv_state.copy_(bank[None, :, 1:])
     q, k, v, g, beta = _conv_gates(gdn, bank, None, b, a)                                         # [1, 1, ...]
-    if kernels.token is not None:                   # one launch, the state advanced in place
+    if kernels.token is not None and recurrent.is_contiguous():     # one launch, the state advanced in place
         return _output(gdn, kernels.token(q, k, v, g, beta, recurrent), z)
     core, state = kernels.step(q, k, v, g, beta, recurrent)
     recurrent.copy_(state)
