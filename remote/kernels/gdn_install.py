@@ -58,16 +58,20 @@ def torch_recompute(bank, saved, ancestors, depth, conv_index, last, conv, rec) 
 
 if triton is not None:
     @triton.jit
+    def _copy_window(bank, conv_index, conv, g, node, e, C, K, width):
+        """Elements `e` of layer g's conv state [C, K]: node `node`'s window columns of its bank [C, width]."""
+        window = e < C * K
+        col = tl.load(conv_index + node * K + e % K, mask=window, other=0)
+        tl.store(conv + g * C * K + e, tl.load(bank + (g * C + e // K) * width + col, mask=window), mask=window)
+
+    @triton.jit
     def _install_kernel(bank, nodes, conv_index, last, conv, rec, C, K, width, N, R, BLOCK: tl.constexpr):
         g, block = tl.program_id(0).to(tl.int64), tl.program_id(1)
         node = tl.load(last)
         e = block * BLOCK + tl.arange(0, BLOCK)
         state = e < R
         tl.store(rec + g * R + e, tl.load(nodes + (g * N + node) * R + e, mask=state), mask=state)
-        window = e < C * K
-        col = tl.load(conv_index + node * K + e % K, mask=window, other=0)
-        tl.store(conv + g * C * K + e, tl.load(bank + (g * C + e // K) * width + col, mask=window), mask=window)
-
+        _copy_window(bank, conv_index, conv, g, node, e, C, K, width)
 
     @triton.jit
     def _recompute_kernel(bank, saved, ancestors, depth, conv_index, last, conv, rec, C, K, width, N, H, HV, NVB,
@@ -90,10 +94,7 @@ if triton is not None:
                                     in_v, DV, HP)
             tl.store(state + dk[:, None] * DV + dv[None, :], s, mask=in_k[:, None] & in_v[None, :])
         else:
-            e = (pid - HV * NVB) * BLOCK + tl.arange(0, BLOCK)
-            window = e < C * K
-            col = tl.load(conv_index + node * K + e % K, mask=window, other=0)
-            tl.store(conv + g * C * K + e, tl.load(bank + (g * C + e // K) * width + col, mask=window), mask=window)
+            _copy_window(bank, conv_index, conv, g, node, (pid - HV * NVB) * BLOCK + tl.arange(0, BLOCK), C, K, width)
 
 
 def _launch(bank, nodes, conv_index, last, conv, rec) -> None:
