@@ -10,7 +10,7 @@ remote.kernels.tree_search, which this does not rescore). Each variant rescales 
 remote.kernels.tree_search.torch_top_k, the torch path's: log_softmax(logits / temperature) + penalty x depth, so a
 negative penalty makes bushier trees. Verification is untouched, so every variant is lossless and only tau moves.
 Prints one JSON line per variant (tau, steps, seconds); the last line is all of them as compact JSON.
-Session 31 found the untempered, unpenalised product of marginals the best on the demo hybrid (PERFORMANCE.md).
+Session 31 found the untempered, unpenalised product of marginals the best on the demo hybrid (docs/performance-history.md).
 """
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ replayed before. Warm, because a size's step costs more right after another size
 15 took 0.870 ms a step right after budget 7, 0.811 ms in a run of its own, while budget 63, chosen in a row, took
 what its fixed run took), and a size chosen runs in a row; cold medians compressed the sizes' differences, and auto
 then chose 63 where 31 was the faster budget (on that pair a mid size still costs more warm inside a mixed run than
-alone: docs/PERFORMANCE.md, session 16). Rounds, because they time every size on the same texts.
+alone: docs/performance-history.md, session 16). Rounds, because they time every size on the same texts.
 
 The choice, on the host, for each step it queues (a step is observed after the next one is queued, so that its
 bookkeeping overlaps the GPU's work): the budget b maximising 1 + A(b) - rate * T(b), A the calibrated
