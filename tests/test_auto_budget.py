@@ -15,7 +15,7 @@ from remote.runner import run
 from tests.runner_fixtures import prompts, tiny_pair, tiny_spec
 from tests.test_runner_e2e import _defined
 
-# Step costs (ms) per budget, as measured on one H200 (docs/PERFORMANCE.md): Qwen3.6-27B widths, where rows cost
+# Step costs (ms) per budget, as measured on one H200 (docs/performance-history.md): Qwen3.6-27B widths, where rows cost
 # (AR 23.1, DFlash's 16 rows 26.97, DDTree 32 27.3, DDTree 64 30.5; 7 and 127 extrapolated at 0.1 ms a row), and
 # the demo pair, where they hardly do (session 13: DDTree 15-255 steps 0.68, 0.69, 0.74, 0.81, 1.10).
 EXPENSIVE = {7: 26.2, 15: 26.97, 31: 27.3, 63: 30.5, 127: 36.9}

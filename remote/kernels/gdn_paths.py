@@ -66,7 +66,7 @@ class GdnKernels:
 # the tree's depth; the chunked form reads the state once a block of 16 nodes, in few programs (HV x Dv / 64 or
 # / 32), at a cost nearly flat in HV. H200, bench_kernels --kinds gdn, session 19, us a layer at 33 / 65 nodes,
 # per-node against chunked (each with its committed blocking: 16 value columns a program; 64, or 32 at 16 heads),
-# on a confident drafter's deep tree and on a bushy one (docs/PERFORMANCE.md):
+# on a confident drafter's deep tree and on a bushy one (docs/performance-history.md):
 #   3 MiB (Qwen3.6-27B): deep 101.5 / 198.6 against 48.0 / 89.1; bushy 60.4 / 114.8 against 44.2 / 78.7
 #   1 MiB (16 heads):    deep 35.0 / 70.3 against 31.5 / 65.6; bushy 19.7 / 42.5 against 31.6 / 56.1
 #   64 KiB (demo):       64 nodes deep 8.5, bushy 4.7 against 32.0 / 26.6

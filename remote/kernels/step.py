@@ -1,6 +1,6 @@
 """Kernels that captured decoding steps use in place of transformers' defaults (remote.decoding.graph).
 
-Why, measured inside CUDA graphs on an H200 (bench/bench_kernels.py, docs/PERFORMANCE.md):
+Why, measured inside CUDA graphs on an H200 (bench/bench_kernels.py; figures in docs/performance-history.md):
 - RMSNorm: transformers' Qwen3 / Llama-style norm is six kernels per call (cast, pow, mean, add, rsqrt, two
   multiplies), 11-22 us; `F.rms_norm` is one fused kernel, 2-5 us. A step calls it four times per layer. The
   zero-centred norm of Qwen3.5 / Qwen3-Next (`1 + weight`, in float32) is nine; fused it is three (cast,
