@@ -5,7 +5,9 @@ re-opens the host from the run's `job.json`, resumes the tail where the local mi
 the original command would have done (collect, MLflow status, metrics, artifacts). It says how long the run has
 been going by the host's own files (Job.started_at), and the display replays the run's events so far, so its
 stage, bars and ETA are the run's, not this command's. `find_run_dir` is the lookup `show` uses too: a run dir,
-its run id, its directory name or its MLflow run id.
+its run id, its directory name or its MLflow run id (one that names several runs, as job 0 of two sweeps, is refused
+with the matches). `stop` leaves a run whose runner already ended as it is; a host that does not answer is one line
+(with the `kill` to type there), never a guess about the runner.
 """
 from __future__ import annotations
 
@@ -17,13 +19,14 @@ from pathlib import Path
 
 from rich.console import Console
 
-from .hosts import make_host
-from .lifecycle import CANCELLED_EXIT, Job
+from .commands import program
+from .hosts import HostError, make_host
+from .lifecycle import Job
 from .monitor import Outcome, follow, report
 from .paths import runs_dir
 from .progress import clock
 from .locks import try_following
-from .tracking import Status, Tracker
+from .tracking import RECORD, Status, Tracker
 
 JOB_FILE = "job.json"
 STOP_DOC = ("`python -m orchestrator stop <run dir | run id>`: stop a run's process group on its host (also one "
@@ -34,49 +37,73 @@ def find_run_dir(ref: str) -> Path:
     path = Path(ref).expanduser()
     if (path / JOB_FILE).is_file():
         return path.resolve()
-    for job_file in runs_dir().rglob(JOB_FILE):
-        meta = json.loads(job_file.read_text())
-        if ref in (meta.get("run_id"), meta.get("mlflow_run_id"), job_file.parent.name):
-            return job_file.parent
+    found = sorted({f.parent for f in runs_dir().rglob(JOB_FILE) if ref in _names(f)})
+    if len(found) > 1:   # e.g. job 0 of two sweeps: picking one would act on a run the user may not mean
+        print(f"error: run {ref!r} is ambiguous: {len(found)} runs match ({', '.join(map(str, found))}); give "
+              f"one of these dirs", file=sys.stderr)
+        raise SystemExit(2)
+    if found:
+        return found[0]
     raise SystemExit(f"error: run {ref!r}: no run dir with {JOB_FILE} here or under {runs_dir()} (give a run dir, "
                      f"a run id or an MLflow run id)")
 
 
+def _names(job_file: Path) -> tuple:
+    meta = json.loads(job_file.read_text())
+    return meta.get("run_id"), meta.get("mlflow_run_id"), job_file.parent.name
+
+
+def tracking_of(run_dir: Path, meta: dict) -> tuple[str | None, str | None]:
+    """(tracking URI, MLflow run id) of a run: its tracking record's, which `sync --tracking-uri` moves, else
+    job.json's (a run dir from before the record)."""
+    record = json.loads((run_dir / RECORD).read_text()) if (run_dir / RECORD).is_file() else {}
+    uri = record.get("tracking_uri") or meta.get("tracking_uri")
+    same = uri == meta.get("tracking_uri")   # job.json's run id belongs to job.json's URI only
+    return uri, record.get("mlflow_run_id") or (meta.get("mlflow_run_id") if same else None)
+
+
+def one_line(exc: BaseException) -> str:
+    """An error as one line of bounded length (MLflow's and paramiko's run over several, or pages)."""
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:400]
+
+
 def attach(run_dir: Path, console: Console | None = None, fail_fast: bool = True, stop: bool = False) -> Outcome:
-    """Follow the run to its end and log it; with `stop`, first stop its process group on the host (KILLED)."""
+    """Follow the run to its end and log it; with `stop`, first stop its process group on the host (KILLED).
+    HostError if the host does not answer (the runner may well still be going there)."""
     console = console or Console()
     meta = json.loads((run_dir / JOB_FILE).read_text())
-    host = make_host(meta["host"])
-    job = Job(host, meta["run_id"], run_dir)
+    job = Job(make_host(meta["host"]), meta["run_id"], run_dir)
     outcome = Outcome(job)
-    lock = try_following(run_dir)
-    if lock is None:   # its orchestrator is alive and follows it: it closes the run itself
-        if not stop:
-            raise SystemExit(f"error: run {meta['run_id']} is followed by another orchestrator on this machine")
-        job.cancel()
-        console.print(f"[yellow]stopped {meta['run_id']} on {host.name}; the orchestrator following it closes "
-                      f"its run[/]")
-        outcome.status, outcome.stopped_by = Status.KILLED, "user"
-        return outcome
-    with lock:
-        tracker = Tracker(meta.get("tracking_uri"), meta.get("experiment", "specbench"), run_dir=run_dir)
-        tracker.resume(meta.get("mlflow_run_id"))
-        # What was already mirrored is scanned too, so the final report covers the whole log.
-        log = run_dir / "runner.log"
-        if log.exists():
-            outcome.detector.feed(log.read_bytes())
-        try:
+    with job.host:
+        if stop and not job.running():   # nothing to stop: its record stays as it is, and no stale pgid is hit
+            code = job.host.read_from(job.files.exit_code, 0).decode().strip() or "none"
+            console.print(f"{meta['run_id']} already finished (exit {code}); nothing stopped")
+            outcome.status = Status.FINISHED
+            return outcome
+        lock = try_following(run_dir)
+        if lock is None:   # its orchestrator is alive and follows it: it closes the run itself, KILLED
+            if not stop:
+                raise SystemExit(f"error: run {meta['run_id']} is followed by another orchestrator on this machine")
+            job.cancel(by="user")
+            console.print(f"[yellow]stopped {meta['run_id']} on {job.host.name}; the orchestrator following it "
+                          f"closes its run KILLED[/]")
+            outcome.status, outcome.stopped_by = Status.KILLED, "user"
+            return outcome
+        with lock:
+            uri, mlflow_run_id = tracking_of(run_dir, meta)
+            tracker = Tracker(uri, meta.get("experiment", "specbench"), run_dir=run_dir)
+            tracker.resume(mlflow_run_id)
+            # What was already mirrored is scanned too, so the final report covers the whole log.
+            log = run_dir / "runner.log"
+            if log.exists():
+                outcome.detector.feed(log.read_bytes())
             job.attach()
             if stop:
-                console.print(f"[yellow]stopping {meta['run_id']} on {host.name}[/]")
-                job.cancel()
-            console.print(f"[cyan]attached to {meta['run_id']} on {host.name}{_age(job.started_at)}[/]")
+                console.print(f"[yellow]stopping {meta['run_id']} on {job.host.name}[/]")
+                job.cancel(by="user")
+            console.print(f"[cyan]attached to {meta['run_id']} on {job.host.name}{_age(job.started_at)}[/]")
             follow(job, outcome, console, fail_fast=fail_fast, needs_results=meta.get("needs_results", True))
-            if stop and job.exit_code == CANCELLED_EXIT:
-                outcome.status, outcome.stopped_by = Status.KILLED, "user"
-        finally:
-            host.close()
-        report(outcome, tracker, run_dir, console, title=f"run {meta['run_id']}")
+            report(outcome, tracker, run_dir, console, title=f"run {meta['run_id']}")
     return outcome
 
 
@@ -91,13 +118,22 @@ def main(argv: list[str]) -> int:
     """`attach <run>` or `stop <run>` (argv[0] says which)."""
     command, argv = argv[0], argv[1:]
     what = {"attach": __doc__.split("\n")[0], "stop": STOP_DOC}[command]
-    parser = argparse.ArgumentParser(prog=f"python -m orchestrator {command}", description=what)
+    parser = argparse.ArgumentParser(prog=f"{program()} {command}", description=what)
     parser.add_argument("run", help="the run's local directory, its run id, or its directory name")
     if command == "attach":
         parser.add_argument("--no-fail-fast", action="store_true", help="do not stop the run on a fatal signature")
     args = parser.parse_args(argv)
-    return attach(find_run_dir(args.run), fail_fast=not getattr(args, "no_fail_fast", False),
-                  stop=command == "stop").exit_status
+    run_dir = find_run_dir(args.run)
+    try:
+        outcome = attach(run_dir, fail_fast=not getattr(args, "no_fail_fast", False), stop=command == "stop")
+    except HostError as exc:
+        meta = json.loads((run_dir / JOB_FILE).read_text())
+        how = (f"; on the host, stop it with `{Job(make_host(meta['host']), meta['run_id'], run_dir).describe_stop()}`"
+               if command == "stop" else f"; try again later: {program()} attach {run_dir}")
+        print(f"error: cannot reach the host of run {meta['run_id']}, it may still be running ({one_line(exc)}){how}",
+              file=sys.stderr)
+        return 1
+    return 0 if command == "stop" else outcome.exit_status   # a stop that stopped (or found it ended) succeeded
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ story. `started_at` is when the runner started, in local epoch seconds: the laun
 word (its clock now less the mtime of the pid file launch.sh wrote as it started; None if the host did not say).
 `finished()` is true once the launch wrapper wrote `exit_code`, or once the host says the runner's process group
 is gone without one (`lost`: killed with its wrapper, the OOM killer, a reboot); `cancel()` stops the whole process
-group (TERM, then KILL after a grace period).
+group (TERM, then KILL after a grace period), first recording who asked (`stopped_by`, read by whoever follows).
 Leases live on the host: launch.sh holds one `flock` per GPU (`<workdir>/locks/gpu<N>.lock`, see `_gpu_locks` for
 when) for the runner's lifetime, inherited by the runner, so a GPU stays taken while a runner of ours holds it,
 whatever happened to the orchestrator that launched it; a held GPU refuses the launch (exit GPU_BUSY_EXIT, one line in
@@ -35,6 +35,7 @@ from .hosts.base import Host, HostError
 
 SECRETS = "secrets.env"   # read and removed by launch.sh before the runner starts
 CANCELLED_EXIT = 143   # what a TERM-stopped runner reports, like a shell would
+STOPPED_BY = "stopped_by"   # in the local run dir: who asked `stop` (written before the TERM is sent)
 GPU_BUSY_EXIT = 75     # EX_TEMPFAIL: a GPU of the run is held by another runner of ours on the host
 LIVENESS_EVERY = 5.0   # seconds between asks whether the runner's process group is alive (exit code not yet there)
 START_GRACE = 30.0     # seconds launch.sh may take to write its pid before the run counts as never started
@@ -269,15 +270,12 @@ class Job:
 
     def attach(self) -> None:
         """Resume tailing a job launched earlier (by another orchestrator process), where the mirror ends, and
-        ask the host when its runner started."""
+        ask the host when its runner started: HostError at once if it does not answer."""
         self._open_streams(resume=True)
         self.started_at = self._ask_start()
 
     def _ask_start(self) -> float | None:
-        try:
-            answer = self.host.run(age_command(self.files), check=False, timeout=30).stdout.split()
-        except HostError:
-            return None
+        answer = self.host.run(age_command(self.files), check=False, timeout=30).stdout.split()
         age = answer[1] if answer[:1] == ["age"] and len(answer) > 1 else ""
         return time.time() - int(age) if age.lstrip("-").isdigit() else None
 
@@ -299,15 +297,21 @@ class Job:
         return self.exit_code is not None or self.lost is not None
 
     def _ask_liveness(self) -> str:
-        """Ask the host whether the runner's process group still has a live (non-zombie) process; returns what it
-        said (`alive`, `exited`, `vanished`, `rebooted`, `nopid`; `unknown`: no answer). Group first, exit code
-        second: launch.sh writes the code before it ends, so a dead group without one is a runner that vanished
-        (SIGKILLed with its wrapper: the OOM killer, `kill -9`), not one that is finishing."""
-        self._asked_at = time.monotonic()
+        """`_liveness()`, or `unknown` when the host did not answer: the link broke while asking; the ask is
+        read-only, so it is asked again next time (the tail's own reads reconnect, or give up after
+        reconnect_timeout)."""
         try:
-            answer = self.host.run(liveness_command(self.files), check=False, timeout=30).stdout.split()
-        except HostError:   # the link broke while asking: the ask is read-only, so ask again next time (the
-            return "unknown"   # tail's own reads reconnect, or give up after reconnect_timeout)
+            return self._liveness()
+        except HostError:
+            return "unknown"
+
+    def _liveness(self) -> str:
+        """Ask the host whether the runner's process group still has a live (non-zombie) process; returns what it
+        said (`alive`, `exited`, `vanished`, `rebooted`, `nopid`); HostError if it did not answer. Group first,
+        exit code second: launch.sh writes the code before it ends, so a dead group without one is a runner that
+        vanished (SIGKILLed with its wrapper: the OOM killer, `kill -9`), not one that is finishing."""
+        self._asked_at = time.monotonic()
+        answer = self.host.run(liveness_command(self.files), check=False, timeout=30).stdout.split()
         state, pgid = (answer + ["", ""])[:2]
         self.pgid = int(pgid) if pgid.isdigit() else self.pgid
         if state == "nopid" and time.monotonic() - self._launched_at < START_GRACE:
@@ -318,9 +322,10 @@ class Job:
         return state
 
     def running(self) -> bool:
-        """Whether the runner is still going, asked of the host now (for a job this process did not launch)."""
+        """Whether the runner is still going, asked of the host now (for a job this process did not launch).
+        HostError if the host does not answer: an unreachable host says nothing about its runner."""
         self._launched_at = time.monotonic() - START_GRACE   # long launched: a missing pid means gone
-        return self._ask_liveness() == "alive"
+        return self._liveness() == "alive"
 
     def wait(self, on_lines, interval: float = 0.1) -> int:
         """Poll until the runner exits, handing each batch of lines to `on_lines(log_lines, event_lines)`."""
@@ -333,9 +338,19 @@ class Job:
                 time.sleep(interval)
 
     def describe_stop(self) -> str:
-        """The command that stops this runner on the host by hand (for messages when we could not)."""
-        group = f"-- -{self.pgid}" if self.pgid else f"-- -$(cat {shlex.quote(self.files.pid)})"
-        return f"kill -TERM {group}"
+        """The command that stops this runner, to type on the host (for messages when we could not). Built without
+        asking the host, which may be the one that does not answer."""
+        if self.pgid:
+            return f"kill -TERM -- -{self.pgid}"
+        pid = f"{self.host.workdir_as_typed()}/runs/{self.run_id}/pid"
+        home, rest = ("~/", pid[2:]) if pid.startswith("~/") else ("", pid)   # ~ is left to the host's shell
+        return f"kill -TERM -- -$(cat {home}{shlex.quote(rest)})"
+
+    @property
+    def stopped_by(self) -> str | None:
+        """Who asked `cancel(by=...)` to stop this run, from any process on this machine (its local dir says)."""
+        path = self.local_dir / STOPPED_BY
+        return (path.read_text().strip() or None) if path.is_file() else None
 
     def collect(self) -> list[str]:
         """Copy the results the runner wrote into the local dir; returns the names that existed."""
@@ -353,16 +368,23 @@ class Job:
         self.stage = Stage.DONE
         return present
 
-    def cancel(self, grace: float = 5.0) -> None:
-        """Stop the runner's process group: TERM, then KILL whatever is left after `grace` seconds."""
+    def cancel(self, grace: float = 5.0, by: str | None = None) -> None:
+        """Stop the runner's process group: TERM, then KILL whatever is left after `grace` seconds. `by`: who
+        asked (recorded first, so that the process following the run reports it KILLED, not failed). The exit
+        code is then the host's: a runner that ended before the TERM keeps its own."""
+        if by:
+            (self.local_dir / STOPPED_BY).write_text(by)
         q = shlex.quote
         root = q(self.files.root)
         steps = max(1, int(grace / 0.2))
-        self.host.run(
+        answer = self.host.run(
             f"pg=$(cat {root}/pid 2>/dev/null) || exit 0; kill -TERM -- -$pg 2>/dev/null; "
             f"for i in $(seq {steps}); do kill -0 -- -$pg 2>/dev/null || break; sleep 0.2; done; "
             f"kill -KILL -- -$pg 2>/dev/null; "
-            f"[ -f {root}/exit_code ] || echo {CANCELLED_EXIT} > {root}/exit_code; true",
+            f"[ -f {root}/exit_code ] || echo {CANCELLED_EXIT} > {root}/exit_code; cat {root}/exit_code; true",
             check=False,
-        )
-        self.exit_code = self.exit_code or CANCELLED_EXIT
+        ).stdout.strip()
+        if answer.lstrip("-").isdigit():
+            self.exit_code = int(answer)
+        elif self.exit_code is None:
+            self.exit_code = CANCELLED_EXIT

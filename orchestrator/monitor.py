@@ -110,6 +110,8 @@ def follow(job: Job, outcome: Outcome, console: Console, fail_fast: bool = True,
         job.collect()
         done = code == 0 and (not needs_results or (job.local_dir / "results.json").exists())
         outcome.status = Status.FINISHED if done else Status.FAILED
+        if code != 0 and job.stopped_by:   # `stop` from another terminal: its TERM is why the runner ended
+            outcome.status, outcome.stopped_by = Status.KILLED, job.stopped_by
     except KeyboardInterrupt as exc:
         console.print(f"[yellow]{describe(exc)}: stopping the runner on the host[/]")
         stop(job, console)

@@ -7,6 +7,9 @@ by what the host says, not remembered: one whose runner ended (exit code, or its
 attach would finish it (the rest of its log, its results, its status from the exit code, or FAILED
 runner_vanished); one still running is left, with the command that follows it. A sweep parent whose sweep process
 is gone (its lock free, orchestrator.sweep) gets its summary and status once no child of it is left RUNNING.
+A run's MLflow run is looked up where its tracking record says (`sync --tracking-uri` moves it there). A run that
+cannot be settled now (its host or its MLflow does not answer) gets one warning line and is left as it is; the
+others are settled all the same.
 """
 from __future__ import annotations
 
@@ -15,11 +18,13 @@ import json
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
-from .attach import JOB_FILE, attach
+from .attach import JOB_FILE, attach, one_line, tracking_of
+from .commands import program
 from .locks import FOLLOW_LOCK, SWEEP_LOCK, free
 from .paths import runs_dir
-from .tracking import RECORD
+from .tracking import RECORD, sync_command
 
 
 def orphans(root: Path) -> list[Path]:
@@ -28,39 +33,57 @@ def orphans(root: Path) -> list[Path]:
 
 
 def reap(root: Path, console: Console) -> int:
-    """Settle every orphan under `root`; returns how many runs it closed."""
+    """Settle every orphan under `root`; returns how many runs it closed. One that cannot be settled now (its host
+    or its MLflow does not answer, a broken record) gets one warning line, and the next is settled all the same."""
+    closed, uris = 0, set()
+    for run_dir in orphans(root):
+        try:
+            closed += _settle(run_dir, uris, console)
+        except Exception as exc:
+            console.print(f"[yellow]{run_dir}: not reaped: {escape(one_line(exc))}[/]", soft_wrap=True)
+    for uri in sorted(uris):
+        try:
+            closed += _close_parents(uri, console)
+        except Exception as exc:
+            console.print(f"[yellow]sweeps logged at {uri}: not reaped: {escape(one_line(exc))}[/]",
+                          soft_wrap=True)
+    return closed
+
+
+def _settle(run_dir: Path, uris: set[str], console: Console) -> int:
+    """Close the orphan in `run_dir` if its runner ended (1), else say why it is left (0); adds its tracking URI
+    to `uris`."""
     from .hosts import HostError, make_host
     from .lifecycle import Job
     from .tracking import mlflow_client
 
-    closed, uris = 0, set()
-    for run_dir in orphans(root):
-        meta = json.loads((run_dir / JOB_FILE).read_text())
-        record = json.loads((run_dir / RECORD).read_text()) if (run_dir / RECORD).is_file() else {}
-        mlflow_run_id = meta.get("mlflow_run_id") or record.get("mlflow_run_id")
-        if mlflow_run_id:
-            uris.add(meta["tracking_uri"])
-            if mlflow_client(meta["tracking_uri"]).get_run(mlflow_run_id).info.status != "RUNNING":
-                continue
-        elif record.get("final") is not None:   # its orchestrator reported it; only MLflow missed it
-            console.print(f"[yellow]{meta['run_id']}: never reached MLflow; `python -m orchestrator sync {run_dir}` "
-                          f"logs what it kept[/]")
-            continue
-        # else: its orchestrator died before MLflow had the run (it opens in the background): settled like the rest
-        try:
-            with make_host(meta["host"]) as host:
-                alive = Job(host, meta["run_id"], run_dir).running()
-        except HostError as exc:
-            console.print(f"[yellow]{meta['run_id']}: host unreachable, left RUNNING ({exc})[/]")
-            continue
-        if alive:
-            console.print(f"[cyan]{meta['run_id']}: still running; follow it: python -m orchestrator attach "
-                          f"{run_dir}[/]")
-            continue
-        console.print(f"[cyan]{meta['run_id']}: its orchestrator is gone and its runner ended: closing it[/]")
-        attach(run_dir, console)
-        closed += 1
-    return closed + sum(_close_parents(uri, console) for uri in uris)
+    meta = json.loads((run_dir / JOB_FILE).read_text())
+    record = json.loads((run_dir / RECORD).read_text()) if (run_dir / RECORD).is_file() else {}
+    uri, mlflow_run_id = tracking_of(run_dir, meta)
+    if mlflow_run_id:
+        status = mlflow_client(uri).get_run(mlflow_run_id).info.status
+        uris.add(uri)   # answered: its sweep parents are looked at too
+        if status != "RUNNING":
+            return 0
+    elif record.get("final") is not None:   # its orchestrator reported it; only MLflow missed it
+        console.print(f"[yellow]{meta['run_id']}: never reached MLflow; `{sync_command(run_dir)}` "
+                      f"logs what it kept[/]")
+        return 0
+    # else: its orchestrator died before MLflow had the run (it opens in the background): settled like the rest
+    try:
+        with make_host(meta["host"]) as host:
+            alive = Job(host, meta["run_id"], run_dir).running()
+    except HostError as exc:
+        console.print(f"[yellow]{meta['run_id']}: host unreachable, left RUNNING ({escape(one_line(exc))})[/]",
+                      soft_wrap=True)
+        return 0
+    if alive:
+        console.print(f"[cyan]{meta['run_id']}: still running; follow it: {program()} attach "
+                      f"{run_dir}[/]")
+        return 0
+    console.print(f"[cyan]{meta['run_id']}: its orchestrator is gone and its runner ended: closing it[/]")
+    attach(run_dir, console)
+    return 1
 
 
 def _close_parents(uri: str, console: Console) -> int:
@@ -83,7 +106,7 @@ def _close_parents(uri: str, console: Console) -> int:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m orchestrator reap", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog=f"{program()} reap", description=__doc__.split("\n")[0])
     parser.add_argument("--runs-dir", type=Path, default=None, help="where to look (default: the runs dir)")
     args = parser.parse_args(argv)
     console = Console()

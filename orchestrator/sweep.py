@@ -2,8 +2,9 @@
 
 Contract: `SweepCallback.on_multirun_start` opens the parent and exports its id (children read
 SPECBENCH_PARENT_RUN_ID, also in joblib workers, which inherit the environment). `on_multirun_end` logs the
-summary table, CSV and plots on the parent and closes it FAILED if any child did not finish, FINISHED
-otherwise; a failed sweep then exits non-zero, once, at the end. Hydra skips `on_multirun_end` when a job
+summary table, CSV and plots on the parent and closes it FAILED if any child did not finish, KILLED if jobs
+of its plan (`sweep.planned` tag) never ran (a killed sweep, closed by `reap`), FINISHED otherwise; a failed
+sweep then exits non-zero, once, at the end. Hydra skips `on_multirun_end` when a job
 raises, so jobs never raise (run_job turns every error into a FAILED child) and `close_orphan_parent` closes
 the parent from `__main__` if the sweep died anyway.
 The parent is named `sweep-<model> <swept overrides>`; SWEPT_ENV (orchestrator.naming) tells the jobs which keys vary,
@@ -29,6 +30,7 @@ from .ui_links import compare_url, where
 
 PARENT_ENV = "SPECBENCH_PARENT_RUN_ID"
 URI_ENV = "SPECBENCH_PARENT_TRACKING_URI"
+PLANNED_TAG = "sweep.planned"   # on the parent: how many jobs the sweep was to run (so a killed one shows the gap)
 _SWEEP_LOCKS: list = []   # this process's sweep locks, held until it exits
 
 
@@ -41,8 +43,10 @@ class SweepCallback(Callback):
         task = list(config.hydra.overrides.task)
         overrides = " ".join(task)
         os.environ[SWEPT_ENV] = ",".join(swept_keys(task))
+        planned = planned_jobs(config)
         tracker.start(run_name=sweep_name(str(config.model.name), task), params={"sweep.overrides": overrides},
-                      tags={"sweep": "parent", "sweep_dir": str(config.hydra.sweep.dir)})
+                      tags={"sweep": "parent", "sweep_dir": str(config.hydra.sweep.dir),
+                            **({PLANNED_TAG: str(planned)} if planned else {})})
         if tracker.run_id:
             os.environ[PARENT_ENV] = tracker.run_id
             os.environ[URI_ENV] = tracker.uri
@@ -58,8 +62,23 @@ class SweepCallback(Callback):
             raise SystemExit(f"sweep: {failed} job(s) did not finish; see the parent run {parent}")
 
 
+def planned_jobs(config: DictConfig) -> int | None:
+    """How many jobs the sweep is to run: the basic sweeper's combinations, an optimiser's trial budget (Optuna's
+    n_trials); None where the sweeper does not say."""
+    sweeper = config.hydra.sweeper
+    if "BasicSweeper" not in str(sweeper.get("_target_", "")):
+        return sweeper.get("n_trials")
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    params = [f"{key}={value}" for key, value in (sweeper.get("params") or {}).items()]
+    parsed = OverridesParser.create().parse_overrides([*params, *config.hydra.overrides.task])
+    return sum(len(batch) for batch in BasicSweeper.split_arguments(parsed, None))
+
+
 def finish_parent(uri: str, parent: str, sweep_dir: Path) -> int:
-    """Log the summary on the parent and close it; returns the number of children that did not finish."""
+    """Log the summary on the parent and close it; returns the number of planned jobs that did not finish (a job
+    the sweep never got to, killed before it, is one)."""
     from rich.console import Console
 
     from .compare import markdown, render_table, row_of, select_runs, summarize
@@ -69,20 +88,25 @@ def finish_parent(uri: str, parent: str, sweep_dir: Path) -> int:
     children = select_runs(client, parent=parent)
     _resolve_skipped(client, children)
     rows = [row_of(r) for r in children]
-    failed = sum(r["status"] not in ("FINISHED", "SKIPPED") for r in rows)
+    run = client.get_run(parent)
+    planned = int(run.data.tags.get(PLANNED_TAG) or 0)
+    never_ran = max(0, planned - len(rows))
+    failed = sum(r["status"] not in ("FINISHED", "SKIPPED") for r in rows) + never_ran
     skipped = sum(r["status"] == "SKIPPED" for r in rows)
     console = Console()
-    title = f"sweep: {len(rows)} jobs, {failed} not finished, {skipped} skipped"
+    jobs = f"{len(rows)} of {planned}" if never_ran else f"{len(rows)}"
+    title = f"sweep: {jobs} jobs, {failed} not finished, {skipped} skipped"
     console.print(render_table(rows, title))
     out = sweep_dir / "summary" if sweep_dir.exists() else Path(tempfile.mkdtemp())
     for path in summarize(rows, out):
         client.log_artifact(parent, str(path))
     ran = [r.info.run_id for r in children if r.data.tags.get("skipped") != "true"]
-    url = compare_url(uri, client.get_run(parent).info.experiment_id, ran)
+    url = compare_url(uri, run.info.experiment_id, ran)
     for key, value in (("sweep.jobs", len(rows)), ("sweep.compare_url", url), ("sweep.failed", failed),
                        ("sweep.skipped", skipped), (NOTE_TAG, markdown(rows, title, url))):
         client.set_tag(parent, key, str(value))
-    ended = {r["status"] for r in rows} - {"FINISHED", "SKIPPED"}
+    # a job never started means the sweep was stopped (killed) before it
+    ended = {r["status"] for r in rows} - {"FINISHED", "SKIPPED"} | ({"KILLED"} if never_ran else set())
     # a sweep stopped by the user or a scheduler (every job that did not finish was KILLED) is KILLED too
     status = Status.FINISHED if rows and not ended else Status.KILLED if ended == {"KILLED"} else Status.FAILED
     client.set_terminated(parent, status.value)

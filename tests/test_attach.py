@@ -10,6 +10,9 @@ import time
 
 from mlflow.tracking import MlflowClient
 
+from tests.test_faults import LONG, cli, finish, runs_of, start_cli, started_runs, wait_for
+from tests.test_ssh_e2e import group_alive
+
 
 def _first(pattern: str, root, deadline: float, opened: bool = False) -> list:
     """Files under `root` matching `pattern` (non-empty); `opened`: job files that name their MLflow run."""
@@ -52,3 +55,42 @@ def test_attach_after_the_orchestrator_died(tmp_path):
     assert "tau" in run.data.metrics
     remote_log = next((tmp_path / "runs" / ".host" / "runs" / meta["run_id"]).glob("runner.log")).read_bytes()
     assert (run_dir / "runner.log").read_bytes() == remote_log
+
+
+def test_stop_from_another_terminal_ends_the_followed_run_killed_by_the_user(tmp_path):
+    workdir = tmp_path / "work"
+    proc = start_cli(["host=local", f"host.workdir={workdir}", *LONG])
+    try:
+        (host_dir,) = wait_for(lambda: started_runs(workdir), "the runner starting")
+        (job_file,) = wait_for(lambda: list((tmp_path / "runs").rglob("job.json")), "the run's job.json")
+        stopped = cli("stop", str(job_file.parent))
+        out = finish(proc, timeout=120)
+    finally:
+        finish(proc, timeout=1)
+    assert not group_alive(int((host_dir / "pid").read_text()))
+    assert "KILLED" in out, out[-3000:]
+    (run,) = runs_of(tmp_path / "runs")
+    assert run.info.status == "KILLED", out[-3000:]
+    assert run.data.tags["stopped_by"] == "user" and "failure.id" not in run.data.tags
+    assert stopped.returncode == 0, stopped.stdout[-3000:] + stopped.stderr[-3000:]
+
+
+def test_stop_of_a_finished_run_touches_nothing_and_an_ambiguous_reference_is_refused(tmp_path):
+    for _ in range(2):   # two sweeps: each has a job dir named 0
+        ran = cli("-m", "num_prompts=1", "max_new_tokens=4")
+        assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    first, second = sorted(f.parent for f in (tmp_path / "runs").rglob("job.json"))
+    assert first.name == second.name == "0"
+    for command in ("show", "stop"):
+        refused = cli(command, "0")
+        assert refused.returncode == 2, refused.stdout[-3000:] + refused.stderr[-3000:]
+        (line,) = refused.stderr.strip().splitlines()
+        assert "ambiguous" in line and str(first) in line and str(second) in line, line
+
+    kept = {name: (first / name).read_bytes() for name in ("exit_code", "tracking.json", "job.json")}
+    stopped = cli("stop", str(first))
+    assert stopped.returncode == 0, stopped.stdout[-3000:] + stopped.stderr[-3000:]
+    assert "already finished (exit 0)" in stopped.stdout, stopped.stdout[-3000:]
+    assert {name: (first / name).read_bytes() for name in kept} == kept
+    statuses = [r.info.status for r in runs_of(tmp_path / "runs") if r.data.tags.get("sweep") != "parent"]
+    assert statuses == ["FINISHED", "FINISHED"]

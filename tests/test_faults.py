@@ -16,6 +16,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from orchestrator.paths import PROJECT_ROOT
+from tests.sshd import SSHD
 from tests.test_ssh_e2e import group_alive
 
 # Long enough to be interrupted mid-decode on any machine; never paid in full.
@@ -49,6 +50,11 @@ def runs_of(runs_dir: Path) -> list:
     client = MlflowClient(f"sqlite:///{runs_dir / 'mlflow.db'}")
     exp = client.get_experiment_by_name("specbench")
     return client.search_runs([exp.experiment_id]) if exp else []
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "orchestrator", *args], cwd=PROJECT_ROOT, capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "COLUMNS": "1000"})   # lines unwrapped
 
 
 def finish(proc: subprocess.Popen, timeout: float) -> str:
@@ -125,9 +131,8 @@ def test_ctrl_c_during_a_link_cut_ends_within_10_s_and_says_how_to_stop(sshd_net
     assert group_alive(pgid), "the cut should have kept the stop from reaching the host"
     (run,) = runs_of(tmp_path / "runs")
     local_dir = Path(run.data.tags["run_dir"])
-    stopped = subprocess.run([sys.executable, "-m", "orchestrator", "stop", str(local_dir)], cwd=PROJECT_ROOT,
-                             capture_output=True, text=True, timeout=120)
-    assert stopped.returncode == 130, stopped.stdout[-3000:] + stopped.stderr[-3000:]
+    stopped = cli("stop", str(local_dir))
+    assert stopped.returncode == 0, stopped.stdout[-3000:] + stopped.stderr[-3000:]
     assert not group_alive(pgid)
     (run,) = runs_of(tmp_path / "runs")
     assert run.info.status == "KILLED"
@@ -252,3 +257,47 @@ def test_sigterm_to_a_sweeps_main_process_stops_every_job(tmp_path):
     parent = [r.info.status for r in runs if r.data.tags.get("sweep") == "parent"]
     children = [r.info.status for r in runs if r.data.tags.get("sweep") != "parent"]
     assert children == ["KILLED", "KILLED"] and parent == ["KILLED"], (parent, children, out[-3000:])
+
+
+def test_an_unreachable_host_leaves_the_run_alone_and_stop_says_what_to_type_there(tmp_path):
+    """A host that accepts the TCP connection and then says nothing (its sshd stopped, as a hung box does):
+    `reap` leaves the run RUNNING, `stop` and `attach` say in one line that the host cannot be reached (`stop` with
+    the `kill` to type there) and exit non-zero; once the host answers again, `stop` stops the run (KILLED)."""
+    server = SSHD(tmp_path / "sshd")
+    facts = server.start()
+    workdir = Path(facts.host_config()["workdir"])
+    proc = start_cli([*facts.overrides(), *LONG])
+    group = None
+    try:
+        (host_dir,) = wait_for(lambda: started_runs(workdir), "the runner starting")
+        group = int((host_dir / "pid").read_text())
+        os.killpg(group, signal.SIGSTOP)   # it lives on (idle: the box is shared) while the host is away
+        (job_file,) = wait_for(lambda: _in_mlflow(tmp_path / "runs"), "the run in MLflow")
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        os.kill(server.proc.pid, signal.SIGSTOP)
+        try:
+            reaped, stopped, attached = (cli(*args) for args in (["reap"], ["stop", str(job_file.parent)],
+                                                                  ["attach", str(job_file.parent)]))
+        finally:
+            os.kill(server.proc.pid, signal.SIGCONT)
+        assert {r.info.status for r in runs_of(tmp_path / "runs")} == {"RUNNING"}
+        os.killpg(group, signal.SIGCONT)
+        stopped_later = cli("stop", str(job_file.parent))
+    finally:
+        if group is not None and group_alive(group):
+            os.killpg(group, signal.SIGCONT)
+            os.killpg(group, signal.SIGKILL)
+        server.stop()
+        finish(proc, timeout=1)
+    out = reaped.stdout + reaped.stderr
+    assert reaped.returncode == 0 and "host unreachable, left RUNNING" in out, out[-3000:]
+    assert "closing it" not in out and "Traceback" not in out, out[-3000:]
+    for done, what in ((stopped, "kill -TERM -- -$(cat "), (attached, "attach")):
+        said = done.stdout + done.stderr
+        assert done.returncode == 1 and len(said.strip().splitlines()) == 1, said[-3000:]
+        assert "cannot reach the host" in said and what in said, said
+    assert stopped_later.returncode == 0, stopped_later.stdout[-3000:] + stopped_later.stderr[-3000:]
+    assert not group_alive(group)
+    (run,) = runs_of(tmp_path / "runs")
+    assert run.info.status == "KILLED" and run.data.tags["stopped_by"] == "user"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.bundle import BundleSync, local_bundle, sync_bundle
-from orchestrator.hosts.base import Result
+from orchestrator.hosts.base import HostError, Result
 from orchestrator.lifecycle import CANCELLED_EXIT, Job, pack, render_launch_script, unpack_command
 from remote.files import RunFiles
 
@@ -196,3 +196,25 @@ def test_get_of_a_missing_file_is_file_not_found(host, tmp_path):
     with pytest.raises(FileNotFoundError):
         host.get("/nonexistent/missing", str(local / "x"))
     assert not list(local.iterdir())
+
+
+def test_a_cancel_after_the_runner_ended_keeps_its_exit_code(host, tmp_path):
+    launched = Job(host, "run-4", tmp_path / "local")
+    launched.prepare("{}")
+    launched.launch(bundle="/x", gpus=None, env={}, argv=["true"])
+    assert launched.wait(lambda log, events: None) == 0
+    later = Job(host, "run-4", tmp_path / "local")   # as `stop` sees it: another process, nothing read yet
+    assert not later.running()
+    later.cancel(grace=0.2)
+    assert later.exit_code == 0
+    assert host.run(f"cat {shlex.quote(later.files.exit_code)}").stdout.strip() == "0"
+
+
+def test_running_on_a_host_that_does_not_answer_is_an_error_not_a_no(sshd, tmp_path):
+    from orchestrator.hosts.ssh import SSHHost
+    from tests.sshd import free_port
+
+    host = SSHHost.from_config(sshd.host_config(port=free_port(), workdir=str(tmp_path / "w")))
+    with pytest.raises(HostError, match="cannot connect"):
+        Job(host, "run-5", tmp_path / "local").running()
+    assert "kill -TERM" in Job(host, "run-5", tmp_path / "local").describe_stop()

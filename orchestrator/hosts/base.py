@@ -69,6 +69,10 @@ class Host(abc.ABC):
     def read_from(self, path: str, offset: int) -> bytes:
         """Bytes of `path` from `offset` to its current end; b"" if it does not exist yet."""
 
+    def workdir_as_typed(self) -> str:
+        """`workdir` as configured, for messages: known without asking the host (a `~` in it left unexpanded)."""
+        return self.workdir
+
     def close(self) -> None:
         """Release connections; the host may be used again afterwards (it reconnects)."""
 

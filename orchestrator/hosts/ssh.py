@@ -48,6 +48,9 @@ from fabric import Config, Connection
 from .base import CommandFailed, Host, HostError, Result
 
 log = logging.getLogger(__name__)
+# paramiko's transport thread logs a failed handshake with its traceback; with no logging set up, Python's last-resort
+# handler prints that to the terminal, beside the one-line HostError that says the same.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 T = TypeVar("T")
 
 TIMEOUT_EXIT = 124   # what `timeout(1)` reports; used when a command outlives its `timeout`
@@ -211,8 +214,11 @@ class SSHHost(Host):
     @property
     def workdir(self) -> str:  # type: ignore[override]
         if self._workdir is None:
-            self._workdir = self._resolve_workdir(self.settings.workdir or DEFAULT_WORKDIR)
+            self._workdir = self._resolve_workdir(self.workdir_as_typed())
         return self._workdir
+
+    def workdir_as_typed(self) -> str:
+        return self._workdir or self.settings.workdir or DEFAULT_WORKDIR
 
     def run(self, command: str, *, check: bool = True, timeout: float | None = None,
             stdin: bytes | None = None) -> Result:
