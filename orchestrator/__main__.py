@@ -3,6 +3,7 @@ subcommand of orchestrator.commands (`attach RUN`, `stop RUN`, `show RUN`, `comp
 `sync RUN_DIR...`), `--help` (orchestrator.help) or Hydra's shell completion (orchestrator.completion)."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -27,6 +28,8 @@ def _code(exc: SystemExit) -> int:
 
 # Flags after which Hydra prints something instead of running a job: our checks would only be in the way.
 _HYDRA_INFO = ("--cfg", "-c", "--info", "-i", "--hydra-help", "--version", "--resolve", "--package", "-p")
+# Flags whose value is the next argument (`-cd ~/conf`): no override, whatever it looks like.
+_VALUE_FLAGS = ("--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd", "--experimental-rerun")
 
 
 def main() -> None:
@@ -42,6 +45,13 @@ def main() -> None:
     argv = sys.argv[1:]
     if argv[:1] and argv[0] in COMMANDS:
         _exit_now(dispatch(argv[0], argv[1:]))
+    if argv[:1] and not argv[0].startswith(("-", "~", "+")) and "=" not in argv[0]:
+        # First, a word can only be a command: an override has `=` (or is ~KEY), a flag's value follows its flag.
+        from .validate import did_you_mean
+
+        hint = did_you_mean(argv[0], COMMANDS) or f" (commands: {', '.join(COMMANDS)}; overrides are KEY=VALUE)"
+        print(f"error: {argv[0]}: unknown command{hint}", file=sys.stderr)
+        raise SystemExit(2)
     from omegaconf import OmegaConf
 
     from . import completion
@@ -60,7 +70,8 @@ def main() -> None:
     elif {"--help", "-h"} & set(argv):
         from .help import render
 
-        print(render(argv), end="")
+        with _refusing_bad_yaml():
+            print(render(argv), end="")
         _exit_now(0)
     elif not set(_HYDRA_INFO) & set(argv):
         _check(argv)
@@ -92,18 +103,32 @@ def _check(argv: list[str]) -> None:
 
     for line in shadowed(argv):
         print(f"warning: {line}", file=sys.stderr)
-    overrides = [a for a in argv if not a.startswith("-") and "=" in a]
+    overrides = [a for flag, a in zip(["", *argv], argv) if flag not in _VALUE_FLAGS and not a.startswith("-")
+                 and ("=" in a or a.startswith("~"))]   # ~KEY deletes a key
     try:
-        with Configs(argv) as configs:
+        with _refusing_bad_yaml(), Configs(argv) as configs:
             check_group_choices(overrides, configs)
             check_keys(overrides, configs)
-            if {"-m", "--multirun"} & set(argv):
-                check_sweep(overrides, configs)
+            check_sweep(overrides, configs)   # the one job too: refused inside Hydra, it would leave a run dir
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2)
     except Exception:
         pass  # a malformed override or an exotic sweep: Hydra's own parser and sweeper report it with context
+
+
+@contextlib.contextmanager
+def _refusing_bad_yaml():
+    """A config file that is not YAML: `error: FILE:LINE: problem`, exit 2 (Hydra would show a traceback)."""
+    import yaml
+
+    try:
+        yield
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f" ({exc.context} at line {exc.context_mark.line + 1})" if exc.context and exc.context_mark else ""
+        print(f"error: {mark.name}:{mark.line + 1}: {exc.problem}{where}", file=sys.stderr)
+        raise SystemExit(2)
 
 
 if __name__ == "__main__":

@@ -127,8 +127,9 @@ class BundleSync:
         try:
             step(self.host, self.bundle, files, *args)
         except CommandFailed as exc:
+            why = exc.result.tail(3) or f"exit {exc.result.exited}, no output"
             raise HostError(f"{self.host.name}: the runner bundle could not be installed in {self.target} (the "
-                            f"host checks every file's sha256): {exc.result.tail(3)}") from None
+                            f"host checks every file's sha256): {why}") from None
 
 
 def sync_bundle(host: Host, package: Path = REMOTE_PACKAGE) -> str:
@@ -161,7 +162,8 @@ def _upload(host: Host, bundle: Bundle, changed: list[str], target: str, previou
         # rename(2) is atomic and refuses a target that exists: a bundle another job installed meanwhile is
         # complete and maybe in use, so it stays and ours is dropped
         f"{{ mv -T {q(staging)} {q(target)} 2>/dev/null || rm -rf {q(staging)}; }} && "
-        f"[ -f {q(target)}/{COMPLETE} ] && echo {q(bundle.digest)} > LATEST"
+        f"if [ -f {q(target)}/{COMPLETE} ]; then echo {q(bundle.digest)} > LATEST; "
+        f"else echo {q(f'no complete bundle at {target} after the rename (seen from {staging}/..)')} >&2; exit 1; fi"
     )
 
 

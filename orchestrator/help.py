@@ -7,6 +7,7 @@ it in its YAML file (orchestrator.knob_docs): nothing here is written twice.
 from __future__ import annotations
 
 import json
+import os
 import textwrap
 
 from omegaconf import DictConfig, OmegaConf
@@ -14,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from .commands import COMMANDS, program
 from .configdirs import CONFIG_DIR_ENV, Configs, user_dir
 from .knob_docs import describe
-from .paths import CONF_DIR
+from .paths import CONF_DIR, SOURCE_CHECKOUT, runs_dir
 
 EXAMPLES = (
     ("the embedded default: DDTree against AR on this machine", ""),
@@ -42,7 +43,7 @@ def _knob_lines(docs: dict[str, str], cfg: DictConfig, prefix: str = "") -> list
             continue
         full = f"{prefix}{key}"
         head = f"  {full}={_value(cfg, full)}"
-        body = textwrap.wrap(doc, _WIDTH - 36) or [""]
+        body = _wrap(doc, _WIDTH - 36) or [""]
         lines.append(f"{head:<36}{body[0]}" if len(head) < 36 else f"{head}\n{'':36}{body[0]}")
         lines.extend(f"{'':36}{more}" for more in body[1:])
     return lines
@@ -69,8 +70,9 @@ def render(argv: list[str]) -> str:
         for group in groups:
             chosen = choices.get(group)
             options = ", ".join(f"[{o}]" if o == chosen else o for o in configs.options(group))
-            out += textwrap.wrap(options, _WIDTH - 2, initial_indent=f"  {group:<10}", subsequent_indent=" " * 12)
-        out += ["", "Knobs (KEY=VALUE; the value this command line gives):"]
+            out += _wrap(options, _WIDTH - 2, initial_indent=f"  {group:<10}", subsequent_indent=" " * 12)
+        out += ["", "Knobs (KEY=VALUE; the value this command line gives):", f"  <runs dir> is {runs_dir()} "
+                f"({_runs_dir_source()})"]
         out += _knob_lines(describe(configs.primary / f"{configs.config_name}.yaml"), cfg)
         for group in groups:
             path = configs.file_of(group, str(choices.get(group)))
@@ -82,6 +84,18 @@ def render(argv: list[str]) -> str:
             "Tab completion (the console script): eval \"$(specbench -sc install=bash)\" in ~/.bashrc; zsh: "
             "eval \"$(specbench -sc install=zsh)\" in ~/.zshrc after compinit."]
     return "\n".join(out) + "\n"
+
+
+def _wrap(text: str, width: int, **indents) -> list[str]:
+    """Lines of at most `width`, broken at spaces only: option names and paths (tiny-qwen3) stay whole."""
+    return textwrap.wrap(text, width, break_on_hyphens=False, break_long_words=False, **indents)
+
+
+def _runs_dir_source() -> str:
+    if os.environ.get("SPECBENCH_RUNS_DIR"):
+        return "$SPECBENCH_RUNS_DIR"
+    return "the checkout's runs/; $SPECBENCH_RUNS_DIR moves it" if SOURCE_CHECKOUT else \
+        "./runs where specbench started; $SPECBENCH_RUNS_DIR moves it"
 
 
 def _shown(path) -> str:

@@ -2,8 +2,9 @@
 
 Contract: a rule is a function of the value that returns None when the value is allowed, else "must be <what is
 allowed>, got <value>" (the ConfigError message after `key: `). Bounds are constants here, each with its reason.
-Tables: RUN (top-level knobs; `max_new_tokens` is bounded per model, see `max_new_tokens`), MODEL (model, drafter
-and dataset: what the builtin runner reads), HOST (any host) and SSH (kind ssh: what SSHSettings reads).
+Tables: RUN (top-level knobs; `max_new_tokens` is bounded per model, see `max_new_tokens`), TRACKING, MODEL
+(model, drafter and dataset: what the builtin runner reads), HOST (any host) and SSH (kind ssh: what SSHSettings
+reads).
 Non-goals: checks across keys (gpus within host.gpus, a device_map's indices, paths that must exist), which stay
 in validate; importing torch, transformers or paramiko (this is imported before every run).
 """
@@ -13,6 +14,7 @@ import json
 import math
 import re
 from typing import Any, Callable
+from urllib.parse import urlsplit
 
 from omegaconf import DictConfig, ListConfig
 
@@ -95,6 +97,22 @@ RANDOM_TARGET = rule("a mapping of transformers config fields with a model_type 
                      lambda v: isinstance(v, (dict, DictConfig)) and isinstance(v.get("model_type"), str))
 ENV = rule("a mapping {NAME: value} whose names are shell identifiers",
            lambda v: isinstance(v, (dict, DictConfig)) and _names(v.keys()))
+# Names that usually hold a credential (HF_TOKEN, WANDB_API_KEY, AWS_SECRET_ACCESS_KEY, ...)
+_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIAL", re.IGNORECASE)
+
+
+def env(value) -> str | None:
+    """ENV, and no name that looks like a secret's: host.env is logged with the run (a param each), while
+    host.forward_env sends a value from the user's shell to the runner alone. The value is never echoed."""
+    problem = nullable(ENV)(value)
+    if problem is not None or value is None:
+        return problem
+    secret = next((str(name) for name in value if _SECRET_NAME.search(str(name))), None)
+    return None if secret is None else (
+        f"{secret} looks like a secret, and host.env is logged with the run; leave it out of host.env and put its "
+        f"name in host.forward_env=[{secret}] (the value then goes from your shell to the runner, never logged)")
+
+
 ENV_NAMES = rule("a list of environment variable names such as [HF_TOKEN]",
                  lambda v: isinstance(v, (list, ListConfig)) and _names(v))
 
@@ -117,6 +135,28 @@ RUN: tuple[tuple[str, Rule], ...] = (
     ("baseline", one_of(("ar", "none"))),
     ("device", one_of(("auto", "cpu", "cuda"))),
 )
+
+
+def tracking_uri(value) -> str | None:
+    """A URI with no password in it: the URI is logged with every run (params, job.json, the terminal), the
+    environment is not, and MLflow's client reads its credentials from there."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        return f"must be a URI such as http://mlflow.example.com:5000, or null, got {value!r}"
+    try:
+        password = urlsplit(value).password
+    except ValueError as exc:   # the value itself is not echoed: it may hold a password urlsplit could not find
+        return f"is not a URI ({exc})"
+    if password is None:
+        return None
+    shown = value.replace(f":{password}@", ":***@", 1)
+    return (f"{shown} carries a password, which would be logged with the run; leave it out of the URI and set "
+            f"MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN) in the environment, "
+            f"where MLflow's client reads them")
+
+
+TRACKING: tuple[tuple[str, Rule], ...] = (("tracking.uri", tracking_uri),)
 MODEL: tuple[tuple[str, Rule], ...] = (
     ("model.path", nullable(TEXT)),
     ("model.random", nullable(RANDOM_TARGET)),
@@ -139,7 +179,7 @@ HOST: tuple[tuple[str, Rule], ...] = (
     ("kind", one_of(("local", "ssh"))),
     *((key, nullable(TEXT)) for key in ("name", "workdir", "python")),
     ("gpus", nullable(gpu_list)),
-    ("env", nullable(ENV)),
+    ("env", env),
     ("forward_env", nullable(ENV_NAMES)),
 )
 SSH: tuple[tuple[str, Rule], ...] = (   # null: SSHSettings' default (or ~/.ssh/config's)
@@ -152,6 +192,10 @@ SSH: tuple[tuple[str, Rule], ...] = (   # null: SSHSettings' default (or ~/.ssh/
     ("keepalive", nullable(number(0, TIMEOUT_LIMIT))),
     ("reconnect_timeout", nullable(number(0, RECONNECT_LIMIT, above=True))),
     ("strict_host_key_checking", rule("true, false or null", lambda v: v is None or isinstance(v, bool))),
+    # Relative, it would name another folder once a command cds into the run's (the bundle install did, and
+    # failed); the host expands ~ (SSHHost).
+    ("workdir", nullable(rule("an absolute path on the host or one under ~/, e.g. ~/specbench",
+                              lambda v: isinstance(v, str) and (v == "~" or v.startswith(("/", "~/")))))),
 )
 
 

@@ -3,14 +3,18 @@
 Contract: `validate(cfg)` raises ConfigError for the first bad value; `check_group_choices(overrides, configs)`
 refuses an unknown option of a config group (method=foo, over the shipped conf/ and the user's dirs);
 `check_keys(overrides, configs)` refuses a key nothing reads (tree_budgt=64, +tree_budgt=64) with the closest
-known key; `check_sweep(overrides, configs)` composes and validates every job of a multirun before the first starts (a bad value in job 3 would otherwise stop the sweep
-after jobs 1-2 ran). All happen before a host is contacted or an MLflow run exists, so bad input loses nothing.
+known key; `check_sweep(overrides, configs)` composes and validates every job (of a multirun, or the one run) before
+the first starts (a bad value in job 3 would otherwise stop the sweep after jobs 1-2 ran). All happen before a host
+is contacted, Hydra writes a run dir or an MLflow run exists, so bad input loses nothing.
+`validate` also makes the local paths of a job that runs here absolute (against the working directory it started
+in): the runner reads them from its own run dir, so what is checked here is then what the runner opens.
 What each knob allows is orchestrator.knobs' tables (every knob the runner and the host settings read); the
 checks across keys (GPUs within host.gpus, device_map indices, paths that must exist) are here.
 """
 from __future__ import annotations
 
 import difflib
+import os
 from pathlib import Path
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -52,7 +56,7 @@ def _group_of(override) -> str:
     return override.key_or_group.split("@", 1)[0]
 
 
-def _did_you_mean(word: str, candidates) -> str:
+def did_you_mean(word: str, candidates) -> str:
     close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
     return f"; did you mean {close[0]}?" if close else ""
 
@@ -68,7 +72,7 @@ def check_group_choices(overrides: list[str], configs: Configs) -> None:
         options = configs.options(group)
         for value in values:
             if str(value) not in options:
-                raise ConfigError(group, f"unknown option {value!r}{_did_you_mean(str(value), options)} "
+                raise ConfigError(group, f"unknown option {value!r}{did_you_mean(str(value), options)} "
                                          f"(choose one of {', '.join(options)}; add your own in {user_dir()}/{group}/)")
 
 
@@ -116,7 +120,7 @@ def check_keys(overrides: list[str], configs: Configs) -> None:
             if _has(base, key):
                 continue
             known = known or [k for k in _keys(base) if not k.startswith("hydra")]
-            hint = _did_you_mean(key, known)
+            hint = did_you_mean(key, known)
             if override.is_add() or override.is_force_add():
                 raise ConfigError(key, f"no part of specbench reads this key{hint} (`+` adds keys only under "
                                        f"{', '.join(FREE_FORM)}; `specbench --help` lists the knobs)")
@@ -142,13 +146,16 @@ def check_sweep(overrides: list[str], configs: Configs) -> None:
                 continue
         else:
             axes.append([override.input_line])
-    for job in itertools.product(*axes):
+    jobs = list(itertools.product(*axes))
+    for job in jobs:
         try:
             cfg = configs.compose(list(job))
             validate(cfg)
             if scored and cfg.runner.kind != "script":
                 check_objective(cfg)
         except ConfigError as exc:
+            if len(jobs) == 1:
+                raise
             raise ConfigError(exc.key, f"{str(exc).split(': ', 1)[1]} (sweep job: {' '.join(job)})") from None
 
 
@@ -166,6 +173,7 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError(missing[0], "is required (it is ??? in the config); set it on the command line")
     script = cfg.get("runner") is not None and cfg.runner.kind == "script"
     check_table(cfg, knobs.RUN)
+    check_table(cfg, knobs.TRACKING)
     check_table(cfg, [("max_new_tokens", knobs.max_new_tokens(None if script else cfg.model))])
     _check_hosts(cfg)
     allowed = cfg.host.get("gpus")
@@ -199,6 +207,8 @@ def _check_hosts(cfg: DictConfig) -> None:
         check_table(host, knobs.HOST, prefix)
         if host.get("kind", "local") == "ssh":
             check_table(host, knobs.SSH, prefix)
+        elif host.get("workdir"):   # LocalHost takes it as it is: ~ unexpanded, relative to wherever it cds
+            host.workdir = _here(host.workdir)
 
 
 def _check_model(cfg: DictConfig) -> None:
@@ -218,9 +228,13 @@ def _check_model(cfg: DictConfig) -> None:
         for key, value in paths[:3]:
             if _looks_local(value) and not Path(value).expanduser().exists():
                 raise ConfigError(key, f"local path {value!r} does not exist")
-        if (cfg.dataset.name == "jsonl" and not assets.is_asset(cfg.dataset.path)
-                and not Path(str(cfg.dataset.path)).expanduser().is_file()):
-            raise ConfigError("dataset.path", f"JSONL file {cfg.dataset.path!r} does not exist")
+            # transformers, too, prefers a local folder over a hub id of the same name
+            if isinstance(value, str) and (_looks_local(value) or Path(value).exists()):
+                OmegaConf.update(cfg, key, _here(value))
+        if cfg.dataset.name == "jsonl" and not assets.is_asset(cfg.dataset.path):
+            if not Path(str(cfg.dataset.path)).expanduser().is_file():
+                raise ConfigError("dataset.path", f"JSONL file {cfg.dataset.path!r} does not exist")
+            cfg.dataset.path = _here(cfg.dataset.path)
 
 
 def _check_device_map(device_map, gpus: list[int]) -> None:
@@ -245,6 +259,11 @@ def _runs_locally(cfg: DictConfig) -> bool:
 
 def method_needs_drafter(method: str) -> bool:
     return method in ("dflash", "ddtree")
+
+
+def _here(path: str) -> str:
+    """`path` as an absolute path of this machine (~ expanded, relative to the working directory)."""
+    return os.path.abspath(os.path.expanduser(path))
 
 
 def _looks_local(value) -> bool:

@@ -141,3 +141,23 @@ def test_a_key_left_unset_in_its_file_is_a_known_key(tmp_path):
     """dataset=jsonl leaves dataset.path ??? : setting it is no typo; the missing file is the error."""
     proc = run([SPECBENCH, "dataset=jsonl", f"dataset.path={tmp_path / 'absent.jsonl'}"], cwd=tmp_path)
     assert proc.returncode == 2 and proc.stderr.startswith("error: dataset.path: JSONL file"), proc.stderr
+
+
+def test_a_mistyped_command_is_named_with_the_closest_one(tmp_path):
+    proc = run([SPECBENCH, "comapre"], cwd=tmp_path)
+    assert (proc.returncode, proc.stderr) == (2, "error: comapre: unknown command; did you mean compare?\n")
+
+
+@pytest.mark.parametrize("argv", [["--cfg", "job", "tree_budget=5"], ["~warmup", "--cfg", "job"]],
+                         ids=["a flag's value", "a deleted key"])
+def test_bare_words_hydra_reads_are_no_command(argv, tmp_path):
+    proc = run([SPECBENCH, *argv], cwd=tmp_path)
+    assert proc.returncode == 0 and "tree_budget:" in proc.stdout, proc.stderr
+
+
+def test_help_keeps_names_whole_and_says_where_runs_go():
+    proc = run([SPECBENCH, "--help"])
+    assert proc.returncode == 0, proc.stderr
+    assert [line for line in proc.stdout.splitlines() if line.endswith("-")] == []   # "tiny-" / "qwen3" was one
+    assert f"<runs dir> is {os.environ['SPECBENCH_RUNS_DIR']} ($SPECBENCH_RUNS_DIR)" in proc.stdout
+    assert "<project>" not in proc.stdout

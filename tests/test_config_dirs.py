@@ -91,3 +91,23 @@ def test_a_user_file_hidden_by_a_shipped_one_is_named(tmp_path):
 def test_the_host_example_says_where_a_box_goes():
     head = (CONF_DIR / "host" / "gpu1.yaml").read_text().split("\nname:", 1)[0]
     assert "~/.config/specbench/host/" in head and "conf/host/<" not in head
+
+
+@pytest.mark.parametrize("kind", ["user dir", "--config-dir", "hydra.searchpath"])
+@pytest.mark.parametrize("ask", [[], ["--help"]], ids=["run", "help"])
+def test_a_file_that_is_not_yaml_is_named_with_its_line(kind, ask, tmp_path):
+    extra, env = _source(kind, tmp_path)
+    folder = Path(os.environ["SPECBENCH_CONFIG_DIR"]) if kind == "user dir" else tmp_path / "mine"
+    (folder / "host" / "bad.yaml").write_text("name: bad\nhostname: [unclosed\n")
+    proc = cli([*extra, "host=bad", *ask], env=env, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == (f"error: {folder / 'host' / 'bad.yaml'}:3: expected ',' or ']', but got '<stream end>' "
+                           "(while parsing a flow sequence at line 2)\n")
+    assert not Path(os.environ["SPECBENCH_RUNS_DIR"]).exists()
+
+
+def test_a_broken_file_no_one_chose_is_left_alone(tmp_path):
+    folder = user_tree(Path(os.environ["SPECBENCH_CONFIG_DIR"]))
+    (folder / "model" / "broken.yaml").write_text("path: [unclosed\n")
+    proc = cli(["host=mybox", "tree_budget=0"], cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: tree_budget:"), proc.stderr

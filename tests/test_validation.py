@@ -5,9 +5,13 @@ import os
 import subprocess
 import sys
 
+from pathlib import Path
+
 import pytest
+import yaml
 
 from orchestrator.validate import group_options
+from remote import assets
 
 CASES = [
     ("method=foo", "method"),
@@ -37,6 +41,7 @@ CASES = [
     ("temperature=nan", "temperature"),
     ("temperature=inf", "temperature"),
     ("gpus=[0,0]", "gpus"),
+    ("+host.env.HF_TOKEN=hf_s3cret", "host.env"),        # logged as a param: forward_env is the way (value unshown)
     ("tree_budget=100000000000000", "tree_budget"),       # an int (1e14 is a float, refused before)
     ("tree_budget=automatic", "tree_budget"),             # an integer or auto
     ("tree_budget=auto", "tree_budget_max=3", "tree_budget_max"),
@@ -49,6 +54,8 @@ CASES = [
     ("fail_fast=maybe", "fail_fast"),
     ("host=ssh", "host.hostname=127.0.0.1", "host.port=abc", "host.port"),
     ("pool=example", "pool.lock_dir=leases", "pool.hosts.0.host.port=abc", "pool.hosts[0].host.port"),
+    # Relative, it named another folder once the bundle install cd'ed: a failure with nothing after its colon.
+    ("host=ssh", "host.hostname=127.0.0.1", "host.workdir=relwd", "host.workdir"),
 ]
 
 
@@ -65,6 +72,7 @@ def test_invalid_value_exits_2_naming_the_key(case, tmp_path):
     lines = [l for l in proc.stderr.splitlines() if l.strip()]
     assert len(lines) == 1, proc.stderr
     assert lines[0].startswith(f"error: {key}:")
+    assert "s3cret" not in proc.stderr
     runs = tmp_path / "runs"
     assert not (runs / "mlflow.db").exists()
     assert not (runs / ".host").exists()     # host=local's workdir: no bundle, no run dir
@@ -215,3 +223,65 @@ def test_the_runners_names_are_the_ones_checked():
             assert "is not supported" in str(exc)
             known = False
         assert known == (name in ATTN_IMPLEMENTATIONS), name
+
+
+SECRET = "s3cretPW"
+
+
+@pytest.mark.parametrize("mode", [[], ["-m"]], ids=["run", "sweep"])
+def test_a_password_in_the_tracking_uri_is_refused_before_anything_is_written(mode, tmp_path):
+    """It would reach the terminal, job.json, config.yaml, .hydra/ and the run's params: refused, and where the
+    credentials go instead is said, with the password itself nowhere."""
+    proc = run_cli(*mode, f"tracking.uri=http://alice:{SECRET}@127.0.0.1:1", "model=tiny-qwen3", "method=ar",
+                   "baseline=none", "num_prompts=1", "max_new_tokens=4", cwd=tmp_path)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: tracking.uri:"), proc.stderr
+    assert "MLFLOW_TRACKING_USERNAME" in lines[0] and "MLFLOW_TRACKING_PASSWORD" in lines[0]
+    assert SECRET not in proc.stdout + proc.stderr
+    assert not Path(os.environ["SPECBENCH_RUNS_DIR"]).exists() and not (tmp_path / "runs").exists()
+
+
+def test_mlflows_credentials_in_the_environment_are_not_recorded(tmp_path):
+    """Where the refusal sends them: a real run with them set writes them into no file of the run or of MLflow."""
+    env = {**os.environ, "MLFLOW_TRACKING_USERNAME": "alice", "MLFLOW_TRACKING_PASSWORD": SECRET,
+           "MLFLOW_TRACKING_TOKEN": SECRET}
+    proc = run_cli("model=tiny-qwen3", "method=ar", "baseline=none", "num_prompts=1", "max_new_tokens=4",
+                   cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    runs = Path(os.environ["SPECBENCH_RUNS_DIR"])
+    files = [path for path in runs.rglob("*") if path.is_file()]
+    assert any(path.name == "mlflow.db" for path in files) and any(path.name == "job.json" for path in files)
+    assert [path for path in files if SECRET.encode() in path.read_bytes()] == []
+
+
+def test_a_username_alone_in_the_tracking_uri_is_allowed():
+    from orchestrator.validate import validate
+
+    validate(_compose(["tracking.uri=http://alice@127.0.0.1:1"]))
+
+
+def test_relative_local_paths_are_the_callers(tmp_path):
+    """dataset.path, model.path and host.workdir relative to where the command was typed: validated there, and
+    the runner (which starts in its run dir) is given those same files, made absolute."""
+    (tmp_path / "p.jsonl").write_text('{"prompt": "def add(a, b):"}\n')
+    (tmp_path / "demo").symlink_to(Path(assets.resolve("assets:models/demo-qwen3")))
+    proc = run_cli("dataset=jsonl", "dataset.path=p.jsonl", "model.path=./demo", "host.workdir=relwd", "method=ar",
+                   "baseline=none", "num_prompts=1", "max_new_tokens=4", "warmup=0", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (config,) = Path(os.environ["SPECBENCH_RUNS_DIR"]).glob("*/*/config.yaml")
+    used = yaml.safe_load(config.read_text())
+    assert (used["dataset"]["path"], used["model"]["path"], used["host"]["workdir"]) == \
+        (str(tmp_path / "p.jsonl"), str(tmp_path / "demo"), str(tmp_path / "relwd"))
+    assert (tmp_path / "relwd" / "bundles").is_dir()
+
+
+def test_a_failed_bundle_install_says_why(tmp_path, monkeypatch):
+    """Behind the workdir rule: the install's last step used to fail silently, leaving "...installed in DIR: "."""
+    from orchestrator.bundle import sync_bundle
+    from orchestrator.hosts.base import HostError
+    from orchestrator.hosts.local import LocalHost
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(HostError) as err:
+        sync_bundle(LocalHost(workdir="relwd"))
+    assert not str(err.value).endswith(": ") and "no complete bundle at relwd/bundles/" in str(err.value)
