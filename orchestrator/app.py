@@ -31,6 +31,7 @@ from .hosts import HostError, make_host
 from .leases import GpuPool
 from .lifecycle import Job, Stage, held_gpus
 from .monitor import Outcome, follow, report, stop
+from .naming import is_script, label, what_ran   # also registers the run_label resolver that names the run dir
 from .paths import CONF_DIR, PROJECT_ROOT, SOURCE_CHECKOUT
 from .locks import try_following
 from .progress import StageLine
@@ -125,7 +126,7 @@ def run_job(cfg: DictConfig, console: Console | None = None) -> Outcome:
             stages.show(f"connecting to {host.name}, preflight…")
             sync = BundleSync(host)
             pre_tags, answer = _survey(host, host_cfg, sync, gpus, bool(cfg.get("force", False)), console)
-            tags = {"method": cfg.method.name, "host": host.name, "run_dir": str(run_dir), "run_id_local": run_id,
+            tags = {**what_ran(cfg), "host": host.name, "run_dir": str(run_dir), "run_id_local": run_id,
                     "gpus": ",".join(map(str, gpus)), "host_kind": str(host_cfg.get("kind", "local")), **pre_tags}
             open_run = functools.partial(_record_and_open, tracker, cfg, resolved, tags)
             script = _user_script(cfg)
@@ -148,8 +149,7 @@ def run_job(cfg: DictConfig, console: Console | None = None) -> Outcome:
             _record_start(tracker, cfg, resolved, tags)
             save_job()
             opening = tracker.open_async(functools.partial(_open_run, tracker, tags, then=save_job))
-            console.print(f"[cyan]run {run_id} on {host.name} (gpus {gpus}): {cfg.method.name}, "
-                          f"model {cfg.model.name}; local dir {run_dir}[/]")
+            console.print(f"[cyan]run {run_id} on {host.name} (gpus {gpus}): {_title(cfg)}; local dir {run_dir}[/]")
             if (note := unused_gpus_note(cfg, gpus)) is not None:
                 console.print(f"[yellow]{note}[/]")
             follow(job, outcome, console, fail_fast=bool(cfg.get("fail_fast", True)), needs_results=not script)
@@ -169,7 +169,7 @@ def run_job(cfg: DictConfig, console: Console | None = None) -> Outcome:
             if opening is None and open_run is not None:
                 tracker.open_async(open_run)   # placing the job failed after preflight: logged in MLflow too
             host.close()
-    report(outcome, tracker, run_dir, console, title=f"{cfg.method.name} on {cfg.model.name}")
+    report(outcome, tracker, run_dir, console, title=_title(cfg))
     return outcome
 
 
@@ -209,6 +209,10 @@ def unused_gpus_note(cfg: DictConfig, gpus: list[int]) -> str | None:
         return None
     return (f"note: gpus={list(gpus)} but model.device_map is null: the target runs on GPU {gpus[0]} only; "
             f"model.device_map=auto spreads it over all {len(gpus)}")
+
+
+def _title(cfg: DictConfig) -> str:
+    return label(cfg) if is_script(cfg) else f"{cfg.method.name} on {cfg.model.name}"
 
 
 def _user_script(cfg: DictConfig) -> Path | None:

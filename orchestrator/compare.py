@@ -1,7 +1,9 @@
 """Compare runs: a table (terminal and CSV) and plots from MLflow runs picked by experiment, parent or filter.
 
-`python -m orchestrator.compare [--parent RUN_ID | --experiment NAME] [--filter "params.method.name = 'ddtree'"]
-[--out DIR]`. The sweep summary logged on a multirun's parent run is made by the same functions.
+`specbench compare [--parent RUN_ID | --experiment NAME] [--filter "params.method.name = 'ddtree'"] [--out DIR]`
+(or `python -m orchestrator compare`). A run or experiment that does not exist, a parent without children, a
+filter MLflow cannot parse, or no runs at all is one line on stderr and exit 1; a missing local database is never
+created. The sweep summary logged on a multirun's parent run is made by the same functions.
 Every title says which model, host, GPU and date its numbers belong to (`context(rows)`). The terminal table fits
 80 columns (short headers, GPU names without the vendor, host names without their domain; the model moves to
 the title when all rows share it; a speedup whose 95% interval
@@ -44,11 +46,13 @@ def row_of(run) -> dict:
     params, metrics, tags = run.data.params, run.data.metrics, run.data.tags
     skipped = tags.get("skipped") == "true"
     start = run.info.start_time
+    script = params.get("runner.kind") == "script"   # a user's script: our method and model configs are unused
+    method = "script" if script else params.get("method.name", "")
     row = {
         "run": run.info.run_name or run.info.run_id[:8], "status": "SKIPPED" if skipped else run.info.status,
-        "model": params.get("model.name", ""), "method": params.get("method.name", ""),
+        "model": "" if script else params.get("model.name", ""), "method": method,
         # Only ddtree reads the budget: another method's run under a swept budget is the same run.
-        "tree_budget": _budget(params.get("tree_budget", "")) if params.get("method.name") == "ddtree" else None,
+        "tree_budget": _budget(params.get("tree_budget", "")) if method == "ddtree" else None,
         "temperature": params.get("temperature", ""), "host": tags.get("host", ""),
         "gpu": tags.get("gpu") or tags.get("gpu_name", ""),
         "date": datetime.datetime.fromtimestamp(start / 1000).strftime("%Y-%m-%d") if start else "",
@@ -64,18 +68,43 @@ def row_of(run) -> dict:
 
 
 def select_runs(client, experiment: str | None = None, parent: str | None = None, filter_string: str = ""):
+    """The runs of `experiment`, or the children of `parent`, matching `filter_string`, oldest first; a parent or
+    experiment that does not exist, or a filter MLflow rejects, is a SystemExit with one line."""
+    from mlflow.exceptions import MlflowException
+
     if parent:
-        parent_run = client.get_run(parent)
+        try:
+            parent_run = client.get_run(parent)
+        except MlflowException as exc:
+            if exc.error_code != "RESOURCE_DOES_NOT_EXIST":
+                raise
+            raise SystemExit(f"compare: no run with id {parent!r} in {client.tracking_uri}") from None
         exp_ids = [parent_run.info.experiment_id]
         clause = f"tags.mlflow.parentRunId = '{parent}'"
-        filter_string = f"{clause} and {filter_string}" if filter_string else clause
+        query = f"{clause} and {filter_string}" if filter_string else clause
     else:
         exp = client.get_experiment_by_name(experiment or "specbench")
         if exp is None:
-            raise SystemExit(f"error: experiment {experiment!r} does not exist")
-        exp_ids = [exp.experiment_id]
-    runs = client.search_runs(exp_ids, filter_string=filter_string, max_results=5000)
+            known = ", ".join(sorted(e.name for e in client.search_experiments()))
+            raise SystemExit(f"compare: no experiment {experiment!r} in {client.tracking_uri} (there: {known})")
+        exp_ids, query = [exp.experiment_id], filter_string
+    try:
+        runs = client.search_runs(exp_ids, filter_string=query, max_results=5000)
+    except MlflowException as exc:
+        if exc.error_code != "INVALID_PARAMETER_VALUE":
+            raise
+        raise SystemExit(f"compare: bad --filter {filter_string!r}: {exc.message} "
+                         "(e.g. \"params.method.name = 'ddtree'\")") from None
     return sorted(runs, key=lambda r: r.info.start_time or 0)
+
+
+def _nothing_found(args) -> str:
+    if args.filter:
+        return f"compare: no runs match --filter {args.filter!r}"
+    if args.parent:
+        return (f"compare: run {args.parent} has no child runs: it is not a sweep's parent run (give a sweep's "
+                "parent id, or pick runs with --filter)")
+    return f"compare: no runs yet in experiment {args.experiment!r}"
 
 
 def _values(rows: list[dict], key: str) -> list[str]:
@@ -329,10 +358,13 @@ def summarize(rows: list[dict], out_dir: Path) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .tracking import mlflow_client
+    from mlflow.exceptions import MlflowException
+
+    from .commands import program
+    from .tracking import _reason, mlflow_client
     from .ui_links import compare_url, where
 
-    parser = argparse.ArgumentParser(prog="python -m orchestrator.compare", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog=f"{program()} compare", description=__doc__.split("\n")[0])
     parser.add_argument("--tracking-uri", default=None, help="default: sqlite:///<project>/runs/mlflow.db")
     parser.add_argument("--experiment", default="specbench")
     parser.add_argument("--parent", default=None, help="a sweep's parent run id: compare its children")
@@ -340,8 +372,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help="directory for summary.csv and plots")
     args = parser.parse_args(argv)
     uri = resolve_uri(args.tracking_uri)
-    client = mlflow_client(uri)
-    runs = select_runs(client, args.experiment, args.parent, args.filter)
+    database = Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None
+    if database and not database.exists():   # MLflow would create it (and say so) just to find it empty
+        print(f"compare: no runs yet ({database} does not exist)", file=sys.stderr)
+        return 1
+    try:
+        runs = select_runs(mlflow_client(uri), args.experiment, args.parent, args.filter)
+    except MlflowException as exc:   # the store itself failed: unreachable server, unreadable database
+        print(f"compare: cannot read runs from {uri}: {_reason(exc)}", file=sys.stderr)
+        return 1
+    if not runs:
+        print(_nothing_found(args), file=sys.stderr)
+        return 1
     rows = [row_of(r) for r in runs]
     console = Console()
     console.print(render_table(rows, f"{len(rows)} runs"))
@@ -352,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
     if ran:
         url = compare_url(uri, ran[0].info.experiment_id, [r.info.run_id for r in ran])
         console.print(f"compare in MLflow: {where(uri, url)}", soft_wrap=True)
-    return 0 if rows else 1
+    return 0
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ from rich.markup import escape
 from remote.events import write_json_atomic
 from remote.spec import RunSpec
 
-from .naming import run_name, skipped_name, swept_from_env
+from .naming import run_name, skipped_name, swept_from_env, what_ran
 from .sweep import PARENT_ENV
 from .tracking import Status, Tracker, flatten
 
@@ -137,7 +137,7 @@ def record_skip(cfg: DictConfig, run_id: str, run_dir: Path, holder: dict, name:
     note = (f"**Skipped**: this job's effective config (the run spec as the runner reads it, host and GPUs) equals "
             f"that of job {holder['job']}, `{holder['name']}`; that run holds the result. Overrides: "
             f"`{' '.join(overrides)}`.")
-    tags = {"method": cfg.method.name, "host": str(cfg.host.get("name") or cfg.host.get("kind", "local")),
+    tags = {**what_ran(cfg), "host": str(cfg.host.get("name") or cfg.host.get("kind", "local")),
             "run_id_local": run_id, "run_dir": str(run_dir), "skipped": "true",
             "duplicate_of.run_id_local": holder["run_id_local"], "duplicate_of.name": holder["name"],
             "duplicate_of.job": str(holder["job"]), "mlflow.note.content": note}

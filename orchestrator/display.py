@@ -39,6 +39,7 @@ class LiveDisplay:
         self.show_log = show_log
         self.started_at = started_at if started_at is not None else time.time()
         self.stages = RunnerStages()
+        self._closed = False
         self._spinner = Spinner("dots", style=STAGE_STYLE)
         self.progress = _Bars(
             TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -54,11 +55,13 @@ class LiveDisplay:
         return self
 
     def __exit__(self, *exc) -> None:
+        self._closed = True   # the last frame stays on screen: a spinner frozen mid-stage would claim it goes on
         self.progress.stop()
 
     def stage_line(self) -> Spinner | None:
-        """The runner's stage and the run's elapsed time, as a spinner line; None while it decodes."""
-        if self.stages.label is None:
+        """The runner's stage and the run's elapsed time, as a spinner line; None while it decodes or once the
+        display is closed."""
+        if self.stages.label is None or self._closed:
             return None
         self._spinner.update(text=Text(f"{self.stages.label}  {clock(time.time() - self.started_at)}",
                                        style=STAGE_STYLE))

@@ -1,6 +1,10 @@
-"""Run names a reader can tell apart: `ddtree-b63-demo-qwen3`, `dflash-bs16-demo-qwen3`, `ar-demo-qwen3`.
+"""Run names a reader can tell apart: `ddtree-b63-demo-qwen3`, `dflash-bs16-demo-qwen3`, `ar-demo-qwen3`,
+`script-run_ddtree`.
 
-Contract: `base_name(cfg)` is method, then the budget (ddtree: `b<tree_budget>`) or the drafter's block size
+Contract: `label(cfg)` is what ran: the method, or `script-<file stem>` for a user's script (`runner=script`, which
+brings its own model and method, so neither the method's budget nor the model is in its name); it ends the run
+dir's name (the `run_label` resolver of conf/config.yaml) and is the start of `base_name(cfg)`, which for our
+runner is method, then the budget (ddtree: `b<tree_budget>`) or the drafter's block size
 (dflash: `bs<n>`, where the config or a shipped checkpoint says it; omitted when only a hub checkpoint knows it),
 then the model. `run_name(cfg, job_overrides, swept)` adds, in a sweep, the job's swept overrides that the base
 does not already say (`ar-tiny-qwen3 seed=1`; tree_budget only ever shows as ddtree's `b<n>`), so the jobs of a
@@ -18,8 +22,9 @@ import os
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from remote import assets
 
@@ -41,7 +46,30 @@ def block_size(drafter: DictConfig) -> int | None:
     return size if isinstance(size, int) else None
 
 
+def is_script(cfg: DictConfig) -> bool:
+    return OmegaConf.select(cfg, "runner.kind", default="builtin") == "script"
+
+
+def label(cfg: DictConfig) -> str:
+    """`ddtree`, or `script-<stem>` for a user's script (`script` while its path is not given yet)."""
+    if not is_script(cfg):
+        return str(cfg.method.name)
+    path = OmegaConf.select(cfg, "runner.path", throw_on_missing=False)
+    return f"script-{Path(str(path)).stem}" if path else "script"
+
+
+def what_ran(cfg: DictConfig) -> dict[str, str]:
+    """The `method` tag: ours, or `script` (its file in the `script` tag) for a user's script."""
+    return {"method": "script", "script": Path(cfg.runner.path).name} if is_script(cfg) else {"method": cfg.method.name}
+
+
+# Hydra names the run dir before validation: `runner=script` without a path must still get a name.
+OmegaConf.register_new_resolver("run_label", lambda *, _root_: label(_root_), replace=True)
+
+
 def base_name(cfg: DictConfig) -> str:
+    if is_script(cfg):
+        return label(cfg)
     method = cfg.method.name
     parts = [method]
     if method == "ddtree":

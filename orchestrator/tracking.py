@@ -34,6 +34,7 @@ from urllib.parse import urlparse
 
 from remote.events import write_json_atomic
 
+from .commands import program
 from .paths import default_artifact_root, default_tracking_uri
 from .run_note import NOTE_TAG, definitions_table, description, headline
 from .ui_links import run_url, where
@@ -98,13 +99,16 @@ def mlflow_client(uri: str):
     """An MlflowClient for `uri` whose HTTP waits are bounded (HTTP_DEFAULTS, where the user set none)."""
     for name, value in HTTP_DEFAULTS.items():
         os.environ.setdefault(name, value)
+    # urllib3 logs each retry of an unreachable server, timestamped, in the middle of the run's display; the
+    # outage is said once, by Tracker (`... unavailable; results kept locally`) and in the closing line.
+    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
     from mlflow.tracking import MlflowClient
 
     return MlflowClient(tracking_uri=uri)
 
 
 def sync_command(run_dir: Path) -> str:
-    return f"python -m orchestrator sync {shlex.quote(str(run_dir))}"
+    return f"{program()} sync {shlex.quote(str(run_dir))}"
 
 
 def _now_ms() -> int:
@@ -384,8 +388,10 @@ class Tracker:
 
     def closing_note(self) -> str:
         """For the run's closing line: where it is in MLflow, or why it is not and how to log it later."""
-        if self.logged or not self.opened:
-            return f"mlflow run: {self.run_id} {self.url()}".rstrip() if self.logged else ""
+        if self.logged:
+            return f"mlflow run: {self.run_id} {self.url()}".rstrip()
+        if not self.opened:   # said, or a user would look for it in MLflow and try `sync`
+            return "(never reached MLflow: it ended before its launch; nothing to sync)"
         what = f"not fully in MLflow (run {self.run_id} incomplete)" if self.run_id else "not in MLflow"
         return (f"({what}: {self.warning or 'not logged'}; results kept locally; log it later: "
                 f"{sync_command(self.run_dir or Path('.'))})")

@@ -96,7 +96,7 @@ DEFINITIONS = {
                         "included; graphed: a replayed step; eager: the whole step)",
     "new_tokens_mean": "mean generated tokens per prompt",
     "verify_steps": "total verify steps over all prompts (and repeats)",
-    "num_prompts": "prompts decoded",
+    "num_prompts": "prompts decoded: the param num_prompts, or all the dataset has when it has fewer",
     "ar_<metric>": "the same metric for the AR baseline of this run",
 }
 

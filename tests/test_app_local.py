@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -60,3 +61,37 @@ def test_unreachable_tracking_server_loses_nothing(tmp_path):
     assert "results kept locally" in proc.stdout
     results = [p for p in (tmp_path / "runs").rglob("results.json") if ".host" not in p.parts]
     assert len(results) == 1 and "tpot_ms" in json.loads(results[0].read_text())["metrics"]
+
+
+def test_input_the_runner_refuses_and_a_missing_python_get_a_users_fix(tmp_path):
+    """The runner's own `error:` line (exit 2) and a python the host cannot run (exit 127) are named failures
+    with a fix for the user, not unknown crashes."""
+    no_prompt = tmp_path / "no prompt.jsonl"
+    no_prompt.write_text('{"text": "def f():"}\n')
+    cases = {"runner_refused_input": ["dataset=jsonl", f"dataset.path={no_prompt}"],
+             "python_not_runnable": ["host.python=/nonexistent/python"]}
+    for expected, overrides in cases.items():
+        runs = tmp_path / expected
+        proc = run_cli(["method=ar", "baseline=none", *SMALL, *overrides], cwd=tmp_path,
+                       env={"SPECBENCH_RUNS_DIR": str(runs)})
+        assert proc.returncode == 1, proc.stdout[-3000:]
+        _, run = only_run(runs / "mlflow.db")
+        assert run.data.tags["failure.id"] == expected, proc.stdout[-2000:]
+        fix = run.data.tags["failure.hint"]
+        assert "failures.yaml" not in fix and "failures.yaml" not in proc.stdout   # said to a user, not to us
+        assert fix.split(";")[0][:40] in " ".join(proc.stdout.split())
+        assert re.search(r"…  \d+:\d\d:\d\d", proc.stdout) is None, proc.stdout   # no stale stage spinner
+    assert "has no string field 'prompt'" in json.loads(
+        (Path(only_run(tmp_path / "runner_refused_input" / "mlflow.db")[1].data.tags["run_dir"]) / "failure.json")
+        .read_text())["primary"]["message"]
+
+
+def test_a_dataset_smaller_than_num_prompts_is_said_and_what_ran_is_recorded(tmp_path):
+    two = tmp_path / "two.jsonl"
+    two.write_text('{"prompt": "def add(a, b):"}\n{"prompt": "import os"}\n')
+    proc = run_cli(["method=ar", "baseline=none", "num_prompts=5", "max_new_tokens=2", "host=local",
+                    "dataset=jsonl", f"dataset.path={two}"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "warning: dataset 'jsonl' has only 2 prompts: running 2 of num_prompts=5" in " ".join(proc.stdout.split())
+    _, run = only_run(tmp_path / "runs" / "mlflow.db")
+    assert run.data.params["num_prompts"] == "5" and run.data.metrics["num_prompts"] == 2

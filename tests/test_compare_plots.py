@@ -8,7 +8,11 @@ import copy
 import csv
 import datetime
 import itertools
+import os
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -113,3 +117,60 @@ def test_plot_titles_speedup_line_and_pareto_labels(rows, tmp_path):
     assert {p.name for p in paths} == {"summary.csv", "speedup_vs_budget.png", "tau_vs_budget.png", "pareto.png",
                                        "accept_by_depth.png"}
     assert all(p.stat().st_size > 10_000 for p in paths if p.suffix == ".png")
+
+
+def _compare_cli(*args: str, runs_dir) -> subprocess.CompletedProcess:
+    """`python -m orchestrator compare ...` as a user runs it, on the runs dir given."""
+    env = {**os.environ, "SPECBENCH_RUNS_DIR": str(runs_dir)}
+    return subprocess.run([sys.executable, "-m", "orchestrator", "compare", *args], capture_output=True, text=True,
+                          env=env, cwd=Path(compare.__file__).parents[1], timeout=120)
+
+
+def _one_line_error(proc: subprocess.CompletedProcess) -> str:
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stdout == "", (proc.stdout, proc.stderr)
+    (line,) = proc.stderr.splitlines()
+    return line
+
+
+def test_no_runs_yet_is_one_line_and_creates_nothing(tmp_path):
+    runs_dir = tmp_path / "empty"
+    line = _one_line_error(_compare_cli(runs_dir=runs_dir))
+    assert line.startswith("compare: no runs yet") and str(runs_dir / "mlflow.db") in line
+    assert not runs_dir.exists()
+
+
+@pytest.fixture(scope="module")
+def single_run(tmp_path_factory):
+    """A runs dir whose database holds one plain (non-sweep) run in the default experiment."""
+    runs_dir = tmp_path_factory.mktemp("single")
+    client = MlflowClient(f"sqlite:///{runs_dir / 'mlflow.db'}")
+    exp = client.create_experiment("specbench", artifact_location=(runs_dir / "art").as_uri())
+    run = client.create_run(exp, run_name=f"ar-{MODEL}")
+    client.log_param(run.info.run_id, "method.name", "ar")
+    client.set_terminated(run.info.run_id)
+    return runs_dir, run.info.run_id
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--parent", "deadbeef"], "no run with id 'deadbeef'"),
+    (["--parent", "{run}"], "has no child runs: it is not a sweep's parent run"),
+    (["--filter", "bogus=="], "bad --filter 'bogus==': Invalid clause"),
+    (["--filter", "params.method.name = 'dflash'"], "no runs match --filter"),
+    (["--experiment", "nope"], "no experiment 'nope'"),
+], ids=["unknown-parent", "parent-not-a-sweep", "bad-filter", "nothing-matches", "unknown-experiment"])
+def test_compare_mistakes_are_one_line(single_run, args, says):
+    runs_dir, run_id = single_run
+    line = _one_line_error(_compare_cli(*(a.format(run=run_id) for a in args), runs_dir=runs_dir))
+    assert line.startswith("compare: ") and says in line, line
+    if "--experiment" in args:
+        assert "(there: Default, specbench)" in line   # the valid choices
+
+
+def test_compare_finds_the_plain_run_and_names_itself_in_usage(single_run):
+    runs_dir, _ = single_run
+    proc = _compare_cli(runs_dir=runs_dir)
+    assert proc.returncode == 0, proc.stderr
+    assert "1 runs" in proc.stdout and f"ar-{MODEL}" in proc.stdout.split()
+    usage = _compare_cli("--no-such-flag", runs_dir=runs_dir).stderr
+    assert usage.startswith("usage: python -m orchestrator compare ")

@@ -206,7 +206,8 @@ def test_primary_is_the_first_fatal_finding_in_log_order():
 def test_exit_code_137_means_killed_when_the_log_says_nothing():
     report = scan_text("[runner] progress done=3/8\n", exit_code=137)
     assert report.primary.id == "process_killed" and report.primary.line_no is None
-    assert report.primary.details == {"exit_code": "137", "signal": "SIGKILL"}
+    assert report.primary.details == {"exit_code": "137", "signal": "SIGKILL",
+                                      "last_line": "[runner] progress done=3/8"}
     assert "exit code 137 (SIGKILL)" in report.primary.message
 
 

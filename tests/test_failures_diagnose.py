@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from orchestrator.failures.diagnose import main
 
 DATA = Path(__file__).parent / "data" / "failures"
@@ -72,3 +74,9 @@ def test_an_unknown_crash_prints_the_traceback(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "FATAL unknown_crash" in out and "last traceback:" in out
     assert out.rstrip().endswith("IndexError: list index out of range")
+
+
+def test_usage_names_the_command_as_it_is_run(capsys):
+    with pytest.raises(SystemExit):
+        main(["--no-such-flag"])
+    assert capsys.readouterr().err.startswith("usage: python -m orchestrator diagnose ")

@@ -40,6 +40,15 @@ def test_names_say_method_budget_or_block_size_and_model():
     assert naming.run_name(compose("method=ar", "model=tiny-qwen3")) == "ar-tiny-qwen3"
 
 
+def test_a_user_script_is_named_after_itself_without_method_budget_or_model():
+    cfg = compose("runner=script", "runner.path=/somewhere/run_ddtree.py", "method=ddtree", "tree_budget=63")
+    assert naming.run_name(cfg) == naming.label(cfg) == "script-run_ddtree"
+    swept = naming.run_name(cfg, ["runner.args=[--seed,1]", "tree_budget=8"], {"runner.args", "tree_budget"})
+    assert swept == "script-run_ddtree runner.args=[--seed,1]"   # its own swept values; never our budget
+    assert naming.label(compose("runner=script")) == "script"     # named before validation asks for the path
+    assert naming.label(compose("method=dflash")) == "dflash"
+
+
 def test_names_within_a_sweep_stay_distinct():
     overrides = ["method=ar,ddtree", "tree_budget=8,32", "seed=0,1", "model=tiny-qwen3"]
     swept = set(naming.swept_keys(overrides))

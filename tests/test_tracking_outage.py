@@ -200,6 +200,7 @@ def test_a_black_hole_tracking_server_does_not_hold_the_tail(tmp_path):
     closing = cli.closing_line()
     assert closing.startswith("FINISHED run dir: ") and "mlflow run:" not in closing, closing
     assert "not in MLflow" in closing and "python -m orchestrator sync" in closing, closing
+    assert "Retrying (" not in cli.output, cli.output[-3000:]   # urllib3's retries: said once as ours, above
     run_dir = Path(closing.removeprefix("FINISHED run dir: ").split("  ")[0])
     assert "tau" in kept_results(run_dir)
 
@@ -231,6 +232,7 @@ def test_a_server_stopped_mid_run_ends_the_run_and_sync_completes_it(tmp_path):
     closing = cli.closing_line()
     assert "mlflow run:" not in closing and "in MLflow" in closing, closing
     assert f"python -m orchestrator sync {job_file.parent}" in closing, closing
+    assert "Retrying (" not in cli.output, cli.output[-3000:]
 
     run_id_local = pid_file.parent.name
     server = MlflowServer(tmp_path / "server", port=server.port)   # the same backend, back again
@@ -291,3 +293,15 @@ def test_an_orchestrator_killed_before_mlflow_had_its_run_is_reaped_and_synced(t
         assert run.data.params["method.name"] == "ddtree"
     finally:
         server.stop()
+
+
+def test_a_run_that_never_launched_says_it_never_reached_mlflow(tmp_path):
+    """Nothing listens on the port: the connection fails before the launch, so MLflow never had the run and
+    `sync` has nothing to log; the closing line says so instead of leaving the reader to look for it."""
+    proc = subprocess.run([sys.executable, "-m", "orchestrator", *SMALL, "host=ssh", "host.hostname=127.0.0.1",
+                           f"host.port={free_port()}"], cwd=tmp_path, capture_output=True, text=True,
+                          env=os.environ.copy(), timeout=120)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    closing = next(line for line in proc.stdout.splitlines() if " run dir: " in line)
+    assert closing.startswith("FAILED run dir: ") and "never reached MLflow" in closing, closing
+    assert "nothing to sync" in closing and not (tmp_path / "runs" / "mlflow.db").exists()

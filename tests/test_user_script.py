@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -9,7 +10,10 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
+from orchestrator import compare
+
 SCRIPT = Path(__file__).parent / "scripts" / "user_hybrid_script.py"
+STALE_STAGE = re.compile(r"…  \d+:\d\d:\d\d")   # a stage line's spinner frame: "⠋ starting runner…  0:00:00"
 
 
 def run_script(tmp_path, *args):
@@ -39,6 +43,13 @@ def test_fixed_script_finishes_and_its_json_lines_become_metrics(tmp_path):
     assert run.info.status == "FINISHED"
     history = client.get_metric_history(run.info.run_id, "logit_max")
     assert sorted(m.step for m in history) == [0, 1, 2]
+    # Named, tagged and filed as the user's script: our method, budget and model do not apply to it.
+    assert run.info.run_name == "script-user_hybrid_script"
+    assert (run.data.tags["method"], run.data.tags["script"]) == ("script", SCRIPT.name)
+    assert Path(run.data.tags["run_dir"]).name.endswith("-script-user_hybrid_script")
+    row = compare.row_of(run)
+    assert (row["method"], row["tree_budget"], row["model"]) == ("script", None, "")
+    assert STALE_STAGE.search(proc.stdout) is None, proc.stdout   # no stage spinner left behind at the end
 
 
 def test_fail_fast_stops_a_run_at_its_first_fatal_signature(tmp_path):

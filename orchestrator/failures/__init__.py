@@ -6,7 +6,7 @@ Modules, in import order (each imports only modules to its left):
 
 prefilter.py finds candidate lines with one regex; catalog.py parses and checks failures.yaml; exit_codes.py and
 tracebacks.py say what an exit code and the last traceback mean; findings.py holds what a scan reports; scanner.py
-has the `Detector` and the offline scans; diagnose.py is `python -m orchestrator.diagnose`.
+has the `Detector` and the offline scans; diagnose.py is `specbench diagnose`.
 
 Live use, in a tail loop:
 

@@ -180,8 +180,9 @@ def _parse_entry(raw: object, index: int) -> Entry:
     return entry
 
 
-# Details the code adds itself: from the exit code, and the exception line of an unknown crash.
-_CODE_DETAILS = frozenset({"exit_code", "signal", "exception"})
+# Details the code adds itself: from the exit code (with the log's last line), and the exception line of an
+# unknown crash.
+_CODE_DETAILS = frozenset({"exit_code", "signal", "last_line", "exception"})
 
 
 def _check_detail(entry: Entry, where: str) -> None:

@@ -1,4 +1,5 @@
-"""`python -m orchestrator.diagnose <log> [--json]`: the failure catalog run over a log file, offline.
+"""`specbench diagnose <log> [--json]` (or `python -m orchestrator diagnose`): the failure catalog run over a log
+file, offline.
 
 Contract: prints each fatal finding (explanation with parsed details, line, matched text, fix), the warnings with
 their counts, and, for a failure no signature knows, the last Python traceback. Exit status: 0 when there is no
@@ -55,7 +56,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m orchestrator.diagnose",
+    from ..commands import program
+
+    parser = argparse.ArgumentParser(prog=f"{program()} diagnose",
                                      description="Match the failure catalog against a runner log.")
     parser.add_argument("log", help=f"a log file, or a run directory holding {_LOG_NAME}")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")

@@ -1,7 +1,7 @@
 """What a scan found: each matched line (`Finding`), the warnings with their counts, the traceback excerpt, and
 the `Report` of a whole log with the run's primary failure and its MLflow tags.
 
-Contract: frozen data, built by the scanner; `Report.to_dict()` is the JSON form (`python -m orchestrator.diagnose
+Contract: frozen data, built by the scanner; `Report.to_dict()` is the JSON form (`specbench diagnose
 --json`), `Report.tags()` the `failure.id` / `failure.category` / `failure.hint` tags of a failed run.
 
 Non-goals: deciding anything (the scanner decides what a finding is and which failure is primary).

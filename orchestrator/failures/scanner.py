@@ -98,8 +98,10 @@ class Detector:
     def report(self, exit_code: int | None = None) -> Report:
         """Summarise everything fed so far, with the runner's exit code when known (None: not known)."""
         fatal = self.fatal
-        traceback = extract_traceback(_decode(self._tail.value()))
-        extra = _exit_finding(exit_code, self.catalog) or _unknown_finding(exit_code, traceback, fatal, self.catalog)
+        tail = _decode(self._tail.value())
+        traceback = extract_traceback(tail)
+        extra = (_exit_finding(exit_code, self.catalog, tail)
+                 or _unknown_finding(exit_code, traceback, fatal, self.catalog))
         if extra is not None and extra.id not in {f.id for f in fatal}:
             fatal.append(extra)
         return Report(fatal=tuple(fatal), warnings=tuple(self.warnings), primary=fatal[0] if fatal else None,
@@ -201,12 +203,15 @@ def scan_file(path: str | Path, exit_code: int | None = None, catalog: Catalog |
     return detector.report(exit_code)
 
 
-def _exit_finding(code: int | None, catalog: Catalog) -> Finding | None:
+def _exit_finding(code: int | None, catalog: Catalog, tail: str) -> Finding | None:
     entry = classify_exit_code(code, catalog)
     if entry is None:
         return None
     sig = exit_signal(code)
+    # the last line: where a process that exits on purpose says why (the runner's `error:` line for exit 2)
+    last = _clip(tail.rstrip().rpartition("\n")[2], 0)
     details = {"exit_code": str(code), **({"signal": sig.name} if sig else {})}
+    details.update({"last_line": last} if last else {})
     return Finding(entry, None, f"exit code {code}", details)
 
 
