@@ -30,6 +30,7 @@ from rich.text import Text
 from remote.events import read_json
 
 from .attach import JOB_FILE, find_run_dir
+from .commands import program
 
 OUTPUTS = "outputs.jsonl"
 HTML = "show.html"
@@ -280,7 +281,7 @@ def resolve_run(ref: str) -> Path:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m orchestrator show", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=f"{program()} show", description=__doc__.split("\n\n")[0])
     parser.add_argument("run", help="the run's local directory, its run id, its directory name or its MLflow run id")
     parser.add_argument("--diverged", action="store_true", help="in the terminal, only the prompts that diverge")
     parser.add_argument("--no-mlflow", action="store_true", help=f"write {HTML} in the run dir, log nothing")

@@ -16,6 +16,7 @@ import json
 import sys
 from pathlib import Path
 
+from .commands import program
 from .tracking import RECORD, Tracker
 
 
@@ -47,7 +48,7 @@ def sync_run(run_dir: Path, uri: str | None = None) -> str:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m orchestrator sync", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog=f"{program()} sync", description=__doc__.split("\n")[0])
     parser.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR",
                         help=f"a run's local directory (with {RECORD}), or a directory of runs (a sweep's)")
     parser.add_argument("--tracking-uri", help="log there instead of the tracking URI the run was started with")
