@@ -77,7 +77,8 @@ def attach(run_dir: Path, console: Console | None = None, fail_fast: bool = True
     with job.host:
         if stop and not job.running():   # nothing to stop: its record stays as it is, and no stale pgid is hit
             code = job.host.read_from(job.files.exit_code, 0).decode().strip() or "none"
-            console.print(f"{meta['run_id']} already finished (exit {code}); nothing stopped")
+            console.print(f"{meta['run_id']} already finished (exit {code}); nothing stopped (if its MLflow run still "
+                          f"shows RUNNING, `{program()} reap` closes it)")
             outcome.status = Status.FINISHED
             return outcome
         lock = try_following(run_dir)
