@@ -22,6 +22,7 @@ import os
 import re
 import shutil
 import subprocess
+import uuid
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -65,6 +66,11 @@ def what_ran(cfg: DictConfig) -> dict[str, str]:
 
 # Hydra names the run dir before validation: `runner=script` without a path must still get a name.
 OmegaConf.register_new_resolver("run_label", lambda *, _root_: label(_root_), replace=True)
+# This process's tag, the end of its run dir's (or sweep dir's) name: two runs started in the same second (a
+# script launching several, two terminals) would otherwise share one dir and mix their records. A single run's
+# dir name is then its run id.
+RUN_TAG = uuid.uuid4().hex[:6]
+OmegaConf.register_new_resolver("run_tag", lambda: RUN_TAG, replace=True)
 
 
 def base_name(cfg: DictConfig) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -163,3 +164,28 @@ def test_the_closing_line_links_the_run_and_says_how_to_serve_it(one_run):
     closing = [line for line in proc.stdout.splitlines() if line.startswith("FINISHED run dir:")][-1]
     url = ui_links.run_url(f"sqlite:///{db}", run.info.experiment_id, run.info.run_id)
     assert url in closing and f"mlflow ui --backend-store-uri sqlite:///{db}" in closing
+
+
+# The run dir and sweep dir Hydra would make at a given second, as one process sees them.
+_DIRS_AT_NOON = """
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+import orchestrator.naming
+from orchestrator.paths import CONF_DIR
+OmegaConf.register_new_resolver("runs_dir", lambda: "/runs", replace=True)
+with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+    cfg = compose(config_name="config", return_hydra_config=True)
+OmegaConf.register_new_resolver("now", lambda fmt: "12-00-00", replace=True)
+print(cfg.hydra.run.dir, cfg.hydra.sweep.dir)
+"""
+
+
+def test_runs_started_in_the_same_second_get_their_own_dirs():
+    """Two processes (two terminals, a script launching runs) whose runs start in the same second: each gets its
+    own run dir and sweep dir, so no record of one lands in the other's."""
+    seen = [subprocess.run([sys.executable, "-c", _DIRS_AT_NOON], capture_output=True, text=True, check=True,
+                           timeout=120).stdout.split() for _ in range(2)]
+    (run_a, sweep_a), (run_b, sweep_b) = seen
+    assert run_a != run_b and sweep_a != sweep_b, seen
+    assert re.fullmatch(r"/runs/12-00-00/12-00-00-ddtree-[0-9a-f]{6}", run_a), run_a
+    assert re.fullmatch(r"/runs/multirun/12-00-00/12-00-00-[0-9a-f]{6}", sweep_a), sweep_a

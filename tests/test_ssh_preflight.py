@@ -99,3 +99,29 @@ def test_a_wrong_python_is_named(sshd, tmp_path):
     # the same when another probe follows in that command (its exit status is not the probe's)
     with pytest.raises(HostError, match=r"exit 127.*host.python='/nonexistent/bin/python'"):
         survey(host, and_then="echo more; true")
+
+
+def test_a_host_that_never_answers_is_one_line_on_the_terminal(tmp_path):
+    """A box that takes the TCP connection and then says nothing (sshd stopped, as a hung host does): the run ends
+    with the one-line connection error; paramiko's handshake traceback (logged by its transport thread) never reaches the terminal."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from tests.sshd import SSHD
+
+    server = SSHD(tmp_path / "sshd")
+    facts = server.start()
+    os.kill(server.proc.pid, signal.SIGSTOP)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "orchestrator", *facts.overrides(), "num_prompts=1",
+                               "max_new_tokens=4", "method=ar", "baseline=none"], capture_output=True, text=True,
+                              cwd=tmp_path, env={**os.environ, "SPECBENCH_RUNS_DIR": str(tmp_path / "runs")},
+                              timeout=300)
+    finally:
+        os.kill(server.proc.pid, signal.SIGCONT)
+        server.stop()
+    shown = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "cannot connect to" in shown, shown[-3000:]
+    assert "Traceback" not in shown and "SSH protocol banner" not in shown, shown[-3000:]

@@ -46,7 +46,7 @@ def test_fixed_script_finishes_and_its_json_lines_become_metrics(tmp_path):
     # Named, tagged and filed as the user's script: our method, budget and model do not apply to it.
     assert run.info.run_name == "script-user_hybrid_script"
     assert (run.data.tags["method"], run.data.tags["script"]) == ("script", SCRIPT.name)
-    assert Path(run.data.tags["run_dir"]).name.endswith("-script-user_hybrid_script")
+    assert re.fullmatch(r"\d\d-\d\d-\d\d-script-user_hybrid_script-[0-9a-f]{6}", Path(run.data.tags["run_dir"]).name)
     row = compare.row_of(run)
     assert (row["method"], row["tree_budget"], row["model"]) == ("script", None, "")
     assert STALE_STAGE.search(proc.stdout) is None, proc.stdout   # no stage spinner left behind at the end
