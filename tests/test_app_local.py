@@ -96,6 +96,7 @@ def test_a_dataset_smaller_than_num_prompts_is_said_and_what_ran_is_recorded(tmp
     proc = run_cli(["method=ar", "baseline=none", "num_prompts=5", "max_new_tokens=2", "host=local",
                     "dataset=jsonl", f"dataset.path={two}"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "warning: dataset 'jsonl' has only 2 prompts: running 2 of num_prompts=5" in " ".join(proc.stdout.split())
+    said = " ".join(proc.stdout.split())
+    assert "two.jsonl has only 2 prompts: running 2 of num_prompts=5" in said, said[-3000:]
     _, run = only_run(tmp_path / "runs" / "mlflow.db")
     assert run.data.params["num_prompts"] == "5" and run.data.metrics["num_prompts"] == 2
