@@ -19,6 +19,7 @@ from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.errors import CompactHydraException
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
@@ -31,14 +32,14 @@ from .hosts import HostError, make_host
 from .leases import GpuPool
 from .lifecycle import Job, Stage, held_gpus
 from .monitor import Outcome, follow, report, stop
-from .naming import is_script, label, what_ran   # also registers the run_label resolver that names the run dir
+from .naming import RUN_TAG, is_script, label, what_ran   # also registers the run_label resolver that names the run dir
 from .paths import CONF_DIR, PROJECT_ROOT, SOURCE_CHECKOUT
 from .locks import try_following
 from .progress import StageLine
 from .runspec import build_spec
-from .signals import describe, install
+from .signals import describe, install, sweep_stopped
 from .sweep import PARENT_ENV
-from .tracking import Tracker, flatten
+from .tracking import RECORD, Status, Tracker, flatten
 from .validate import ConfigError, validate
 
 EXIT_BAD_INPUT = 2
@@ -102,7 +103,8 @@ def run_job(cfg: DictConfig, console: Console | None = None) -> Outcome:
     except ConfigError as exc:
         fail_input(str(exc))
     run_dir = Path(HydraConfig.get().runtime.output_dir)
-    run_id = f"{run_dir.name}-{uuid.uuid4().hex[:6]}"
+    # a single run's id is its dir's name (ending in this process's tag); a sweep job's, its number and a tag
+    run_id = run_dir.name if run_dir.name.endswith(RUN_TAG) else f"{run_dir.name}-{uuid.uuid4().hex[:6]}"
     spec = build_spec(cfg, run_id)
     if (skipped := skip_if_ran(cfg, spec, run_id, run_dir, console)) is not None:
         return skipped   # a sweep's duplicate: recorded as skipped, pointing to the job that holds the result
@@ -253,6 +255,12 @@ class JobFailed(Exception):
     trial failed, Nevergrad scores it +inf), never for the basic sweeper, which would stop the sweep."""
 
 
+class SweepStopped(CompactHydraException):
+    """A scored sweep's job stopped by a signal (or not started after it): raised to end the optimiser's sweep,
+    which would otherwise go on asking for trials. One line, no traceback (Hydra prints a compact exception so);
+    sweep.close_orphan_parent closes the parent KILLED with its summary and __main__ exits 128 + the signal."""
+
+
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
 def hydra_main(cfg: DictConfig) -> float | None:
     """One job; returns `cfg.objective` of its results as a plain float, which is what sweepers optimise."""
@@ -260,18 +268,36 @@ def hydra_main(cfg: DictConfig) -> float | None:
     if threading.current_thread() is threading.main_thread():
         install()        # in a parallel sweep's worker process too: SIGTERM there stops this job's runner
     run_dir = Path(hydra_cfg.runtime.output_dir)
+    multirun = hydra_cfg.mode.name == "MULTIRUN"
+    scored = multirun and "BasicSweeper" not in str(OmegaConf.select(hydra_cfg, "sweeper._target_", default=""))
+    sweep_dir = Path(str(hydra_cfg.sweep.dir))
+    if multirun and (stopped_by := sweep_stopped(sweep_dir)):
+        # the sweep was stopped before this job started: it does not run (no runner, no host contact)
+        _record_unlaunched(cfg, run_dir, Status.KILLED, {"stopped_by": stopped_by},
+                           f"**Not started**: the sweep was stopped ({stopped_by}) before this job began.")
+        Console().print(f"[yellow]job {hydra_cfg.job.num} not started: the sweep was stopped ({stopped_by})[/]")
+        if scored:
+            raise SweepStopped(f"sweep stopped ({stopped_by}): job {hydra_cfg.job.num} not started")
+        return None
     following = try_following(run_dir)   # held until the run is reported, so `reap` leaves it alone
     try:
         outcome = run_job(cfg)
     finally:
         if following is not None:
             following.release()
-    if hydra_cfg.mode.name != "MULTIRUN":
+    if not multirun:
         if not outcome.ok:
             raise SystemExit(outcome.exit_status)
         return objective_of(cfg.objective, run_dir, outcome)
-    scored = "BasicSweeper" not in str(OmegaConf.select(hydra_cfg, "sweeper._target_", default=""))
+    if not outcome.ok and not (run_dir / RECORD).exists():   # failed before MLflow had it (host unreachable)
+        why = "; ".join(outcome.errors) or outcome.stopped_by or "see the sweep's log"
+        _record_unlaunched(cfg, run_dir, outcome.status,
+                           {"stopped_by": why} if outcome.status is Status.KILLED else
+                           {"failure.id": "not_launched", "failure.stage": outcome.job.stage.value,
+                            "failure.hint": why}, f"**Ended before launch** ({outcome.job.stage.value}): {why}")
     if not outcome.ok:
+        if scored and outcome.status is Status.KILLED and sweep_stopped(sweep_dir):   # not a failed trial
+            raise SweepStopped(f"sweep stopped ({outcome.stopped_by}): job {hydra_cfg.job.num} ended KILLED")
         if scored:
             raise JobFailed(f"job {hydra_cfg.job.num} ended {outcome.status.value}: {run_dir}")
         return None
@@ -279,6 +305,17 @@ def hydra_main(cfg: DictConfig) -> float | None:
     if value is None and scored:
         raise JobFailed(f"job {hydra_cfg.job.num} reported no {cfg.objective} (objective): {run_dir}")
     return value
+
+
+def _record_unlaunched(cfg: DictConfig, run_dir: Path, status: Status, tags: dict[str, str], note: str) -> None:
+    """A sweep job that never launched gets a child run anyway, closed `status` with its reason: the sweep's
+    table then shows every job. Not recorded in the run dir: there is nothing for `reap` or `sync` to do."""
+    tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment)
+    tags = {**what_ran(cfg), "host": str(cfg.host.get("name") or cfg.host.get("kind", "local")),
+            "run_dir": str(run_dir), "mlflow.note.content": note, **tags}
+    _record_start(tracker, cfg, OmegaConf.to_container(cfg, resolve=True), tags)
+    tracker.send()
+    tracker.finish(status, {}, {**tags, "status": status.value}, [])
 
 
 def objective_of(name: str, run_dir: Path, outcome: Outcome) -> float | None:

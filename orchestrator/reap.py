@@ -100,7 +100,7 @@ def _close_parents(uri: str, console: Console) -> int:
                 continue
             console.print(f"[cyan]sweep {parent.info.run_id}: its sweep process is gone: closing it[/]")
             client.set_tag(parent.info.run_id, "sweep.reaped", "true")
-            finish_parent(uri, parent.info.run_id, sweep_dir)
+            finish_parent(uri, parent.info.run_id, sweep_dir)   # its planned jobs without a child never ran
             closed += 1
     return closed
 

@@ -10,16 +10,25 @@ schedulers signal that one process, and a worker killed by a default SIGTERM wou
 first signal is passed on to the workers (each installs these handlers when its job starts) and the main process
 waits for them to stop their runners and close their runs; `pending` holds it, for the CLI's exit code. A second
 signal raises there as anywhere.
+
+A sweep's main process also writes STOP_MARKER in the sweep dir (`stop_sweep_at`) on the first signal, before
+passing it on: the launcher would otherwise go on starting the jobs it has not started yet (joblib in new or idle
+workers, the basic launcher in this process), and only the job itself sees the dir on every launcher. Each job
+checks `sweep_stopped` before it starts anything and, stopped, does not run. `pending` then holds the signal for
+the exit code also where no worker took it (the basic launcher runs the job in this process).
 """
 from __future__ import annotations
 
 import multiprocessing
 import os
 import signal
+from pathlib import Path
 
 HANDLED = (signal.SIGTERM, signal.SIGHUP)
 pending: list[int] = []        # the signal a sweep's main process passed on to its workers
 _forwarding = [False]
+_marker: list[Path] = []       # a sweep's main process: its sweep dir's STOP_MARKER
+STOP_MARKER = ".stopped"
 
 
 class Interrupted(KeyboardInterrupt):
@@ -29,8 +38,12 @@ class Interrupted(KeyboardInterrupt):
 
 
 def _raise(signum, frame) -> None:
-    if _forwarding[0] and not pending and _forward(signum):
+    first = not pending
+    if first and _marker:   # before the workers hear of it: no job starts after this
+        _marker[0].write_text("user" if signum == signal.SIGINT else signal.Signals(signum).name)
+    if first and (_marker or _forwarding[0]):
         pending.append(signum)
+    if first and _forwarding[0] and _forward(signum):
         return
     for sig in (*HANDLED, signal.SIGINT):
         signal.signal(sig, signal.SIG_IGN)
@@ -47,6 +60,20 @@ def install() -> None:
 def forward_to_workers() -> None:
     """This process is a parallel sweep's main process (see the module docstring)."""
     _forwarding[0] = True
+
+
+def stop_sweep_at(sweep_dir: Path) -> None:
+    """This process runs a sweep in `sweep_dir`: a signal marks it stopped (see the module docstring)."""
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    _marker[:] = [sweep_dir / STOP_MARKER]
+
+
+def sweep_stopped(sweep_dir: Path) -> str | None:
+    """What stopped the sweep in `sweep_dir` (`stopped_by`: "user" or the signal's name), None while it runs."""
+    try:
+        return (sweep_dir / STOP_MARKER).read_text() or "user"
+    except FileNotFoundError:
+        return None
 
 
 def _forward(signum: int) -> bool:

@@ -2,11 +2,14 @@
 
 Contract: `SweepCallback.on_multirun_start` opens the parent and exports its id (children read
 SPECBENCH_PARENT_RUN_ID, also in joblib workers, which inherit the environment). `on_multirun_end` logs the
-summary table, CSV and plots on the parent and closes it FAILED if any child did not finish, KILLED if jobs
-of its plan (`sweep.planned` tag) never ran (a killed sweep, closed by `reap`), FINISHED otherwise; a failed
-sweep then exits non-zero, once, at the end. Hydra skips `on_multirun_end` when a job
-raises, so jobs never raise (run_job turns every error into a FAILED child) and `close_orphan_parent` closes
-the parent from `__main__` if the sweep died anyway.
+summary table, CSV and plots on the parent and closes it FAILED if any child did not finish (or a job of its plan,
+`sweep.planned` tag, left no child: it failed), KILLED if every job that did not finish was stopped, FINISHED
+otherwise; a failed sweep then exits non-zero, once, at the end. A signal stops the sweep (orchestrator.signals:
+the jobs not started yet do not run). Hydra skips `on_multirun_end` when a job raises, so jobs of the basic
+sweeper never raise (run_job turns every error into a FAILED child); an optimising sweeper's jobs do (a failed
+trial, and a stopped one, which ends the sweep), and `close_orphan_parent` closes the parent from `__main__`:
+with its summary, KILLED, if the sweep was stopped. For `reap` (the sweep process died) and a stopped sweep,
+planned jobs without a child never ran: KILLED.
 The parent is named `sweep-<model> <swept overrides>`; SWEPT_ENV (orchestrator.naming) tells the jobs which keys vary,
 so their names tell them apart. The summary (also the parent's description, as markdown) ends with the absolute
 compare URL of the children that ran (also the parent's `sweep.compare_url` tag); each skipped duplicate
@@ -23,6 +26,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from . import signals
 from .locks import SWEEP_LOCK, take
 from .naming import SWEPT_ENV, sweep_name, swept_keys
 from .tracking import Status, Tracker, mlflow_client
@@ -39,6 +43,7 @@ class SweepCallback(Callback):
         # Held for the sweep's lifetime: once it is free, `reap` may close a parent this process left RUNNING.
         # Not on self: the callback travels to joblib workers, and a lock does not pickle.
         _SWEEP_LOCKS.append(take(Path(str(config.hydra.sweep.dir)) / SWEEP_LOCK))
+        signals.stop_sweep_at(Path(str(config.hydra.sweep.dir)))
         tracker = Tracker(config.tracking.uri, config.tracking.experiment)
         task = list(config.hydra.overrides.task)
         overrides = " ".join(task)
@@ -57,8 +62,10 @@ class SweepCallback(Callback):
         uri = os.environ.pop(URI_ENV, None)
         if not parent:
             return
-        failed = finish_parent(uri, parent, Path(str(config.hydra.sweep.dir)))
-        if failed:
+        # every job ran or was stopped (a KILLED child): a planned job without a child failed before MLflow had it
+        failed = finish_parent(uri, parent, Path(str(config.hydra.sweep.dir)),
+                               missing=Status.KILLED if signals.pending else Status.FAILED)
+        if failed and not signals.pending:   # stopped: __main__ exits 128 + the signal
             raise SystemExit(f"sweep: {failed} job(s) did not finish; see the parent run {parent}")
 
 
@@ -76,9 +83,10 @@ def planned_jobs(config: DictConfig) -> int | None:
     return sum(len(batch) for batch in BasicSweeper.split_arguments(parsed, None))
 
 
-def finish_parent(uri: str, parent: str, sweep_dir: Path) -> int:
-    """Log the summary on the parent and close it; returns the number of planned jobs that did not finish (a job
-    the sweep never got to, killed before it, is one)."""
+def finish_parent(uri: str, parent: str, sweep_dir: Path, missing: Status = Status.KILLED) -> int:
+    """Log the summary on the parent and close it; returns the number of planned jobs that did not finish. A planned
+    job without a child counts as `missing`: KILLED where the sweep was killed or stopped before it (`reap`),
+    FAILED at a sweep's normal end (it failed before MLflow had it)."""
     from rich.console import Console
 
     from .compare import markdown, render_table, row_of, select_runs, summarize
@@ -90,11 +98,11 @@ def finish_parent(uri: str, parent: str, sweep_dir: Path) -> int:
     rows = [row_of(r) for r in children]
     run = client.get_run(parent)
     planned = int(run.data.tags.get(PLANNED_TAG) or 0)
-    never_ran = max(0, planned - len(rows))
-    failed = sum(r["status"] not in ("FINISHED", "SKIPPED") for r in rows) + never_ran
+    absent = max(0, planned - len(rows))
+    failed = sum(r["status"] not in ("FINISHED", "SKIPPED") for r in rows) + absent
     skipped = sum(r["status"] == "SKIPPED" for r in rows)
     console = Console()
-    jobs = f"{len(rows)} of {planned}" if never_ran else f"{len(rows)}"
+    jobs = f"{len(rows)} of {planned}" if absent else f"{len(rows)}"
     title = f"sweep: {jobs} jobs, {failed} not finished, {skipped} skipped"
     console.print(render_table(rows, title))
     out = sweep_dir / "summary" if sweep_dir.exists() else Path(tempfile.mkdtemp())
@@ -105,8 +113,7 @@ def finish_parent(uri: str, parent: str, sweep_dir: Path) -> int:
     for key, value in (("sweep.jobs", len(rows)), ("sweep.compare_url", url), ("sweep.failed", failed),
                        ("sweep.skipped", skipped), (NOTE_TAG, markdown(rows, title, url))):
         client.set_tag(parent, key, str(value))
-    # a job never started means the sweep was stopped (killed) before it
-    ended = {r["status"] for r in rows} - {"FINISHED", "SKIPPED"} | ({"KILLED"} if never_ran else set())
+    ended = {r["status"] for r in rows} - {"FINISHED", "SKIPPED"} | ({missing.value} if absent else set())
     # a sweep stopped by the user or a scheduler (every job that did not finish was KILLED) is KILLED too
     status = Status.FINISHED if rows and not ended else Status.KILLED if ended == {"KILLED"} else Status.FAILED
     client.set_terminated(parent, status.value)
@@ -131,7 +138,15 @@ def _resolve_skipped(client, children) -> None:
 
 
 def close_orphan_parent() -> None:
-    """The sweep ended without on_multirun_end (a job raised): the parent must not stay RUNNING."""
+    """The sweep ended without on_multirun_end (a job raised): the parent must not stay RUNNING. A stopped sweep
+    (an optimiser's stopped trial raised to end it) is closed as on_multirun_end would, with its summary."""
+    os.environ.pop(SWEPT_ENV, None)
     parent, uri = os.environ.pop(PARENT_ENV, None), os.environ.pop(URI_ENV, None)
-    if parent:
-        mlflow_client(uri).set_terminated(parent, Status.FAILED.value)
+    if not parent:
+        return
+    client = mlflow_client(uri)
+    if signals.pending:
+        sweep_dir = Path(client.get_run(parent).data.tags.get("sweep_dir") or tempfile.mkdtemp())
+        finish_parent(uri, parent, sweep_dir, missing=Status.KILLED)
+    else:
+        client.set_terminated(parent, Status.FAILED.value)

@@ -237,7 +237,7 @@ def test_sigterm_to_a_sweeps_main_process_stops_every_job(tmp_path):
     """`timeout` (and a scheduler that signals one process) TERMs the sweep's main process only, not its joblib
     workers: every runner must still be stopped, every run closed KILLED (the parent too), and the sweep exit 143."""
     workdir = tmp_path / "hostwork"
-    sweep = _sweep(tmp_path, "first", "0,1")
+    sweep = _sweep(tmp_path, "first", "0,1,2,3")   # 4 jobs, 2 workers: jobs 2 and 3 must never start
     runners: list[int] = []
     try:
         runners = _sweep_runners(workdir)
@@ -255,8 +255,25 @@ def test_sigterm_to_a_sweeps_main_process_stops_every_job(tmp_path):
     assert not any(group_alive(pgid) for pgid in runners), out[-3000:]
     runs = runs_of(tmp_path / "first")
     parent = [r.info.status for r in runs if r.data.tags.get("sweep") == "parent"]
-    children = [r.info.status for r in runs if r.data.tags.get("sweep") != "parent"]
-    assert children == ["KILLED", "KILLED"] and parent == ["KILLED"], (parent, children, out[-3000:])
+    children = [r for r in runs if r.data.tags.get("sweep") != "parent"]
+    assert [r.info.status for r in children] == ["KILLED"] * 4 and parent == ["KILLED"], (parent, out[-3000:])
+    assert {r.data.tags["stopped_by"] for r in children} == {"SIGTERM"}
+    assert len(list(workdir.glob("runs/*"))) == 2, out[-3000:]   # no runner launched after the signal
+
+
+def test_sigterm_to_a_sequential_sweep_starts_no_further_job(tmp_path):
+    workdir = tmp_path / "work"
+    sweep = start_cli(["-m", "seed=0,1", "host=local", f"host.workdir={workdir}", *LONG], cwd=tmp_path,
+                      env={"SPECBENCH_RUNS_DIR": str(tmp_path / "runs"), "COLUMNS": "1000"})
+    wait_for(lambda: started_runs(workdir) or sweep.poll() is not None, "job 0's runner starting")
+    sweep.send_signal(signal.SIGTERM)
+    out = finish(sweep, timeout=180)
+    assert sweep.returncode == 143, out[-3000:]
+    assert len(list(workdir.glob("runs/*"))) == 1 and "Traceback" not in out, out[-3000:]
+    runs = runs_of(tmp_path / "runs")
+    statuses = sorted((r.data.tags.get("sweep") == "parent", r.info.status) for r in runs)
+    assert statuses == [(False, "KILLED"), (False, "KILLED"), (True, "KILLED")], (statuses, out[-3000:])
+    assert "job 1 not started: the sweep was stopped (SIGTERM)" in out, out[-3000:]
 
 
 def test_an_unreachable_host_leaves_the_run_alone_and_stop_says_what_to_type_there(tmp_path):

@@ -89,3 +89,21 @@ def test_submitit_local_launcher_runs_the_sweep(tmp_path):
     assert parent.info.status == "FINISHED"
     assert sorted(c.data.params["seed"] for c in children) == ["0", "1"]
     assert all(c.info.status == "FINISHED" for c in children)
+
+
+def test_jobs_that_fail_at_connect_fail_the_sweep_and_show_in_its_table(tmp_path):
+    """The host refuses the connection: no runner, but each job is a FAILED child with its reason, and the parent
+    FAILED (a sweep that ended on its own: its jobs failed, none was stopped)."""
+    from tests.sshd import free_port
+
+    refused = ["host=ssh", "host.hostname=127.0.0.1", f"host.port={free_port()}", "host.connect_timeout=5"]
+    proc = subprocess.run([sys.executable, "-m", "orchestrator", "-m", "method=ar,dflash", *FAST[:-1], *refused],
+                          capture_output=True, text=True, cwd=tmp_path, env=os.environ.copy(), timeout=900)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out[-3000:]
+    _, parent, children = parent_and_children(tmp_path)
+    assert parent.info.status == "FAILED", out[-3000:]
+    assert parent.data.tags["sweep.failed"] == "2"
+    assert sorted(c.info.status for c in children) == ["FAILED", "FAILED"]
+    assert all(c.data.tags["failure.id"] == "not_launched" and c.data.tags["failure.hint"] for c in children)
+    assert "sweep: 2 jobs, 2 not finished" in " ".join(proc.stdout.split()) and "host ?" not in proc.stdout, out[-3000:]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -51,3 +52,24 @@ def test_a_failed_job_is_a_failed_trial(tmp_path):
     client = MlflowClient(f"sqlite:///{Path(os.environ['SPECBENCH_RUNS_DIR']) / 'mlflow.db'}")
     runs = client.search_runs([client.get_experiment_by_name("specbench").experiment_id])
     assert runs and all(r.info.status == "FAILED" for r in runs if "mlflow.parentRunId" in r.data.tags)
+
+
+def test_sigterm_stops_an_optuna_sweep_killed_with_its_summary(tmp_path):
+    """The trial in flight is stopped, no further trial runs, the parent ends KILLED with the sweep's table, and
+    the sweep exits 143 without a traceback."""
+    from tests.test_faults import finish, runs_of, start_cli, started_runs, wait_for
+
+    workdir = tmp_path / "work"
+    proc = start_cli(["-m", "hydra/sweeper=optuna", "hydra.sweeper.n_trials=3", "tree_budget=int(interval(2,8))",
+                      f"hydra.sweep.dir={tmp_path / 'sweep'}", "model=tiny-qwen3", "method=ddtree", "baseline=none",
+                      "objective=tokens_per_s", "device=cpu", "num_prompts=24", "max_new_tokens=256", "host=local", f"host.workdir={workdir}"],
+                     cwd=tmp_path, env={"SPECBENCH_RUNS_DIR": str(tmp_path / "runs"), "COLUMNS": "1000"})
+    wait_for(lambda: started_runs(workdir) or proc.poll() is not None, "trial 0's runner starting")
+    proc.send_signal(signal.SIGTERM)
+    out = finish(proc, timeout=180)
+    assert proc.returncode == 143 and "Traceback" not in out, out[-3000:]
+    assert len(list(workdir.glob("runs/*"))) == 1, out[-3000:]   # no trial launched after the signal
+    runs = runs_of(tmp_path / "runs")
+    (parent,) = [r for r in runs if r.data.tags.get("sweep") == "parent"]
+    assert parent.info.status == "KILLED" and "sweep: " in out, out[-3000:]
+    assert {r.info.status for r in runs if r is not parent} == {"KILLED"}, out[-3000:]
