@@ -352,7 +352,7 @@ def _run(spec: RunSpec, files: RunFiles, events: EventWriter) -> dict:
     if r.device.type == "cpu":
         events.emit("warning", message="running on CPU: timings are not representative of a GPU host")
     if (asked := spec.dataset.num_prompts) is not None and len(r.inputs) < asked:
-        which = spec.dataset.path or spec.dataset.name        # the file says which: `jsonl` names a format
+        which = os.path.basename(spec.dataset.path or spec.dataset.name)   # its file: `jsonl` names a format
         events.emit("warning", message=f"dataset {which} has only {len(r.inputs)} prompts: running {len(r.inputs)} "
                                        f"of num_prompts={asked} (the metric num_prompts)")
     methods = (["ar"] if d.baseline == "ar" or d.method == "ar" else []) + ([d.method] if d.method != "ar" else [])
