@@ -311,8 +311,7 @@ def _record_unlaunched(cfg: DictConfig, run_dir: Path, status: Status, tags: dic
     """A sweep job that never launched gets a child run anyway, closed `status` with its reason: the sweep's
     table then shows every job. Not recorded in the run dir: there is nothing for `reap` or `sync` to do."""
     tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment)
-    tags = {**what_ran(cfg), "host": str(cfg.host.get("name") or cfg.host.get("kind", "local")),
-            "run_dir": str(run_dir), "mlflow.note.content": note, **tags}
+    tags = {**what_ran(cfg), "run_dir": str(run_dir), "mlflow.note.content": note, **tags}
     _record_start(tracker, cfg, OmegaConf.to_container(cfg, resolve=True), tags)
     tracker.send()
     tracker.finish(status, {}, {**tags, "status": status.value}, [])

@@ -137,8 +137,7 @@ def record_skip(cfg: DictConfig, run_id: str, run_dir: Path, holder: dict, name:
     note = (f"**Skipped**: this job's effective config (the run spec as the runner reads it, host and GPUs) equals "
             f"that of job {holder['job']}, `{holder['name']}`; that run holds the result. Overrides: "
             f"`{' '.join(overrides)}`.")
-    tags = {**what_ran(cfg), "host": str(cfg.host.get("name") or cfg.host.get("kind", "local")),
-            "run_id_local": run_id, "run_dir": str(run_dir), "skipped": "true",
+    tags = {**what_ran(cfg), "run_id_local": run_id, "run_dir": str(run_dir), "skipped": "true",
             "duplicate_of.run_id_local": holder["run_id_local"], "duplicate_of.name": holder["name"],
             "duplicate_of.job": str(holder["job"]), "mlflow.note.content": note}
     resolved = {k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k != "hydra"}

@@ -60,8 +60,11 @@ def label(cfg: DictConfig) -> str:
 
 
 def what_ran(cfg: DictConfig) -> dict[str, str]:
-    """The `method` tag: ours, or `script` (its file in the `script` tag) for a user's script."""
-    return {"method": "script", "script": Path(cfg.runner.path).name} if is_script(cfg) else {"method": cfg.method.name}
+    """The `method` tag: ours, or `script` (its file in the `script` tag) for a user's script; and the `host` tag
+    as the config names it (for a run recorded without reaching its host: a skipped duplicate, a job never
+    launched)."""
+    ran = {"method": "script", "script": Path(cfg.runner.path).name} if is_script(cfg) else {"method": cfg.method.name}
+    return {**ran, "host": str(cfg.host.get("name") or cfg.host.get("kind", "local"))}
 
 
 # Hydra names the run dir before validation: `runner=script` without a path must still get a name.
