@@ -6,8 +6,10 @@ verify on an H200, each also a gap in the captured step), and a compile for a se
 tiling served later captures at 6.7 us a layer (grid [1, 3]: three CTAs for 768 channels x 16 nodes; bench_methods
 --timeline, session 31; remote.kernels.glue compiles with dynamic=None). Here program (node, channel block) sums its
 block of the node's windows, and one more program per node computes the gates, whatever the shapes compiled before.
-Not yet measured on a GPU (session 31 had no device after its first call): `ENABLED` stays False until
-bench/bench_kernels.py --kinds conv shows it faster; the interpreter test says it computes the same.
+Measured (bench/bench_kernels.py --kinds conv, H200, docs/PERFORMANCE.md session 34): 1.6 / 2.2 / 2.7 / 3.5 us at
+1 / 16 / 32 / 64 windows at the demo's widths against the compiled ops' 3.5 / 4.0 / 7.7 / 5.7; at Qwen3.6-27B widths
+2.2 / 3.6 / 8.0 us against 6.1 / 12.8 / 13.2 up to 32 windows, but 16.6 against 10.5 at 64 (likely its loads:
+a program's channels are rows of the bank, strided): MAX_WINDOWS keeps the wide verifies on the compiled ops.
 
 Contract: `conv_gates(bank, index, weight, bias, b, a, a_log, dt_bias, shape, activation)` returns what
 remote.models.gdn.conv_gates returns (q, k [1, N, HV, Dk] repeated to the value heads, v [1, N, HV, Dv] in bank's
@@ -15,7 +17,8 @@ dtype; g [1, N, HV] float32; beta [1, N, HV] in b's dtype), as contiguous tensor
 index [N, K] long (None: one window, the last K columns), weight [C, K], bias [C] or None, b, a [1, N, HV] (unit
 last stride), activation "silu" or None. Window sums are float32 in tap order and rounded once to bank's dtype:
 results agree with the torch ops to float32 rounding (sums in another order, silu and softplus by other formulas).
-`usable(...)` (the same arguments) says whether it runs: CUDA with Triton, `ENABLED`, the layouts above.
+`usable(...)` (the same arguments) says whether it runs: CUDA with Triton, `ENABLED`, at most MAX_WINDOWS windows,
+the layouts above.
 """
 from __future__ import annotations
 
@@ -29,13 +32,16 @@ try:
 except ImportError:          # CPU-only installs: the torch ops
     triton = None
 
-ENABLED = False     # see the module docstring: on once measured faster on a GPU
+ENABLED = True
+MAX_WINDOWS = 33    # measured faster up to 32 (both widths) and slower at 64 (27B widths); 33: a budget-32 verify
 BLOCK_C = 256       # channels a program sums
 
 
 def usable(bank, index, weight, bias, b, a, a_log, dt_bias, shape, activation) -> bool:
     """Whether `conv_gates(...)` of these arguments runs the kernel."""
-    return (ENABLED and triton is not None and bank.is_cuda and activation in ("silu", "swish", None)
+    windows = 1 if index is None else index.shape[0]
+    return (ENABLED and triton is not None and bank.is_cuda and windows <= MAX_WINDOWS
+            and activation in ("silu", "swish", None)
             and bank.stride(1) == 1 and weight.is_contiguous() and b.stride(-1) == 1 and a.stride(-1) == 1
             and (index is None or index.is_contiguous()))
 

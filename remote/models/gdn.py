@@ -74,10 +74,11 @@ def _conv_index(tree: Ancestry, k: int) -> torch.Tensor:
 KEEP_LIMIT = 64 << 20      # bytes of per-node recurrent states one layer keeps for commit (else recomputed)
 # Where a verify would keep node states in a device's stack (remote.models.gdn_stack), keep each node's inputs
 # instead (Dk + Dv + 2 floats a head, not Dk x Dv) and recompute the accepted node's state at commit, every layer in
-# one launch (remote.kernels.gdn_install.recompute). Off until measured: in session 31's hybrid timeline every
-# weight-reading kernel ran 3-5% slower in DDTree than in DFlash, as if a verify's 1 MiB of node states a layer
-# pushed the weights out of L2 (docs/PERFORMANCE.md, session 32).
-KEEP_INPUTS = False
+# one launch (remote.kernels.gdn_install.recompute): a verify's 1 MiB of node states a layer pushed the weights
+# out of L2 (session 31's timeline: every weight-reading kernel 3-5% slower in DDTree than in DFlash). Measured on
+# the hybrid demo pair (docs/PERFORMANCE.md, session 34): DDTree 15 1.6-3.8% faster a token, commit 0.014-0.023 ms
+# against 0.027-0.039. Only where the states would be kept (KEEP_LIMIT): at Qwen3.6-27B widths they are not.
+KEEP_INPUTS = True
 
 
 @dataclass
@@ -198,7 +199,7 @@ def _conv_gates(gdn: torch.nn.Module, bank: torch.Tensor, index: torch.Tensor | 
     activation and the gates are then one or two kernels, not a gathered [N, C, K] copy and a depthwise conv)."""
     args = (bank, index, gdn.conv1d.weight.squeeze(1), gdn.conv1d.bias, b, a, gdn.A_log, gdn.dt_bias, _shape(gdn),
             gdn.activation)
-    if conv_gates_kernel.usable(*args):                              # one launch, not three (not yet on: see there)
+    if conv_gates_kernel.usable(*args):                              # one launch, not three
         return conv_gates_kernel.conv_gates(*args)
     return active(conv_gates)(*args)
 
