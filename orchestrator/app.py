@@ -308,10 +308,12 @@ def hydra_main(cfg: DictConfig) -> float | None:
 
 
 def _record_unlaunched(cfg: DictConfig, run_dir: Path, status: Status, tags: dict[str, str], note: str) -> None:
-    """A sweep job that never launched gets a child run anyway, closed `status` with its reason: the sweep's
-    table then shows every job. Not recorded in the run dir: there is nothing for `reap` or `sync` to do."""
-    tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment)
-    tags = {**what_ran(cfg), "run_dir": str(run_dir), "mlflow.note.content": note, **tags}
+    """A sweep job that never launched gets a record and a child run anyway, closed `status` with its reason: the
+    sweep's table then shows every job (`sync` logs it where MLflow was away)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment, run_dir=run_dir)
+    tags = {**what_ran(cfg), "run_dir": str(run_dir), "run_id_local": f"{run_dir.name}-{uuid.uuid4().hex[:6]}",
+            "mlflow.note.content": note, **tags}
     _record_start(tracker, cfg, OmegaConf.to_container(cfg, resolve=True), tags)
     tracker.send()
     tracker.finish(status, {}, {**tags, "status": status.value}, [])

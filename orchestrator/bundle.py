@@ -44,6 +44,10 @@ class Bundle:
     def manifest_text(self) -> str:
         return "".join(f"{sha}  {path}\n" for path, sha in sorted(self.files.items()))
 
+    @property
+    def size_mb(self) -> float:
+        return sum(map(len, self.data.values())) / 1e6
+
 
 def local_bundle(package: Path = REMOTE_PACKAGE) -> Bundle:
     files, data = {}, {}
@@ -127,9 +131,12 @@ class BundleSync:
         try:
             step(self.host, self.bundle, files, *args)
         except CommandFailed as exc:
-            why = exc.result.tail(3) or f"exit {exc.result.exited}, no output"
-            raise HostError(f"{self.host.name}: the runner bundle could not be installed in {self.target} (the "
-                            f"host checks every file's sha256): {why}") from None
+            why = " ".join((exc.result.tail(3) or f"exit {exc.result.exited}, no output").split())
+            hint = ("the files arrived damaged (their sha256 differs): run again; if it persists, check the host's "
+                    "disk" if ": FAILED" in why else f"host.workdir ({self.host.workdir}) must be a directory this "
+                    f"user can create and write, with room for the bundle ({self.bundle.size_mb:.0f} MB)")
+            raise HostError(f"{self.host.name}: the runner bundle could not be installed in {self.target}: {why}; "
+                            f"{hint}") from None
 
 
 def sync_bundle(host: Host, package: Path = REMOTE_PACKAGE) -> str:

@@ -361,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
     from mlflow.exceptions import MlflowException
 
     from .commands import program
-    from .tracking import _reason, mlflow_client
+    from .tracking import mlflow_error, mlflow_client
     from .ui_links import compare_url, where
 
     parser = argparse.ArgumentParser(prog=f"{program()} compare", description=__doc__.split("\n")[0])
@@ -379,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         runs = select_runs(mlflow_client(uri), args.experiment, args.parent, args.filter)
     except MlflowException as exc:   # the store itself failed: unreachable server, unreadable database
-        print(f"compare: cannot read runs from {uri}: {_reason(exc)}", file=sys.stderr)
+        print(f"compare: cannot read runs from {uri}: {mlflow_error(exc)}", file=sys.stderr)
         return 1
     if not runs:
         print(_nothing_found(args), file=sys.stderr)

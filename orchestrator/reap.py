@@ -5,8 +5,9 @@ follows it: `locks.try_following(run_dir)` is an OS file lock that run_job and a
 so it is free once their process is gone (`kill -9`, a closed laptop), whatever it did before. Orphans are settled
 by what the host says, not remembered: one whose runner ended (exit code, or its process group gone) is finished as
 attach would finish it (the rest of its log, its results, its status from the exit code, or FAILED
-runner_vanished); one still running is left, with the command that follows it. A sweep parent whose sweep process
-is gone (its lock free, orchestrator.sweep) gets its summary and status once no child of it is left RUNNING.
+runner_vanished); one still running is left, with the command that follows it. A sweep whose process is gone
+(its lock free) without recording its end (orchestrator.sweep) is closed from its jobs' records once none of them
+is left running: its summary and status, KILLED where planned jobs never ran, on its parent where MLflow has one.
 A run's MLflow run is looked up where its tracking record says (`sync --tracking-uri` moves it there). A run that
 cannot be settled now (its host or its MLflow does not answer) gets one warning line and is left as it is; the
 others are settled all the same.
@@ -24,7 +25,8 @@ from .attach import JOB_FILE, attach, one_line, tracking_of
 from .commands import program
 from .locks import FOLLOW_LOCK, SWEEP_LOCK, free
 from .paths import runs_dir
-from .tracking import RECORD, sync_command
+from .sweep import SWEEP_RECORD, close_sweep, sweep_id
+from .tracking import RECORD, Status, Tracker, sync_command
 
 
 def orphans(root: Path) -> list[Path]:
@@ -35,24 +37,22 @@ def orphans(root: Path) -> list[Path]:
 def reap(root: Path, console: Console) -> int:
     """Settle every orphan under `root`; returns how many runs it closed. One that cannot be settled now (its host
     or its MLflow does not answer, a broken record) gets one warning line, and the next is settled all the same."""
-    closed, uris = 0, set()
+    closed = 0
     for run_dir in orphans(root):
         try:
-            closed += _settle(run_dir, uris, console)
+            closed += _settle(run_dir, console)
         except Exception as exc:
             console.print(f"[yellow]{run_dir}: not reaped: {escape(one_line(exc))}[/]", soft_wrap=True)
-    for uri in sorted(uris):
+    for sweep_dir in sorted(r.parent for r in root.rglob(SWEEP_RECORD)):
         try:
-            closed += _close_parents(uri, console)
+            closed += _close_sweep(sweep_dir, console)
         except Exception as exc:
-            console.print(f"[yellow]sweeps logged at {uri}: not reaped: {escape(one_line(exc))}[/]",
-                          soft_wrap=True)
+            console.print(f"[yellow]{sweep_dir}: not reaped: {escape(one_line(exc))}[/]", soft_wrap=True)
     return closed
 
 
-def _settle(run_dir: Path, uris: set[str], console: Console) -> int:
-    """Close the orphan in `run_dir` if its runner ended (1), else say why it is left (0); adds its tracking URI
-    to `uris`."""
+def _settle(run_dir: Path, console: Console) -> int:
+    """Close the orphan in `run_dir` if its runner ended (1), else say why it is left (0)."""
     from .hosts import HostError, make_host
     from .lifecycle import Job
     from .tracking import mlflow_client
@@ -62,7 +62,6 @@ def _settle(run_dir: Path, uris: set[str], console: Console) -> int:
     uri, mlflow_run_id = tracking_of(run_dir, meta)
     if mlflow_run_id:
         status = mlflow_client(uri).get_run(mlflow_run_id).info.status
-        uris.add(uri)   # answered: its sweep parents are looked at too
         if status != "RUNNING":
             return 0
     elif record.get("final") is not None:   # its orchestrator reported it; only MLflow missed it
@@ -86,23 +85,18 @@ def _settle(run_dir: Path, uris: set[str], console: Console) -> int:
     return 1
 
 
-def _close_parents(uri: str, console: Console) -> int:
-    from .sweep import finish_parent
-    from .tracking import mlflow_client
+def _close_sweep(sweep_dir: Path, console: Console) -> int:
+    """Close the sweep in `sweep_dir` (1) if its process is gone without recording its end and none of its jobs is
+    left running, else 0."""
+    from .local_runs import job_records
 
-    client, closed = mlflow_client(uri), 0
-    for exp in client.search_experiments():
-        open_parents = "tags.sweep = 'parent' and attributes.status = 'RUNNING'"
-        for parent in client.search_runs([exp.experiment_id], open_parents):
-            sweep_dir = Path(parent.data.tags.get("sweep_dir") or "/nonexistent")
-            children = client.search_runs([exp.experiment_id], f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
-            if not free(sweep_dir / SWEEP_LOCK) or any(c.info.status == "RUNNING" for c in children):
-                continue
-            console.print(f"[cyan]sweep {parent.info.run_id}: its sweep process is gone: closing it[/]")
-            client.set_tag(parent.info.run_id, "sweep.reaped", "true")
-            finish_parent(uri, parent.info.run_id, sweep_dir)   # its planned jobs without a child never ran
-            closed += 1
-    return closed
+    parent = Tracker.load(sweep_dir, name=SWEEP_RECORD)
+    if parent.record.get("end") is not None or not free(sweep_dir / SWEEP_LOCK) \
+            or any(r.get("final") is None for r in job_records(sweep_dir)):   # a job still running: said above
+        return 0
+    console.print(f"[cyan]sweep {sweep_id(sweep_dir)}: its sweep process is gone: closing it[/]")
+    close_sweep(parent, Status.KILLED, tags={"sweep.reaped": "true"})   # its planned jobs without a record never ran
+    return 1
 
 
 def main(argv: list[str]) -> int:

@@ -1,15 +1,19 @@
 """A multirun is one MLflow parent run with a child per job, and a summary logged on the parent.
 
-Contract: `SweepCallback.on_multirun_start` opens the parent and exports its id (children read
-SPECBENCH_PARENT_RUN_ID, also in joblib workers, which inherit the environment). `on_multirun_end` logs the
-summary table, CSV and plots on the parent and closes it FAILED if any child did not finish (or a job of its plan,
-`sweep.planned` tag, left no child: it failed), KILLED if every job that did not finish was stopped, FINISHED
-otherwise; a failed sweep then exits non-zero, once, at the end. A signal stops the sweep (orchestrator.signals:
-the jobs not started yet do not run). Hydra skips `on_multirun_end` when a job raises, so jobs of the basic
-sweeper never raise (run_job turns every error into a FAILED child); an optimising sweeper's jobs do (a failed
-trial, and a stopped one, which ends the sweep), and `close_orphan_parent` closes the parent from `__main__`:
-with its summary, KILLED, if the sweep was stopped. For `reap` (the sweep process died) and a stopped sweep,
-planned jobs without a child never ran: KILLED.
+Contract: `SweepCallback.on_multirun_start` records the parent in the sweep dir (SWEEP_RECORD, a tracking record
+as a run's, orchestrator.tracking) and opens it in MLflow; the jobs read its id from SPECBENCH_PARENT_RUN_ID (also
+in joblib workers, which inherit the environment). `close_sweep` ends a sweep from its jobs' local records
+(orchestrator.local_runs), so its table, status and exit code never depend on MLflow: it prints the table, writes
+the summary (CSV, plots) to `<sweep dir>/summary`, records the sweep's end in SWEEP_RECORD and, where MLflow has the
+parent, logs the summary there and closes the parent FAILED if any job did not finish (or a job of its plan,
+`sweep.planned` tag, left no record: it failed), KILLED if every job that did not finish was stopped, FINISHED
+otherwise; a failed sweep then exits non-zero, once, at the end. What MLflow did not get, `sync <sweep dir>` logs
+later: the parent, the jobs under it, the summary (orchestrator.sync). A signal stops the sweep
+(orchestrator.signals: the jobs not started yet do not run). Hydra skips `on_multirun_end` when a job raises, so
+jobs of the basic sweeper never raise (run_job turns every error into a FAILED child); an optimising sweeper's
+jobs do (a failed trial, and a stopped one, which ends the sweep), and `close_orphan_parent` closes the sweep from
+`__main__`. For `reap` (the sweep process died) and a stopped sweep, planned jobs without a record never ran:
+KILLED.
 The parent is named `sweep-<model> <swept overrides>`; SWEPT_ENV (orchestrator.naming) tells the jobs which keys vary,
 so their names tell them apart. The summary (also the parent's description, as markdown) ends with the absolute
 compare URL of the children that ran (also the parent's `sweep.compare_url` tag); each skipped duplicate
@@ -19,7 +23,6 @@ them).
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -29,44 +32,49 @@ from omegaconf import DictConfig
 from . import signals
 from .locks import SWEEP_LOCK, take
 from .naming import SWEPT_ENV, sweep_name, swept_keys
-from .tracking import Status, Tracker, mlflow_client
+from .run_note import NOTE_TAG
+from .tracking import Status, Tracker, mlflow_client, mlflow_error, sync_command
 from .ui_links import compare_url, where
 
 PARENT_ENV = "SPECBENCH_PARENT_RUN_ID"
-URI_ENV = "SPECBENCH_PARENT_TRACKING_URI"
+SWEEP_DIR_ENV = "SPECBENCH_SWEEP_DIR"   # for close_orphan_parent, which Hydra's config no longer reaches
+SWEEP_RECORD = "sweep.json"             # the parent's tracking record, plus the sweep's `end`
 PLANNED_TAG = "sweep.planned"   # on the parent: how many jobs the sweep was to run (so a killed one shows the gap)
 _SWEEP_LOCKS: list = []   # this process's sweep locks, held until it exits
 
 
 class SweepCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_dir = Path(str(config.hydra.sweep.dir))
         # Held for the sweep's lifetime: once it is free, `reap` may close a parent this process left RUNNING.
         # Not on self: the callback travels to joblib workers, and a lock does not pickle.
-        _SWEEP_LOCKS.append(take(Path(str(config.hydra.sweep.dir)) / SWEEP_LOCK))
-        signals.stop_sweep_at(Path(str(config.hydra.sweep.dir)))
-        tracker = Tracker(config.tracking.uri, config.tracking.experiment)
+        _SWEEP_LOCKS.append(take(sweep_dir / SWEEP_LOCK))
+        signals.stop_sweep_at(sweep_dir)
+        tracker = Tracker(config.tracking.uri, config.tracking.experiment, run_dir=sweep_dir, name=SWEEP_RECORD)
         task = list(config.hydra.overrides.task)
-        overrides = " ".join(task)
         os.environ[SWEPT_ENV] = ",".join(swept_keys(task))
+        os.environ[SWEEP_DIR_ENV] = str(sweep_dir)
         planned = planned_jobs(config)
-        tracker.start(run_name=sweep_name(str(config.model.name), task), params={"sweep.overrides": overrides},
-                      tags={"sweep": "parent", "sweep_dir": str(config.hydra.sweep.dir),
+        tracker.start(run_name=sweep_name(str(config.model.name), task), params={"sweep.overrides": " ".join(task)},
+                      tags={"sweep": "parent", "sweep_dir": str(sweep_dir), "run_id_local": sweep_id(sweep_dir),
                             **({PLANNED_TAG: str(planned)} if planned else {})})
         if tracker.run_id:
             os.environ[PARENT_ENV] = tracker.run_id
-            os.environ[URI_ENV] = tracker.uri
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        os.environ.pop(SWEPT_ENV, None)
-        parent = os.environ.pop(PARENT_ENV, None)
-        uri = os.environ.pop(URI_ENV, None)
-        if not parent:
-            return
-        # every job ran or was stopped (a KILLED child): a planned job without a child failed before MLflow had it
-        failed = finish_parent(uri, parent, Path(str(config.hydra.sweep.dir)),
-                               missing=Status.KILLED if signals.pending else Status.FAILED)
+        for name in (SWEPT_ENV, PARENT_ENV, SWEEP_DIR_ENV):
+            os.environ.pop(name, None)
+        sweep_dir = Path(str(config.hydra.sweep.dir))
+        # every job ran or was stopped (a KILLED child): a planned job without a record failed before it began
+        failed = close_sweep(Tracker.load(sweep_dir, name=SWEEP_RECORD),
+                             missing=Status.KILLED if signals.pending else Status.FAILED)
         if failed and not signals.pending:   # stopped: __main__ exits 128 + the signal
-            raise SystemExit(f"sweep: {failed} job(s) did not finish; see the parent run {parent}")
+            raise SystemExit(f"sweep: {failed} job(s) did not finish; see {sweep_dir}")
+
+
+def sweep_id(sweep_dir: Path) -> str:
+    """The sweep's local id (`<date>/<time>-<tag>`, its dir below multirun/): `sync` finds its parent by it."""
+    return f"{sweep_dir.parent.name}/{sweep_dir.name}"
 
 
 def planned_jobs(config: DictConfig) -> int | None:
@@ -83,70 +91,105 @@ def planned_jobs(config: DictConfig) -> int | None:
     return sum(len(batch) for batch in BasicSweeper.split_arguments(parsed, None))
 
 
-def finish_parent(uri: str, parent: str, sweep_dir: Path, missing: Status = Status.KILLED) -> int:
-    """Log the summary on the parent and close it; returns the number of planned jobs that did not finish. A planned
-    job without a child counts as `missing`: KILLED where the sweep was killed or stopped before it (`reap`),
-    FAILED at a sweep's normal end (it failed before MLflow had it)."""
+def close_sweep(parent: Tracker, missing: Status = Status.KILLED, tags: dict[str, str] | None = None) -> int:
+    """End the sweep whose parent record `parent` holds (its run_dir is the sweep dir): the table of its jobs'
+    records, printed and written to the summary, then logged on the MLflow parent, closed; returns the number of
+    planned jobs that did not finish. A planned job without a record counts as `missing`: KILLED where the sweep was
+    killed or stopped before it (`reap`), FAILED at a sweep's normal end (it failed before it began). The sweep's
+    end is recorded once: `sync` closes it later as it ended. `tags`: more for the parent (`reap`'s)."""
     from rich.console import Console
 
-    from .compare import markdown, render_table, row_of, select_runs, summarize
-    from .run_note import NOTE_TAG
+    from .compare import render_table, row_of, summarize
+    from .local_runs import as_run, job_records
 
-    client = mlflow_client(uri)
-    children = select_runs(client, parent=parent)
-    _resolve_skipped(client, children)
-    rows = [row_of(r) for r in children]
-    run = client.get_run(parent)
-    planned = int(run.data.tags.get(PLANNED_TAG) or 0)
-    absent = max(0, planned - len(rows))
-    failed = sum(r["status"] not in ("FINISHED", "SKIPPED") for r in rows) + absent
-    skipped = sum(r["status"] == "SKIPPED" for r in rows)
+    sweep_dir = parent.run_dir
+    missing = Status((parent.record.get("end") or {}).get("missing", missing.value))
+    runs = [as_run(r) for r in job_records(sweep_dir)]
+    _resolve_skipped(runs)
+    rows = [row_of(r) for r in runs]
+    failed, title, status = _outcome(rows, int(parent.record["start"]["tags"].get(PLANNED_TAG) or 0), missing)
+    if parent.record.get("end") is None:
+        parent.keep(end={"missing": missing.value, "status": status.value})
     console = Console()
-    jobs = f"{len(rows)} of {planned}" if absent else f"{len(rows)}"
-    title = f"sweep: {jobs} jobs, {failed} not finished, {skipped} skipped"
     console.print(render_table(rows, title))
-    out = sweep_dir / "summary" if sweep_dir.exists() else Path(tempfile.mkdtemp())
-    for path in summarize(rows, out):
-        client.log_artifact(parent, str(path))
-    ran = [r.info.run_id for r in children if r.data.tags.get("skipped") != "true"]
-    url = compare_url(uri, run.info.experiment_id, ran)
-    for key, value in (("sweep.jobs", len(rows)), ("sweep.compare_url", url), ("sweep.failed", failed),
-                       ("sweep.skipped", skipped), (NOTE_TAG, markdown(rows, title, url))):
-        client.set_tag(parent, key, str(value))
-    ended = {r["status"] for r in rows} - {"FINISHED", "SKIPPED"} | ({missing.value} if absent else set())
-    # a sweep stopped by the user or a scheduler (every job that did not finish was KILLED) is KILLED too
-    status = Status.FINISHED if rows and not ended else Status.KILLED if ended == {"KILLED"} else Status.FAILED
-    client.set_terminated(parent, status.value)
-    console.print(f"compare the sweep in MLflow: {where(uri, url)}", soft_wrap=True, highlight=False)
+    files = summarize(rows, sweep_dir / "summary")
+    later = f"log it later: {sync_command(sweep_dir)}"
+    if parent.run_id is None:
+        why = parent.warning or parent.record.get("error") or "never opened"
+        console.print(f"[yellow]sweep not in MLflow ({why}); its summary is in {sweep_dir / 'summary'}; {later}[/]",
+                      soft_wrap=True, highlight=False)
+        return failed
+    try:
+        url = _log_summary(parent, runs, rows, title, files, {"sweep.failed": str(failed), **(tags or {})})
+        mlflow_client(parent.uri).set_terminated(parent.run_id, status.value)
+    except Exception as exc:   # the table and summary are kept; the server's answer is the user's to see
+        console.print(f"[yellow]sweep summary not logged to MLflow at {parent.uri} ({mlflow_error(exc)}); {later}[/]",
+                      soft_wrap=True, highlight=False)
+        return failed
+    if all(r.logged for r in runs):
+        parent.mark_logged()
+    else:
+        console.print(f"[yellow]{sum(not r.logged for r in runs)} job(s) not in MLflow; {later}[/]",
+                      soft_wrap=True, highlight=False)
+    console.print(f"compare the sweep in MLflow: {where(parent.uri, url)}", soft_wrap=True, highlight=False)
     return failed
 
 
-def _resolve_skipped(client, children) -> None:
-    """A skipped child names its holder by local run id (the holder's MLflow run may not have existed yet):
-    point it at the holder's MLflow run, and give it the holder's host and GPU tags."""
-    by_local = {r.data.tags.get("run_id_local"): r for r in children}
-    for child in children:
-        tags = child.data.tags
+def _outcome(rows: list[dict], planned: int, missing: Status) -> tuple[int, str, Status]:
+    """(jobs that did not finish, the table's title, the sweep's status) of its rows and its plan."""
+    absent = max(0, planned - len(rows))
+    failed = sum(r["status"] not in ("FINISHED", "SKIPPED") for r in rows) + absent
+    skipped = sum(r["status"] == "SKIPPED" for r in rows)
+    jobs = f"{len(rows)} of {planned}" if absent else f"{len(rows)}"
+    ended = {r["status"] for r in rows} - {"FINISHED", "SKIPPED"} | ({missing.value} if absent else set())
+    # a sweep stopped by the user or a scheduler (every job that did not finish was KILLED) is KILLED too
+    status = Status.FINISHED if rows and not ended else Status.KILLED if ended == {"KILLED"} else Status.FAILED
+    return failed, f"sweep: {jobs} jobs, {failed} not finished, {skipped} skipped", status
+
+
+def _log_summary(parent: Tracker, runs, rows: list[dict], title: str, files: list[Path], tags: dict[str, str]) -> str:
+    """The summary on the MLflow parent (artifacts, tags, the markdown description), skipped jobs pointed at their
+    holders' MLflow runs; returns the compare URL of the jobs that ran."""
+    from .compare import markdown
+
+    client = mlflow_client(parent.uri)
+    ran = [r.info.run_id for r in runs if r.logged and r.data.tags.get("skipped") != "true"]
+    url = compare_url(parent.uri, client.get_run(parent.run_id).info.experiment_id, ran)
+    for run in runs:
+        if run.logged and run.data.tags.get("skipped") == "true":   # named by local id until now
+            for key in ("duplicate_of", "host", "gpu"):
+                if key in run.data.tags:
+                    client.set_tag(run.info.run_id, key, run.data.tags[key])
+    for path in files:
+        client.log_artifact(parent.run_id, str(path))
+    skipped = sum(r["status"] == "SKIPPED" for r in rows)
+    for key, value in {"sweep.jobs": str(len(rows)), "sweep.compare_url": url, "sweep.skipped": str(skipped),
+                       NOTE_TAG: markdown(rows, title, url), **tags}.items():
+        client.set_tag(parent.run_id, key, value)
+    return url
+
+
+def _resolve_skipped(runs) -> None:
+    """A skipped job names its holder by local run id (the holder's MLflow run may not have existed yet): point
+    it at the holder's MLflow run where there is one, and give it the holder's host and GPU tags."""
+    by_local = {r.data.tags.get("run_id_local"): r for r in runs}
+    for run in runs:
+        tags = run.data.tags
         holder = by_local.get(tags.get("duplicate_of.run_id_local")) if tags.get("skipped") == "true" else None
-        if holder is None or tags.get("duplicate_of") == holder.info.run_id:
+        if holder is None:
             continue
-        resolved = {"duplicate_of": holder.info.run_id, **{k: holder.data.tags[k] for k in ("host", "gpu")
-                                                           if k in holder.data.tags}}
-        for key, value in resolved.items():
-            client.set_tag(child.info.run_id, key, value)
-            tags[key] = value   # the summary below reads the same run objects
+        if holder.logged:
+            tags["duplicate_of"] = holder.info.run_id
+        tags.update({k: holder.data.tags[k] for k in ("host", "gpu") if k in holder.data.tags})
 
 
 def close_orphan_parent() -> None:
-    """The sweep ended without on_multirun_end (a job raised): the parent must not stay RUNNING. A stopped sweep
-    (an optimiser's stopped trial raised to end it) is closed as on_multirun_end would, with its summary."""
-    os.environ.pop(SWEPT_ENV, None)
-    parent, uri = os.environ.pop(PARENT_ENV, None), os.environ.pop(URI_ENV, None)
-    if not parent:
-        return
-    client = mlflow_client(uri)
-    if signals.pending:
-        sweep_dir = Path(client.get_run(parent).data.tags.get("sweep_dir") or tempfile.mkdtemp())
-        finish_parent(uri, parent, sweep_dir, missing=Status.KILLED)
-    else:
-        client.set_terminated(parent, Status.FAILED.value)
+    """The sweep ended without on_multirun_end (a job raised): it must not stay RUNNING. Closed as on_multirun_end
+    would, with its summary: KILLED if the sweep was stopped (an optimiser's stopped trial raised to end it)."""
+    for name in (SWEPT_ENV, PARENT_ENV):
+        os.environ.pop(name, None)
+    sweep_dir = os.environ.pop(SWEEP_DIR_ENV, None)
+    if sweep_dir and (Path(sweep_dir) / SWEEP_RECORD).is_file():
+        parent = Tracker.load(Path(sweep_dir), name=SWEEP_RECORD)
+        if parent.record.get("end") is None:
+            close_sweep(parent, missing=Status.KILLED if signals.pending else Status.FAILED)

@@ -102,6 +102,8 @@ def mlflow_client(uri: str):
     # urllib3 logs each retry of an unreachable server, timestamped, in the middle of the run's display; the
     # outage is said once, by Tracker (`... unavailable; results kept locally`) and in the closing line.
     logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
+    # "Creating initial MLflow database tables..." on a run's terminal says nothing a user acts on
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
     from mlflow.tracking import MlflowClient
 
     return MlflowClient(tracking_uri=uri)
@@ -115,9 +117,9 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _reason(exc: BaseException) -> str:
+def mlflow_error(exc: BaseException) -> str:
     """The gist of an MLflow client error (its message nests urllib3's several times over)."""
-    text = str(exc)
+    text = " ".join(str(exc).split())
     found = re.search(r"\[Errno -?\d+\] [^'\")]+|Read timed out", text)
     return f"{type(exc).__name__}: {found.group(0) if found else text[:300]}"
 
@@ -146,12 +148,14 @@ class _Call:
 
 
 class Tracker:
-    """One run's MLflow mirror and its local record (in `run_dir`, when given; a sweep's parent has none)."""
+    """One run's MLflow mirror and its local record (`run_dir / name`, when a run dir is given; a sweep's parent
+    keeps its own in the sweep dir, orchestrator.sweep)."""
 
-    def __init__(self, uri: str | None, experiment: str, run_dir: Path | None = None):
+    def __init__(self, uri: str | None, experiment: str, run_dir: Path | None = None, name: str = RECORD):
         self.uri = resolve_uri(uri)
         self.experiment = experiment
         self.run_dir = run_dir
+        self.name = name
         self.record: dict[str, Any] = {"tracking_uri": self.uri, "experiment": experiment, "mlflow_run_id": None,
                                        "logged": [], "error": None, "start": None, "final": None}
         self.warning: str | None = None   # why the run is not (fully) in MLflow
@@ -159,10 +163,10 @@ class Tracker:
         self._opening: _Call | None = None
 
     @classmethod
-    def load(cls, run_dir: Path, uri: str | None = None) -> "Tracker":
+    def load(cls, run_dir: Path, uri: str | None = None, name: str = RECORD) -> "Tracker":
         """The tracker of a kept run, from its record; `uri`: log it there instead (the record starts over there)."""
-        record = json.loads((run_dir / RECORD).read_text())
-        tracker = cls(uri or record["tracking_uri"], record["experiment"], run_dir)
+        record = json.loads((run_dir / name).read_text())
+        tracker = cls(uri or record["tracking_uri"], record["experiment"], run_dir, name)
         tracker.record.update(record)
         if tracker.uri != record["tracking_uri"]:
             tracker.record.update(tracking_uri=tracker.uri, mlflow_run_id=None, logged=[])
@@ -186,11 +190,29 @@ class Tracker:
         with self._lock:
             self.record.update(changes)
             if self.run_dir is not None:
-                write_json_atomic(str(self.run_dir / RECORD), self.record)
+                write_json_atomic(str(self.run_dir / self.name), self.record)
 
     def _mark(self, step: Step) -> None:
         with self._lock:
             self._update(logged=[*self.record["logged"], step.value])
+
+    def keep(self, **fields: Any) -> None:
+        """Record `fields` beside the run's own (a sweep's end, orchestrator.sweep)."""
+        self._update(**fields)
+
+    def mark_logged(self) -> None:
+        """Everything the run has is in MLflow, by its owner's account (a sweep parent's summary)."""
+        if not self.logged:
+            self._mark(Step.FINAL)
+
+    def adopt(self, parent_run_id: str) -> bool:
+        """Put the run under the sweep parent `parent_run_id` (an MLflow run at this tracker's URI): recorded, sent
+        with the run when it opens (an open one: by the caller); False if it was there already."""
+        start = self.record["start"]
+        if start is None or start["parent_run_id"] == parent_run_id:
+            return False
+        self._update(start={**start, "parent_run_id": parent_run_id})
+        return True
 
     def start(self, run_name: str, params: Mapping[str, str], tags: Mapping[str, str],
               parent_run_id: str | None = None) -> None:
@@ -214,7 +236,7 @@ class Tracker:
         try:
             self.replay()
         except Exception as exc:
-            self.warning = f"MLflow at {self.uri} unavailable ({_reason(exc)})"
+            self.warning = f"MLflow at {self.uri} unavailable ({mlflow_error(exc)})"
             log.warning("%s; results kept locally", self.warning)
             self._update(error=self.warning)
 
@@ -234,8 +256,8 @@ class Tracker:
     def resume(self, run_id: str | None) -> None:
         """Continue the record the original command kept in the run dir (attach); `run_id`: its MLflow run, as
         job.json has it. Nothing is sent before `finish`."""
-        if self.run_dir is not None and (self.run_dir / RECORD).exists():
-            self.record.update(json.loads((self.run_dir / RECORD).read_text()))
+        if self.run_dir is not None and (self.run_dir / self.name).exists():
+            self.record.update(json.loads((self.run_dir / self.name).read_text()))
         if run_id and not self.run_id:
             self.record["mlflow_run_id"] = run_id
 
@@ -268,7 +290,7 @@ class Tracker:
         if not upload.wait(deadline - time.monotonic()):
             return self._give_up(late)
         if upload.error is not None:
-            return self._give_up(f"MLflow at {self.uri} unavailable ({_reason(upload.error)})")
+            return self._give_up(f"MLflow at {self.uri} unavailable ({mlflow_error(upload.error)})")
         self.warning = None
 
     def _described(self, metrics: Mapping[str, float], tags: dict[str, str],
@@ -330,7 +352,7 @@ class Tracker:
         """The run a lost answer may have left on the server (by its `run_id_local` tag), or a new one."""
         start = self.record["start"]
         if start is None:
-            raise ValueError(f"no MLflow run recorded and nothing to open one from in {self.run_dir}/{RECORD}")
+            raise ValueError(f"no MLflow run recorded and nothing to open one from in {self.run_dir}/{self.name}")
         exp_id = self._experiment_id(client)
         local = start["tags"].get("run_id_local")
         if local and "'" not in local:

@@ -143,3 +143,17 @@ def test_a_bundle_under_a_shell_hostile_workdir_is_mended_too(tmp_path):
     assert again == target and Path(target, "remote", "sub", "b.py").read_text() == FILES["sub/b.py"]
     assert bundle.note is not None
     assert not list(tmp_path.rglob("pwned")) and not (Path.cwd() / "pwned").exists()   # nothing ran from the name
+
+
+def test_a_workdir_the_host_cannot_write_names_the_key_to_change(tmp_path):
+    from orchestrator.hosts.base import HostError
+    from orchestrator.hosts.local import LocalHost
+
+    blocker = tmp_path / "a-file"   # a file where the workdir's parent directory should be: no user can mkdir there
+    blocker.write_text("")
+    host = LocalHost(workdir=str(blocker / "work"))
+    with pytest.raises(HostError) as failed:
+        sync_bundle(host, make_package(tmp_path / "src"))
+    message = str(failed.value)
+    assert "\n" not in message and "host.workdir" in message and str(blocker / "work") in message
+    assert "Not a directory" in message and "sha256" not in message   # the shell's reason, no aside about checksums

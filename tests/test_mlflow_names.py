@@ -164,6 +164,8 @@ def test_the_closing_line_links_the_run_and_says_how_to_serve_it(one_run):
     closing = [line for line in proc.stdout.splitlines() if line.startswith("FINISHED run dir:")][-1]
     url = ui_links.run_url(f"sqlite:///{db}", run.info.experiment_id, run.info.run_id)
     assert url in closing and f"mlflow ui --backend-store-uri sqlite:///{db}" in closing
+    # the run made a fresh database: MLflow's own "Creating initial MLflow database tables..." stays off the terminal
+    assert "INFO mlflow" not in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-2000:]
 
 
 # The run dir and sweep dir Hydra would make at a given second, as one process sees them.

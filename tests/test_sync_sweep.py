@@ -1,0 +1,70 @@
+"""A sweep whose MLflow was away ends from what it kept (its table, summary and exit status), and `sync` later
+makes its parent, puts every job under it and logs the summary there: at the first URI and again at a new one,
+also for jobs that reached MLflow before their parent did. Real sweeps, real sqlite MLflow stores."""
+from __future__ import annotations
+
+import csv
+
+from mlflow.tracking import MlflowClient
+
+from orchestrator.sweep import SWEEP_RECORD, sweep_id
+from orchestrator.sync import main as sync_main
+from orchestrator.tracking import Status, Tracker
+from tests.test_sweep import sweep
+from tests.test_tracking_outage import free_port, sync
+
+
+def _parent_and_children(uri: str):
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name("specbench").experiment_id])
+    (parent,) = [r for r in runs if r.data.tags.get("sweep") == "parent"]
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    return client, runs, parent, children
+
+
+def test_a_sweep_without_mlflow_fails_as_its_jobs_did_and_sync_logs_it_under_one_parent(tmp_path):
+    refused = f"http://127.0.0.1:{free_port()}"   # nothing listens there, for the whole sweep
+    proc = sweep(tmp_path, "method=ar", "model.random.model_type=qwen3,no_such_model_type", f"tracking.uri={refused}")
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]   # a job failed, MLflow or not
+    assert "sweep: 2 jobs, 1 not finished" in proc.stdout and "sweep not in MLflow" in proc.stdout
+    (sweep_dir,) = (tmp_path / "runs" / "multirun").glob("*/*")
+    with open(sweep_dir / "summary" / "summary.csv") as f:
+        assert sorted(r["status"] for r in csv.DictReader(f)) == ["FAILED", "FINISHED"]
+
+    for name in ("first.db", "moved.db"):   # logged later, then moved to another store
+        uri = f"sqlite:///{tmp_path / name}"
+        synced = sync(str(sweep_dir), "--tracking-uri", uri)
+        assert synced.returncode == 0, synced.stdout[-3000:] + synced.stderr[-3000:]
+        client, runs, parent, children = _parent_and_children(uri)
+        assert len(runs) == 3 and len(children) == 2
+        assert sorted(c.info.status for c in children) == ["FAILED", "FINISHED"]
+        assert parent.info.status == "FAILED" and parent.data.tags["sweep.failed"] == "1"
+        assert parent.data.tags["sweep.jobs"] == "2"
+        assert all(c.info.run_id in parent.data.tags["sweep.compare_url"] for c in children)
+        assert "summary.csv" in {a.path for a in client.list_artifacts(parent.info.run_id)}
+    again = sync(str(sweep_dir), "--tracking-uri", uri)
+    assert again.returncode == 0 and "sweep already in MLflow" in again.stdout, again.stdout[-2000:]
+    assert len(_parent_and_children(uri)[1]) == 3
+
+
+def test_jobs_that_reached_mlflow_before_their_parent_are_put_under_it(tmp_path, monkeypatch):
+    """MLflow was away when the sweep started (no parent) and back for its jobs (logged without one)."""
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    sweep_dir = tmp_path / "runs" / "multirun" / "2026-12-05" / "10-00-00-abcdef"
+    away = Tracker(f"http://127.0.0.1:{free_port()}", "specbench", run_dir=sweep_dir, name=SWEEP_RECORD)
+    sweep_dir.mkdir(parents=True)
+    away.start(run_name="sweep-tiny method=ar,dflash", params={"sweep.overrides": "method=ar,dflash"},
+               tags={"sweep": "parent", "run_id_local": sweep_id(sweep_dir), "sweep.planned": "2"})
+    assert away.run_id is None
+    for num, method in enumerate(("ar", "dflash")):
+        job = Tracker(uri, "specbench", run_dir=sweep_dir / str(num))
+        job.run_dir.mkdir()
+        job.start(run_name=method, params={"method.name": method}, tags={"run_id_local": f"job-{num}"})
+        job.finish(Status.FINISHED, {"tau": 1.0 + num}, {"status": "FINISHED"}, [])
+        assert job.logged
+    assert sync_main([str(sweep_dir), "--tracking-uri", uri]) == 0
+    client, runs, parent, children = _parent_and_children(uri)
+    assert len(runs) == 3 and sorted(c.data.tags["run_id_local"] for c in children) == ["job-0", "job-1"]
+    # its process is gone without having recorded an end (as `reap` finds it); every planned job finished
+    assert parent.info.status == "FINISHED" and parent.data.tags["sweep.failed"] == "0"
