@@ -86,9 +86,9 @@ def main() -> None:
     except SystemExit as exc:
         code = _code(exc)
     finally:
-        from .sweep import close_orphan_parent
+        from .sweep import close_orphan_sweep
 
-        close_orphan_parent()
+        close_orphan_sweep()
     if not multirun:
         _exit_now(code)
     if signals.pending:                  # the workers stopped their runs on it: exit as a signalled run does

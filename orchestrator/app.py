@@ -258,7 +258,7 @@ class JobFailed(Exception):
 class SweepStopped(CompactHydraException):
     """A scored sweep's job stopped by a signal (or not started after it): raised to end the optimiser's sweep,
     which would otherwise go on asking for trials. One line, no traceback (Hydra prints a compact exception so);
-    sweep.close_orphan_parent closes the parent KILLED with its summary and __main__ exits 128 + the signal."""
+    sweep.close_orphan_sweep closes the sweep KILLED with its summary and __main__ exits 128 + the signal."""
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")

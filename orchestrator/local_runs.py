@@ -13,10 +13,11 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
-from .tracking import RECORD
+from .tracking import RECORD, Step
 
 
 def as_run(record: dict) -> SimpleNamespace:
+    """The run `record` describes, shaped as an MLflow Run, with `logged`: whether MLflow has all of it."""
     start, final = record.get("start") or {}, record.get("final") or {}
     tags = {**start.get("tags", {}), **final.get("tags", {})}
     latest: dict[str, tuple[int, int, float]] = {}   # MLflow's latest value: highest step, then newest
@@ -27,8 +28,8 @@ def as_run(record: dict) -> SimpleNamespace:
                            start_time=start.get("start_time"))
     data = SimpleNamespace(params=dict(start.get("params", {})), tags=tags,
                            metrics={k: v for k, (_, _, v) in latest.items()})
-    return SimpleNamespace(info=info, data=data, logged=bool(record.get("mlflow_run_id")) and "final" in
-                           record.get("logged", []))
+    logged = bool(record.get("mlflow_run_id")) and Step.FINAL.value in record.get("logged", [])
+    return SimpleNamespace(info=info, data=data, logged=logged)
 
 
 def job_records(sweep_dir: Path) -> list[dict]:

@@ -11,7 +11,7 @@ otherwise; a failed sweep then exits non-zero, once, at the end. What MLflow did
 later: the parent, the jobs under it, the summary (orchestrator.sync). A signal stops the sweep
 (orchestrator.signals: the jobs not started yet do not run). Hydra skips `on_multirun_end` when a job raises, so
 jobs of the basic sweeper never raise (run_job turns every error into a FAILED child); an optimising sweeper's
-jobs do (a failed trial, and a stopped one, which ends the sweep), and `close_orphan_parent` closes the sweep from
+jobs do (a failed trial, and a stopped one, which ends the sweep), and `close_orphan_sweep` closes the sweep from
 `__main__`. For `reap` (the sweep process died) and a stopped sweep, planned jobs without a record never ran:
 KILLED.
 The parent is named `sweep-<model> <swept overrides>`; SWEPT_ENV (orchestrator.naming) tells the jobs which keys vary,
@@ -37,7 +37,7 @@ from .tracking import Status, Tracker, mlflow_client, mlflow_error, sync_command
 from .ui_links import compare_url, where
 
 PARENT_ENV = "SPECBENCH_PARENT_RUN_ID"
-SWEEP_DIR_ENV = "SPECBENCH_SWEEP_DIR"   # for close_orphan_parent, which Hydra's config no longer reaches
+SWEEP_DIR_ENV = "SPECBENCH_SWEEP_DIR"   # for close_orphan_sweep, which Hydra's config no longer reaches
 SWEEP_RECORD = "sweep.json"             # the parent's tracking record, plus the sweep's `end`
 PLANNED_TAG = "sweep.planned"   # on the parent: how many jobs the sweep was to run (so a killed one shows the gap)
 _SWEEP_LOCKS: list = []   # this process's sweep locks, held until it exits
@@ -183,7 +183,7 @@ def _resolve_skipped(runs) -> None:
         tags.update({k: holder.data.tags[k] for k in ("host", "gpu") if k in holder.data.tags})
 
 
-def close_orphan_parent() -> None:
+def close_orphan_sweep() -> None:
     """The sweep ended without on_multirun_end (a job raised): it must not stay RUNNING. Closed as on_multirun_end
     would, with its summary: KILLED if the sweep was stopped (an optimiser's stopped trial raised to end it)."""
     for name in (SWEPT_ENV, PARENT_ENV):
