@@ -64,6 +64,18 @@ def test_sweep_parent_children_summary_and_skipped_duplicates(tmp_path):
     words = " ".join(table.split())   # the caption under the table wraps
     assert table.count(" done ") == 4 and "= ar;" in words and "= dflash-bs8" in words   # the skipped ones
 
+    # `show` / `stop` on what no runner ran: one line naming what to give instead, nothing touched.
+    (sweep_dir,) = (tmp_path / "runs" / "multirun").glob("*/*")
+    skipped_ar = next(d for d in skipped if d.data.params["method.name"] == "ar")
+    skipped_dir = skipped_ar.data.tags["run_dir"]
+    holder_dir = by_id[skipped_ar.data.tags["duplicate_of"]].data.tags["run_dir"]
+    for command, ref, said in (("show", skipped_dir, f"whose run holds the result: {holder_dir}"),
+                               ("stop", sweep_dir, f"compare --parent {parent.info.run_id}"),
+                               ("show", parent.info.run_id, "is a sweep")):
+        proc = subprocess.run([sys.executable, "-m", "orchestrator", command, str(ref)], capture_output=True,
+                              text=True, cwd=tmp_path, env=os.environ.copy(), timeout=120)
+        assert proc.returncode == 2 and said in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+
     # The compare CLI picks the same runs by parent and prints the same table.
     out = tmp_path / "cmp"
     assert compare.main(["--tracking-uri", client.tracking_uri, "--parent", parent.info.run_id,
