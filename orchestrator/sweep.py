@@ -107,7 +107,8 @@ def close_sweep(parent: Tracker, missing: Status = Status.KILLED, tags: dict[str
     runs = [as_run(r) for r in job_records(sweep_dir)]
     _resolve_skipped(runs)
     rows = [row_of(r) for r in runs]
-    failed, title, status = _outcome(rows, int(parent.record["start"]["tags"].get(PLANNED_TAG) or 0), missing)
+    failed, skipped, title, status = _outcome(rows, int(parent.record["start"]["tags"].get(PLANNED_TAG) or 0),
+                                              missing)
     if parent.record.get("end") is None:
         parent.keep(end={"missing": missing.value, "status": status.value})
     console = Console()
@@ -120,7 +121,8 @@ def close_sweep(parent: Tracker, missing: Status = Status.KILLED, tags: dict[str
                       soft_wrap=True, highlight=False)
         return failed
     try:
-        url = _log_summary(parent, runs, rows, title, files, {"sweep.failed": str(failed), **(tags or {})})
+        counts = {"sweep.jobs": str(len(rows)), "sweep.failed": str(failed), "sweep.skipped": str(skipped)}
+        url = _log_summary(parent, runs, rows, title, files, {**counts, **(tags or {})})
         mlflow_client(parent.uri).set_terminated(parent.run_id, status.value)
     except Exception as exc:   # the table and summary are kept; the server's answer is the user's to see
         console.print(f"[yellow]sweep summary not logged to MLflow at {parent.uri} ({mlflow_error(exc)}); {later}[/]",
@@ -135,8 +137,8 @@ def close_sweep(parent: Tracker, missing: Status = Status.KILLED, tags: dict[str
     return failed
 
 
-def _outcome(rows: list[dict], planned: int, missing: Status) -> tuple[int, str, Status]:
-    """(jobs that did not finish, the table's title, the sweep's status) of its rows and its plan."""
+def _outcome(rows: list[dict], planned: int, missing: Status) -> tuple[int, int, str, Status]:
+    """(jobs that did not finish, jobs skipped, the table's title, the sweep's status) of its rows and its plan."""
     absent = max(0, planned - len(rows))
     failed = sum(r["status"] not in ("FINISHED", "SKIPPED") for r in rows) + absent
     skipped = sum(r["status"] == "SKIPPED" for r in rows)
@@ -144,7 +146,7 @@ def _outcome(rows: list[dict], planned: int, missing: Status) -> tuple[int, str,
     ended = {r["status"] for r in rows} - {"FINISHED", "SKIPPED"} | ({missing.value} if absent else set())
     # a sweep stopped by the user or a scheduler (every job that did not finish was KILLED) is KILLED too
     status = Status.FINISHED if rows and not ended else Status.KILLED if ended == {"KILLED"} else Status.FAILED
-    return failed, f"sweep: {jobs} jobs, {failed} not finished, {skipped} skipped", status
+    return failed, skipped, f"sweep: {jobs} jobs, {failed} not finished, {skipped} skipped", status
 
 
 def _log_summary(parent: Tracker, runs, rows: list[dict], title: str, files: list[Path], tags: dict[str, str]) -> str:
@@ -162,9 +164,7 @@ def _log_summary(parent: Tracker, runs, rows: list[dict], title: str, files: lis
                     client.set_tag(run.info.run_id, key, run.data.tags[key])
     for path in files:
         client.log_artifact(parent.run_id, str(path))
-    skipped = sum(r["status"] == "SKIPPED" for r in rows)
-    for key, value in {"sweep.jobs": str(len(rows)), "sweep.compare_url": url, "sweep.skipped": str(skipped),
-                       NOTE_TAG: markdown(rows, title, url), **tags}.items():
+    for key, value in {"sweep.compare_url": url, NOTE_TAG: markdown(rows, title, url), **tags}.items():
         client.set_tag(parent.run_id, key, value)
     return url
 
