@@ -252,8 +252,21 @@ class NetnsSSHD(SSHD):
         wandering off through the default route."""
         subprocess.run([*self.prefix, "ip", "link", "set", self.veth_ns, "down"], check=True)
 
-    def restore(self) -> None:
+    def restore(self, timeout: float = 30.0) -> None:
+        """Bring the link back; return once the server answers over it. `ip link set up` returns before the
+        carrier is back, and the host's neighbour entry for the server, failed during the cut, answers a new
+        connection with EHOSTUNREACH until it is resolved again: a client's first connect would be refused."""
         subprocess.run([*self.prefix, "ip", "link", "set", self.veth_ns, "up"], check=True)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with socket.create_connection((self.ns_ip, self.facts.port), timeout=1.0) as conn:
+                    if conn.recv(4).startswith(b"SSH-"):
+                        return
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"sshd at {self.ns_ip} not reachable {timeout} s after the link came back")
+                time.sleep(0.05)
 
     def stop(self) -> None:
         super().stop()
