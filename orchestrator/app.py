@@ -103,8 +103,7 @@ def run_job(cfg: DictConfig, console: Console | None = None) -> Outcome:
     except ConfigError as exc:
         fail_input(str(exc))
     run_dir = Path(HydraConfig.get().runtime.output_dir)
-    # a single run's id is its dir's name (ending in this process's tag); a sweep job's, its number and a tag
-    run_id = run_dir.name if run_dir.name.endswith(RUN_TAG) else f"{run_dir.name}-{uuid.uuid4().hex[:6]}"
+    run_id = _run_id(run_dir)
     spec = build_spec(cfg, run_id)
     if (skipped := skip_if_ran(cfg, spec, run_id, run_dir, console)) is not None:
         return skipped   # a sweep's duplicate: recorded as skipped, pointing to the job that holds the result
@@ -273,7 +272,7 @@ def hydra_main(cfg: DictConfig) -> float | None:
     sweep_dir = Path(str(hydra_cfg.sweep.dir))
     if multirun and (stopped_by := sweep_stopped(sweep_dir)):
         # the sweep was stopped before this job started: it does not run (no runner, no host contact)
-        _record_unlaunched(cfg, run_dir, Status.KILLED, {"stopped_by": stopped_by},
+        _record_unlaunched(cfg, run_dir, _run_id(run_dir), Status.KILLED, {"stopped_by": stopped_by},
                            f"**Not started**: the sweep was stopped ({stopped_by}) before this job began.")
         Console().print(f"[yellow]job {hydra_cfg.job.num} not started: the sweep was stopped ({stopped_by})[/]")
         if scored:
@@ -291,7 +290,7 @@ def hydra_main(cfg: DictConfig) -> float | None:
         return objective_of(cfg.objective, run_dir, outcome)
     if not outcome.ok and not (run_dir / RECORD).exists():   # failed before MLflow had it (host unreachable)
         why = "; ".join(outcome.errors) or outcome.stopped_by or "see the sweep's log"
-        _record_unlaunched(cfg, run_dir, outcome.status,
+        _record_unlaunched(cfg, run_dir, outcome.job.run_id, outcome.status,
                            {"stopped_by": why} if outcome.status is Status.KILLED else
                            {"failure.id": "not_launched", "failure.stage": outcome.job.stage.value,
                             "failure.hint": why}, f"**Ended before launch** ({outcome.job.stage.value}): {why}")
@@ -307,13 +306,18 @@ def hydra_main(cfg: DictConfig) -> float | None:
     return value
 
 
-def _record_unlaunched(cfg: DictConfig, run_dir: Path, status: Status, tags: dict[str, str], note: str) -> None:
+def _run_id(run_dir: Path) -> str:
+    """A single run's id is its dir's name (ending in this process's tag); a sweep job's, its number and a tag."""
+    return run_dir.name if run_dir.name.endswith(RUN_TAG) else f"{run_dir.name}-{uuid.uuid4().hex[:6]}"
+
+
+def _record_unlaunched(cfg: DictConfig, run_dir: Path, run_id: str, status: Status, tags: dict[str, str],
+                       note: str) -> None:
     """A sweep job that never launched gets a record and a child run anyway, closed `status` with its reason: the
     sweep's table then shows every job (`sync` logs it where MLflow was away)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment, run_dir=run_dir)
-    tags = {**what_ran(cfg), "run_dir": str(run_dir), "run_id_local": f"{run_dir.name}-{uuid.uuid4().hex[:6]}",
-            "mlflow.note.content": note, **tags}
+    tags = {**what_ran(cfg), "run_dir": str(run_dir), "run_id_local": run_id, "mlflow.note.content": note, **tags}
     _record_start(tracker, cfg, OmegaConf.to_container(cfg, resolve=True), tags)
     tracker.send()
     tracker.finish(status, {}, {**tags, "status": status.value}, [])

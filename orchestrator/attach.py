@@ -62,7 +62,8 @@ def _not_a_run(path: Path | None, ref: str) -> str | None:
     from .sweep import SWEEP_RECORD
 
     if path is None:
-        sweeps = [r.parent for r in runs_dir().rglob(SWEEP_RECORD) if json.loads(r.read_text()).get("mlflow_run_id") == ref]
+        sweeps = [r.parent for r in runs_dir().rglob(SWEEP_RECORD)
+                  if json.loads(r.read_text()).get("mlflow_run_id") == ref]
     elif (path / SKIPPED_FILE).is_file():
         holder = json.loads((path / SKIPPED_FILE).read_text())["duplicate_of"]
         return (f"{ref} is a skipped sweep job: its effective config is job {holder['job']}'s ({holder['name']}), "

@@ -5,9 +5,13 @@ box (GPU 0 with a python3 process holding 2.5 GiB); GPU 1 is the same line with 
 """
 from __future__ import annotations
 
+import os
 import platform
 import shutil
+import signal
 import stat
+import subprocess
+import sys
 from importlib.metadata import version
 from pathlib import Path
 
@@ -103,12 +107,8 @@ def test_a_wrong_python_is_named(sshd, tmp_path):
 
 def test_a_host_that_never_answers_is_one_line_on_the_terminal(tmp_path):
     """A box that takes the TCP connection and then says nothing (sshd stopped, as a hung host does): the run ends
-    with the one-line connection error; paramiko's handshake traceback (logged by its transport thread) never reaches the terminal."""
-    import os
-    import signal
-    import subprocess
-    import sys
-
+    with the one-line connection error; paramiko's handshake traceback (logged by its transport thread) never
+    reaches the terminal."""
     from tests.sshd import SSHD
 
     server = SSHD(tmp_path / "sshd")

@@ -62,7 +62,8 @@ def test_sigterm_stops_an_optuna_sweep_killed_with_its_summary(tmp_path):
     workdir = tmp_path / "work"
     proc = start_cli(["-m", "hydra/sweeper=optuna", "hydra.sweeper.n_trials=3", "tree_budget=int(interval(2,8))",
                       f"hydra.sweep.dir={tmp_path / 'sweep'}", "model=tiny-qwen3", "method=ddtree", "baseline=none",
-                      "objective=tokens_per_s", "device=cpu", "num_prompts=24", "max_new_tokens=256", "host=local", f"host.workdir={workdir}"],
+                      "objective=tokens_per_s", "device=cpu", "num_prompts=24", "max_new_tokens=256", "host=local",
+                      f"host.workdir={workdir}"],
                      cwd=tmp_path, env={"SPECBENCH_RUNS_DIR": str(tmp_path / "runs"), "COLUMNS": "1000"})
     wait_for(lambda: started_runs(workdir) or proc.poll() is not None, "trial 0's runner starting")
     proc.send_signal(signal.SIGTERM)
