@@ -19,6 +19,14 @@ def _exit_now(code: int) -> None:
     os._exit(code)
 
 
+def _interrupted(exc: KeyboardInterrupt) -> int:
+    """One line instead of a traceback; the exit code of the signal (130 for Ctrl-C)."""
+    from .signals import describe, exit_code
+
+    print(f"{describe(exc)}: interrupted", file=sys.stderr)
+    return exit_code(exc)
+
+
 def _code(exc: SystemExit) -> int:
     if exc.code is None or isinstance(exc.code, int):
         return exc.code or 0
@@ -44,7 +52,10 @@ def main() -> None:
         raise SystemExit(2)
     argv = sys.argv[1:]
     if argv[:1] and argv[0] in COMMANDS:
-        _exit_now(dispatch(argv[0], argv[1:]))
+        try:
+            _exit_now(dispatch(argv[0], argv[1:]))
+        except KeyboardInterrupt as exc:   # what each command wrote is whole (atomic records): run it again
+            _exit_now(_interrupted(exc))
     if argv[:1] and not argv[0].startswith(("-", "~", "+")) and "=" not in argv[0]:
         # First, a word can only be a command: an override has `=` (or is ~KEY), a flag's value follows its flag.
         from .validate import did_you_mean
@@ -85,6 +96,8 @@ def main() -> None:
         hydra_main()
     except SystemExit as exc:
         code = _code(exc)
+    except KeyboardInterrupt as exc:   # outside a job's own handling: Hydra's setup, between a sweep's jobs
+        code = _interrupted(exc)
     finally:
         from .sweep import close_orphan_sweep
 

@@ -37,7 +37,7 @@ from .paths import CONF_DIR, PROJECT_ROOT, SOURCE_CHECKOUT
 from .locks import try_following
 from .progress import StageLine
 from .runspec import build_spec
-from .signals import describe, install, sweep_stopped
+from .signals import describe, handling, sweep_stopped
 from .sweep import PARENT_ENV
 from .tracking import RECORD, Status, Tracker, flatten
 from .validate import ConfigError, validate
@@ -96,14 +96,13 @@ def _held_on_host(host_cfg: dict, gpus: list[int]) -> set[int]:
         return set()   # the launch itself refuses a held GPU (gpu_busy); an unreachable host fails there too
 
 
-def run_job(cfg: DictConfig, console: Console | None = None) -> Outcome:
+def run_job(cfg: DictConfig, run_id: str, console: Console | None = None) -> Outcome:
     console = console or Console()
     try:
         validate(cfg)
     except ConfigError as exc:
         fail_input(str(exc))
     run_dir = Path(HydraConfig.get().runtime.output_dir)
-    run_id = _run_id(run_dir)
     spec = build_spec(cfg, run_id)
     if (skipped := skip_if_ran(cfg, spec, run_id, run_dir, console)) is not None:
         return skipped   # a sweep's duplicate: recorded as skipped, pointing to the job that holds the result
@@ -111,7 +110,14 @@ def run_job(cfg: DictConfig, console: Console | None = None) -> Outcome:
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(resolved)))
 
-    with _placement(cfg, console) as (host_cfg, gpus):
+    with contextlib.ExitStack() as placed:
+        try:
+            host_cfg, gpus = placed.enter_context(_placement(cfg, console))
+        except KeyboardInterrupt as exc:   # while it waited for GPUs of the pool: nothing was started
+            console.print(f"[yellow]{describe(exc)}: stopped while waiting for GPUs; nothing was started[/]")
+            outcome = Outcome(None)
+            outcome.interrupted(exc)
+            return outcome
         try:
             host = make_host(host_cfg)
         except (HostError, ValueError) as exc:
@@ -263,9 +269,14 @@ class SweepStopped(CompactHydraException):
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
 def hydra_main(cfg: DictConfig) -> float | None:
     """One job; returns `cfg.objective` of its results as a plain float, which is what sweepers optimise."""
+    if threading.current_thread() is not threading.main_thread():   # signals reach the main thread only
+        return _job(cfg)
+    with handling():     # in a parallel sweep's worker process too: SIGTERM there stops this job's runner
+        return _job(cfg)
+
+
+def _job(cfg: DictConfig) -> float | None:
     hydra_cfg = HydraConfig.get()
-    if threading.current_thread() is threading.main_thread():
-        install()        # in a parallel sweep's worker process too: SIGTERM there stops this job's runner
     run_dir = Path(hydra_cfg.runtime.output_dir)
     multirun = hydra_cfg.mode.name == "MULTIRUN"
     scored = multirun and "BasicSweeper" not in str(OmegaConf.select(hydra_cfg, "sweeper._target_", default=""))
@@ -278,9 +289,10 @@ def hydra_main(cfg: DictConfig) -> float | None:
         if scored:
             raise SweepStopped(f"sweep stopped ({stopped_by}): job {hydra_cfg.job.num} not started")
         return None
+    run_id = _run_id(run_dir)
     following = try_following(run_dir)   # held until the run is reported, so `reap` leaves it alone
     try:
-        outcome = run_job(cfg)
+        outcome = run_job(cfg, run_id)
     finally:
         if following is not None:
             following.release()
@@ -290,10 +302,11 @@ def hydra_main(cfg: DictConfig) -> float | None:
         return objective_of(cfg.objective, run_dir, outcome)
     if not outcome.ok and not (run_dir / RECORD).exists():   # failed before MLflow had it (host unreachable)
         why = "; ".join(outcome.errors) or outcome.stopped_by or "see the sweep's log"
-        _record_unlaunched(cfg, run_dir, outcome.job.run_id, outcome.status,
+        stage = outcome.job.stage.value if outcome.job else "waiting for GPUs"
+        _record_unlaunched(cfg, run_dir, run_id, outcome.status,
                            {"stopped_by": why} if outcome.status is Status.KILLED else
-                           {"failure.id": "not_launched", "failure.stage": outcome.job.stage.value,
-                            "failure.hint": why}, f"**Ended before launch** ({outcome.job.stage.value}): {why}")
+                           {"failure.id": "not_launched", "failure.stage": stage, "failure.hint": why},
+                           f"**Ended before launch** ({stage}): {why}")
     if not outcome.ok:
         if scored and outcome.status is Status.KILLED and sweep_stopped(sweep_dir):   # not a failed trial
             raise SweepStopped(f"sweep stopped ({outcome.stopped_by}): job {hydra_cfg.job.num} ended KILLED")

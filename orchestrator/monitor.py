@@ -46,7 +46,7 @@ class _FailFast(Exception):
 class Outcome:
     """How a job ended, filled in as it goes."""
 
-    job: Job
+    job: Job | None                  # None: stopped while it waited for GPUs of the pool, before any host
     status: Status = Status.FAILED
     detector: Detector = field(default_factory=Detector)
     errors: list[str] = field(default_factory=list)

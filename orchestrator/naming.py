@@ -62,9 +62,11 @@ def label(cfg: DictConfig) -> str:
 def what_ran(cfg: DictConfig) -> dict[str, str]:
     """The `method` tag: ours, or `script` (its file in the `script` tag) for a user's script; and the `host` tag
     as the config names it (for a run recorded without reaching its host: a skipped duplicate, a job never
-    launched)."""
+    launched; a pool's job before its lease names the pool's hosts)."""
     ran = {"method": "script", "script": Path(cfg.runner.path).name} if is_script(cfg) else {"method": cfg.method.name}
-    return {**ran, "host": str(cfg.host.get("name") or cfg.host.get("kind", "local"))}
+    pool = [str(entry.host.get("name")) for entry in (OmegaConf.select(cfg, "pool.hosts") or [])]
+    host = f"pool:{','.join(pool)}" if pool else str(cfg.host.get("name") or cfg.host.get("kind", "local"))
+    return {**ran, "host": host}
 
 
 # Hydra names the run dir before validation: `runner=script` without a path must still get a name.

@@ -11,6 +11,14 @@ first signal is passed on to the workers (each installs these handlers when its 
 waits for them to stop their runners and close their runs; `pending` holds it, for the CLI's exit code. A second
 signal raises there as anywhere.
 
+A worker between jobs, and before its first, has nothing of ours to stop, yet Ctrl-C in a terminal reaches it (it
+shares the sweep's process group) and the main process passes signals on to every worker: one that died of it broke
+joblib's pool, which killed the workers still stopping their runners (their runs left RUNNING) and ended the sweep in
+a traceback. So `quiet_idle_workers()` (a joblib sweep's main process) starts loky's workers ignoring the three
+signals, and `handling()` spans a job: handled within it, ignored again after it in a worker (the next job's start
+finds the sweep stopped, below); a signal that reaches a worker's job outside its run's handling ends the job
+quietly.
+
 A sweep's main process also writes STOP_MARKER in the sweep dir (`stop_sweep_at`) on the first signal, before
 passing it on: the launcher would otherwise go on starting the jobs it has not started yet (joblib in new or idle
 workers, the basic launcher in this process), and only the job itself sees the dir on every launcher. Each job
@@ -19,6 +27,8 @@ the exit code also where no worker took it (the basic launcher runs the job in t
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import multiprocessing
 import os
 import signal
@@ -28,6 +38,7 @@ HANDLED = (signal.SIGTERM, signal.SIGHUP)
 pending: list[int] = []        # the signal a sweep's main process passed on to its workers
 _forwarding = [False]
 _marker: list[Path] = []       # a sweep's main process: its sweep dir's STOP_MARKER
+_worker = [False]              # a joblib sweep's worker process
 STOP_MARKER = ".stopped"
 
 
@@ -45,16 +56,52 @@ def _raise(signum, frame) -> None:
         pending.append(signum)
     if first and _forwarding[0] and _forward(signum):
         return
-    for sig in (*HANDLED, signal.SIGINT):
-        signal.signal(sig, signal.SIG_IGN)
+    _ignore()
     raise Interrupted(signum)
 
 
 def install() -> None:
     for sig in HANDLED:
         signal.signal(sig, _raise)
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:   # a background job may ignore it
+    # a background job may ignore SIGINT; a worker ignores it between jobs (`handling`)
+    if _worker[0] or signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, _raise)
+
+
+@contextlib.contextmanager
+def handling():
+    """One job: signals handled (`install`) while it runs; in a worker, ignored again once it ended. A worker's
+    job that a signal reached outside its run's own handling (before its runner launched, after its report) ends
+    quietly: raised on, it would end joblib's pool, killing the workers still stopping their runners."""
+    install()
+    try:
+        yield
+    except KeyboardInterrupt:
+        if not _worker[0]:
+            raise
+    finally:
+        if _worker[0]:
+            _ignore()
+
+
+def _ignore() -> None:
+    for sig in (*HANDLED, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
+
+
+def quiet_idle_workers() -> None:
+    """This process starts a joblib sweep: its loky workers ignore signals until a job runs (module docstring)."""
+    from joblib import register_parallel_backend
+    from joblib.parallel import BACKENDS
+
+    loky = BACKENDS["loky"]
+    if not isinstance(loky, functools.partial):   # once
+        register_parallel_backend("loky", functools.partial(loky, initializer=_worker_started))
+
+
+def _worker_started() -> None:
+    _worker[0] = True
+    _ignore()
 
 
 def forward_to_workers() -> None:

@@ -50,6 +50,8 @@ class SweepCallback(Callback):
         # Not on self: the callback travels to joblib workers, and a lock does not pickle.
         _SWEEP_LOCKS.append(take(sweep_dir / SWEEP_LOCK))
         signals.stop_sweep_at(sweep_dir)
+        if "joblib" in str(config.hydra.launcher.get("_target_", "")):
+            signals.quiet_idle_workers()
         tracker = Tracker(config.tracking.uri, config.tracking.experiment, run_dir=sweep_dir, name=SWEEP_RECORD)
         task = list(config.hydra.overrides.task)
         os.environ[SWEPT_ENV] = ",".join(swept_keys(task))

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 from mlflow.tracking import MlflowClient
 
 from orchestrator.paths import PROJECT_ROOT
@@ -274,6 +275,99 @@ def test_sigterm_to_a_sequential_sweep_starts_no_further_job(tmp_path):
     statuses = sorted((r.data.tags.get("sweep") == "parent", r.info.status) for r in runs)
     assert statuses == [(False, "KILLED"), (False, "KILLED"), (True, "KILLED")], (statuses, out[-3000:])
     assert "job 1 not started: the sweep was stopped (SIGTERM)" in out, out[-3000:]
+
+
+def _one_gpu_pool(tmp_path: Path) -> list[str]:
+    return [f"pool.hosts=[{{host:{{name:lh,kind:local,workdir:{tmp_path / 'hostwork'},"
+            f"env:{{SPECBENCH_GPU_LEASES:1}}}},gpus:[0]}}]", f"pool.lock_dir={tmp_path / 'leases'}"]
+
+
+def _read_until(proc: subprocess.Popen, text: str, seen: list[str]) -> None:
+    """Read the CLI's output until a line holds `text` (kept in `seen`); its end first fails the test."""
+    for line in proc.stdout:
+        seen.append(line)
+        if text in line:
+            return
+    raise AssertionError(f"no {text!r} in the output:\n{''.join(seen)[-3000:]}")
+
+
+def test_ctrl_c_while_waiting_for_a_pool_gpu_exits_130_and_starts_nothing(tmp_path):
+    """A run waits for its GPU, which another job of this machine leases; the user gives up (it used to end in a
+    traceback through Hydra, exit 1)."""
+    (tmp_path / "leases").mkdir()
+    with FileLock(str(tmp_path / "leases" / "lh.gpu0.lock")):     # the other job's lease
+        proc = start_cli([*_one_gpu_pool(tmp_path), *LONG], cwd=tmp_path,
+                         env={"SPECBENCH_RUNS_DIR": str(tmp_path / "runs"), "COLUMNS": "1000"})
+        seen: list[str] = []
+        try:
+            _read_until(proc, "waiting for 1 free GPU", seen)
+            proc.send_signal(signal.SIGINT)
+            sent = time.monotonic()
+            out = "".join(seen) + finish(proc, timeout=60)
+            print(f"Ctrl-C while waiting for a GPU: exit {time.monotonic() - sent:.2f} s later")
+        finally:
+            finish(proc, timeout=1)
+    assert proc.returncode == 130, out[-3000:]
+    assert "Ctrl-C: stopped while waiting for GPUs; nothing was started" in out and "Traceback" not in out, out
+    assert not (tmp_path / "hostwork").exists() and runs_of(tmp_path / "runs") == []
+
+
+def test_sigterm_to_a_parallel_sweep_closes_a_job_waiting_for_its_gpu_killed(tmp_path):
+    """Two jobs, two workers, one GPU: one job waits for the other's lease when the sweep is signalled. Both end
+    KILLED, the waiting one never launched, the sweep exits 143 without a traceback."""
+    proc = start_cli(["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", *_one_gpu_pool(tmp_path), *LONG,
+                      "seed=0,1"], cwd=tmp_path, env={"SPECBENCH_RUNS_DIR": str(tmp_path / "runs"), "COLUMNS": "1000"})
+    workdir = tmp_path / "hostwork"
+    seen: list[str] = []
+    pgids: list[int] = []
+    try:
+        _read_until(proc, "waiting for 1 free GPU", seen)
+        (run_dir,) = wait_for(lambda: started_runs(workdir), "job 0's runner starting")
+        pgids.append(int((run_dir / "pid").read_text()))
+        proc.send_signal(signal.SIGTERM)
+        out = "".join(seen) + finish(proc, timeout=180)
+    finally:
+        for pgid in pgids:
+            if group_alive(pgid):
+                os.killpg(pgid, signal.SIGKILL)
+    assert proc.returncode == 143 and "Traceback" not in out, out[-3000:]
+    assert "SIGTERM: stopped while waiting for GPUs; nothing was started" in out, out[-3000:]
+    assert not group_alive(pgids[0]) and len(list(workdir.glob("runs/*"))) == 1, out[-3000:]
+    runs = runs_of(tmp_path / "runs")
+    parent = [r.info.status for r in runs if r.data.tags.get("sweep") == "parent"]
+    children = sorted((r.data.tags["host"], r.info.status, r.data.tags["stopped_by"]) for r in runs
+                      if r.data.tags.get("sweep") != "parent")    # the waiting one names the pool: no host yet
+    assert parent == ["KILLED"] and children == [("lh", "KILLED", "SIGTERM"), ("pool:lh", "KILLED", "SIGTERM")]
+
+
+@pytest.mark.parametrize("sig, to_group, code", [(signal.SIGINT, True, 130), (signal.SIGTERM, False, 143)])
+def test_a_signal_to_a_parallel_sweep_with_idle_workers_stops_the_busy_one_cleanly(sig, to_group, code, tmp_path):
+    """Three workers, two jobs: one worker never gets a job, job 0's is idle once it finished, job 1's decodes.
+    Ctrl-C in a terminal reaches every worker (the sweep's process group), a scheduler's SIGTERM the main process,
+    which passes it on. An idle worker used to die of it: joblib's pool broke, killed the worker stopping job 1's
+    runner (its run left RUNNING, not in MLflow) and the sweep ended in tracebacks."""
+    workdir = tmp_path / "work"
+    proc = start_cli(["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=3", "host=local", f"host.workdir={workdir}",
+                      *[a for a in LONG if not a.startswith("max_new_tokens")], "max_new_tokens=8,256"],
+                     cwd=tmp_path, env={"SPECBENCH_RUNS_DIR": str(tmp_path / "runs"), "COLUMNS": "1000"})
+    seen: list[str] = []
+    pgids: list[int] = []
+    try:
+        _read_until(proc, "FINISHED run dir", seen)     # job 0 (8 tokens a prompt) reported: its worker idles
+        runs = wait_for(lambda: len(started := started_runs(workdir)) == 2 and started, "job 1's runner starting")
+        pgids = [int((d / "pid").read_text()) for d in runs]
+        os.killpg(proc.pid, sig) if to_group else proc.send_signal(sig)
+        out = "".join(seen) + finish(proc, timeout=180)
+    finally:
+        for pgid in pgids:
+            if group_alive(pgid):
+                os.killpg(pgid, signal.SIGKILL)
+    assert proc.returncode == code and "Traceback" not in out, out[-3000:]
+    assert not any(group_alive(pgid) for pgid in pgids)
+    runs = runs_of(tmp_path / "runs")
+    statuses = sorted((r.data.tags.get("sweep") == "parent", r.data.params.get("max_new_tokens"), r.info.status)
+                      for r in runs)
+    assert statuses == [(False, "256", "KILLED"), (False, "8", "FINISHED"), (True, None, "KILLED")], out[-3000:]
 
 
 def test_an_unreachable_host_leaves_the_run_alone_and_stop_says_what_to_type_there(tmp_path):
