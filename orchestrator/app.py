@@ -241,9 +241,15 @@ def _survey(host, host_cfg, sync: BundleSync, gpus: list[int], force: bool,
     return facts.tags(), answer
 
 
+# What a user's script run is made of (its argv, where and on which GPUs it ran, how it was followed); the model,
+# method, dataset and decoding knobs are our runner's, and logged for a script they would claim what it did not run.
+SCRIPT_PARAMS = ("runner", "host", "gpus", "pool", "tracking", "force", "fail_fast", "objective")
+
+
 def _params(resolved: dict) -> dict:
     """What is logged as params: the resolved config without Hydra's own node (secrets are never in it)."""
-    return {k: v for k, v in resolved.items() if k != "hydra"}
+    script = resolved.get("runner", {}).get("kind") == "script"
+    return {k: v for k, v in resolved.items() if k != "hydra" and (not script or k in SCRIPT_PARAMS)}
 
 
 def _save_job(run_dir: Path, host_cfg, run_id: str, tracker: Tracker, needs_results: bool) -> None:

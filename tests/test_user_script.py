@@ -37,6 +37,15 @@ def test_bare_dynamic_cache_on_hybrid_fails_with_the_fix(tmp_path):
     assert {"runner.log", "traceback.txt"} <= artifacts
 
 
+def test_a_scripts_own_exit_2_is_not_taken_for_our_runners_refusal(tmp_path):
+    """argparse exits 2 on an unknown flag: that is the script's failure (its usage line), not runner_refused_input,
+    whose fix points at specbench's knobs."""
+    proc, _, run = run_script(tmp_path, "--no-such-flag")
+    assert proc.returncode == 1 and run.info.status == "FAILED"
+    assert (run.data.tags["failure.id"], run.data.tags["exit_code"]) == ("unknown_crash", "2"), run.data.tags
+    assert "unrecognized arguments: --no-such-flag" in proc.stdout, proc.stdout[-2000:]
+
+
 def test_fixed_script_finishes_and_its_json_lines_become_metrics(tmp_path):
     proc, client, run = run_script(tmp_path, "--steps", "3")
     assert proc.returncode == 0, proc.stdout[-2000:]
@@ -49,6 +58,8 @@ def test_fixed_script_finishes_and_its_json_lines_become_metrics(tmp_path):
     assert re.fullmatch(r"\d\d-\d\d-\d\d-script-user_hybrid_script-[0-9a-f]{6}", Path(run.data.tags["run_dir"]).name)
     row = compare.row_of(run)
     assert (row["method"], row["tree_budget"], row["model"]) == ("script", None, "")
+    assert (run.data.params["runner.args.1"], run.data.params["host.kind"]) == ("3", "local")
+    assert not any(k.split(".")[0] in ("model", "method", "tree_budget", "temperature") for k in run.data.params)
     assert STALE_STAGE.search(proc.stdout) is None, proc.stdout   # no stage spinner left behind at the end
 
 
