@@ -286,6 +286,12 @@ def test_classify_exit_code(code, entry):
     assert (found.id if found else None) == entry
 
 
+@pytest.mark.parametrize("last, entry", [("error: dataset.path: no such file", "runner_refused_input"),
+                                         ("train.py: error: unrecognized arguments: --x", "unknown_crash")])
+def test_exit_2_is_our_runners_refusal_only_where_its_last_line_says_error(last, entry):
+    assert scan_text(f"loading\n{last}\n", exit_code=2).primary.id == entry
+
+
 def test_exit_signal():
     assert exit_signal(137).name == "SIGKILL" and exit_signal(-9).name == "SIGKILL"
     assert exit_signal(1) is None and exit_signal(None) is None and exit_signal(0) is None

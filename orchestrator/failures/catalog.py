@@ -79,6 +79,7 @@ class Entry:
     patterns: tuple[Pattern, ...] = ()
     detail: tuple[str, ...] = ()
     exit_codes: frozenset[int] = frozenset()
+    last_line: re.Pattern | None = None     # what the log's last line must be for an exit code to mean this
 
     @property
     def fatal(self) -> bool:
@@ -150,7 +151,7 @@ def _load_catalog(path: str) -> Catalog:
 
 
 _REQUIRED = ("id", "category", "severity", "explanation", "fix", "patterns")
-_OPTIONAL = ("detail", "exit_codes")
+_OPTIONAL = ("detail", "exit_codes", "last_line")
 
 
 def _parse_entry(raw: object, index: int) -> Entry:
@@ -175,6 +176,7 @@ def _parse_entry(raw: object, index: int) -> Entry:
         patterns=tuple(_parse_pattern(p, where) for p in raw["patterns"] or ()),
         detail=(detail,) if isinstance(detail, str) else tuple(detail),
         exit_codes=frozenset(int(c) for c in raw.get("exit_codes") or ()),
+        last_line=_compile(raw["last_line"], where) if "last_line" in raw else None,
     )
     _check_detail(entry, where)
     return entry

@@ -205,11 +205,11 @@ def scan_file(path: str | Path, exit_code: int | None = None, catalog: Catalog |
 
 def _exit_finding(code: int | None, catalog: Catalog, tail: str) -> Finding | None:
     entry = classify_exit_code(code, catalog)
-    if entry is None:
-        return None
-    sig = exit_signal(code)
     # the last line: where a process that exits on purpose says why (the runner's `error:` line for exit 2)
     last = _clip(tail.rstrip().rpartition("\n")[2], 0)
+    if entry is None or (entry.last_line is not None and not entry.last_line.search(last)):
+        return None
+    sig = exit_signal(code)
     details = {"exit_code": str(code), **({"signal": sig.name} if sig else {})}
     details.update({"last_line": last} if last else {})
     return Finding(entry, None, f"exit code {code}", details)
