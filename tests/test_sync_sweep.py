@@ -1,9 +1,13 @@
 """A sweep whose MLflow was away ends from what it kept (its table, summary and exit status), and `sync` later
 makes its parent, puts every job under it and logs the summary there: at the first URI and again at a new one,
-also for jobs that reached MLflow before their parent did. Real sweeps, real sqlite MLflow stores."""
+also for jobs that reached MLflow before their parent did, and after a tracking server stopped mid-sweep. Real
+sweeps, real sqlite MLflow stores, a real `mlflow server` stopped for real."""
 from __future__ import annotations
 
 import csv
+import os
+import signal
+import time
 
 from mlflow.tracking import MlflowClient
 
@@ -11,7 +15,7 @@ from orchestrator.sweep import SWEEP_RECORD, sweep_id
 from orchestrator.sync import main as sync_main
 from orchestrator.tracking import Status, Tracker
 from tests.test_sweep import sweep
-from tests.test_tracking_outage import free_port, sync
+from tests.test_tracking_outage import END_WITHIN_S, Cli, MlflowServer, free_port, stop_group, sync, wait_file
 
 
 def _parent_and_children(uri: str):
@@ -68,3 +72,51 @@ def test_jobs_that_reached_mlflow_before_their_parent_are_put_under_it(tmp_path,
     assert len(runs) == 3 and sorted(c.data.tags["run_id_local"] for c in children) == ["job-0", "job-1"]
     # its process is gone without having recorded an end (as `reap` finds it); every planned job finished
     assert parent.info.status == "FINISHED" and parent.data.tags["sweep.failed"] == "0"
+
+
+def test_a_tracking_server_stopped_mid_sweep_ends_it_from_its_records_and_sync_completes_it(tmp_path):
+    """Job 0's run is open in MLflow when the server stops: job 0 ends, job 1 runs, the sweep prints its table and
+    exits 0 (both jobs finished) within END_WITHIN_S of its last runner, saying how to log the rest; `sync` of the
+    sweep dir, once the server is back, closes job 0, logs job 1 under the parent, and the summary on it."""
+    server = MlflowServer(tmp_path / "server")
+    host_runs = tmp_path / "runs" / ".host" / "runs"
+    cli = Cli(["-m", "seed=0,1", "method=ar", "device=cpu", "num_prompts=2", "max_new_tokens=8", "baseline=none",
+               f"tracking.uri={server.url}"], cwd=tmp_path)
+    pid_file = None
+    try:
+        pid_file, _ = wait_file(host_runs, "0-*/pid", within=300)
+        group = int(pid_file.read_text())
+        os.killpg(group, signal.SIGSTOP)   # job 0 goes on only once the server is gone
+        try:
+            wait_file(tmp_path / "runs" / "multirun", "*/*/0/tracking.json", within=120)
+            deadline = time.monotonic() + 120
+            while not server.runs(pid_file.parent.name):      # job 0's run open, under the parent
+                assert time.monotonic() < deadline and cli.proc.poll() is None, cli.output[-3000:]
+                time.sleep(0.1)
+            server.stop()
+        finally:
+            os.killpg(group, signal.SIGCONT)
+        wait_file(host_runs, "1-*/exit_code", within=300)     # the last runner ended
+        code, _ = cli.wait_exit(until=time.monotonic() + END_WITHIN_S)
+    finally:
+        cli.close()
+        server.stop()
+        if pid_file:
+            stop_group(pid_file)
+    out = " ".join(cli.output.split())
+    assert code == 0, cli.output[-3000:]
+    assert "sweep: 2 jobs, 0 not finished" in out and "sweep summary not logged to MLflow" in out, out[-3000:]
+    (sweep_dir,) = (tmp_path / "runs" / "multirun").glob("*/*")
+    assert f"sync {sweep_dir}" in out, out[-3000:]
+
+    server = MlflowServer(tmp_path / "server", port=server.port)   # the same backend, back again
+    try:
+        synced = sync(str(sweep_dir))
+        assert synced.returncode == 0, synced.stdout[-3000:] + synced.stderr[-3000:]
+        client, runs, parent, children = _parent_and_children(server.url)
+        assert len(runs) == 3 and sorted(c.info.status for c in children) == ["FINISHED", "FINISHED"]
+        assert all("tokens_per_s" in c.data.metrics for c in children)
+        assert parent.info.status == "FINISHED" and parent.data.tags["sweep.jobs"] == "2"
+        assert "summary.csv" in {a.path for a in client.list_artifacts(parent.info.run_id)}
+    finally:
+        server.stop()

@@ -17,6 +17,8 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
+from orchestrator.tracking import RECORD, Status, Tracker
+
 SMALL = ["method=ddtree", "device=cpu", "num_prompts=2", "max_new_tokens=8"]
 TAIL_WITHIN_S = 10   # from the runner's launch to the run line (the tail starts right after it)
 END_WITHIN_S = 30    # from the runner's exit to the CLI's exit
@@ -71,8 +73,8 @@ class MlflowServer:
 
 
 @contextlib.contextmanager
-def black_hole():
-    """A loopback URL whose port accepts connections and never answers."""
+def black_hole(accepted: threading.Event | None = None):
+    """A loopback URL whose port accepts connections (setting `accepted`) and never answers."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.listen(64)
@@ -82,6 +84,8 @@ def black_hole():
         with contextlib.suppress(OSError):
             while True:
                 held.append(sock.accept()[0])
+                if accepted is not None:
+                    accepted.set()
 
     threading.Thread(target=accept, daemon=True).start()
     try:
@@ -305,3 +309,29 @@ def test_a_run_that_never_launched_says_it_never_reached_mlflow(tmp_path):
     closing = next(line for line in proc.stdout.splitlines() if " run dir: " in line)
     assert closing.startswith("FAILED run dir: ") and "never reached MLflow" in closing, closing
     assert "nothing to sync" in closing and not (tmp_path / "runs" / "mlflow.db").exists()
+
+
+def test_ctrl_c_during_a_sync_that_waits_on_the_server_says_so_in_one_line(tmp_path):
+    """`sync` to a server that accepted the connection and says nothing waits on its answer (MLflow's own request
+    timeout); Ctrl-C then ends it with one line and exit 130, not a traceback, and the record it syncs is kept."""
+    run_dir = tmp_path / "runs" / "2026-12-05" / "10-00-00-ar-abcdef"
+    run_dir.mkdir(parents=True)
+    kept = Tracker(f"http://127.0.0.1:{free_port()}", "specbench", run_dir=run_dir)   # refused: kept locally
+    kept.start(run_name="ar", params={"method.name": "ar"}, tags={"run_id_local": run_dir.name})
+    kept.finish(Status.FINISHED, {"tau": 1.0}, {"status": "FINISHED"}, [])
+    record = (run_dir / RECORD).read_text()
+    accepted = threading.Event()
+    with black_hole(accepted) as url:
+        proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "sync", str(run_dir), "--tracking-uri", url],
+                                text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        try:
+            assert accepted.wait(120), "sync never connected"
+            proc.send_signal(signal.SIGINT)
+            out = proc.communicate(timeout=60)[0]
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode == 130 and "Traceback" not in out, out[-3000:]
+    assert out.strip().splitlines()[-1] == "Ctrl-C: interrupted", out[-3000:]
+    assert (run_dir / RECORD).read_text() == record
