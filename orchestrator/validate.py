@@ -127,24 +127,31 @@ def check_keys(overrides: list[str], configs: Configs) -> None:
             raise ConfigError(key, f"unknown key{hint} (`specbench --help` lists the knobs)")
 
 
+OPTIMISED = "hydra.sweeper.params."   # an optimising sweeper's search space on the command line
+
+
 def check_sweep(overrides: list[str], configs: Configs) -> None:
     """Compose every job of the multirun `overrides` (Hydra's basic-sweeper expansion) and `validate` it; the
-    error names the key and the job's overrides. Hydra's own settings (hydra.*, hydra/...) are left to Hydra."""
+    error names the key and the job's overrides. An interval an optimiser samples from is checked at both ends
+    (also given as `hydra.sweeper.params.KEY=...`); Hydra's own settings (hydra.*, hydra/...) are left to Hydra."""
     import itertools
 
-    axes, scored = [], False
+    from hydra.core.override_parser.types import IntervalSweep
+
+    axes, scored, shown = [], False, {}
     for override in _parse(overrides):
         if override.key_or_group == "hydra/sweeper":
             scored = override.value() != "basic"
-        if override.key_or_group.startswith("hydra"):
+        key = override.key_or_group.removeprefix(OPTIMISED)   # an optimiser's search space, by its key
+        if key.startswith("hydra"):
             continue
-        if override.is_sweep_override():
-            prefix = override.get_key_element()
-            try:
-                axes.append([f"{prefix}={value}" for value in override.sweep_string_iterator()])
-            except Exception:   # interval(...): a range the sweeper samples from; the other keys still checked
-                continue
-        else:
+        if isinstance(override.value(), IntervalSweep):   # sampled by the sweeper: both ends must be allowed
+            ends = [f"{key}={end}" for end in (override.value().start, override.value().end)]
+            shown.update(dict.fromkeys(ends, override.input_line.removeprefix(OPTIMISED)))
+            axes.append(ends)
+        elif override.is_sweep_override():
+            axes.append([f"{key}={value}" for value in override.sweep_string_iterator()])
+        elif key == override.key_or_group:    # (an optimiser's fixed value is its own business)
             axes.append([override.input_line])
     jobs = list(itertools.product(*axes))
     for job in jobs:
@@ -156,7 +163,8 @@ def check_sweep(overrides: list[str], configs: Configs) -> None:
         except ConfigError as exc:
             if len(jobs) == 1:
                 raise
-            raise ConfigError(exc.key, f"{str(exc).split(': ', 1)[1]} (sweep job: {' '.join(job)})") from None
+            job = " ".join(dict.fromkeys(shown.get(part, part) for part in job))
+            raise ConfigError(exc.key, f"{str(exc).split(': ', 1)[1]} (sweep job: {job})") from None
 
 
 def check_table(node: DictConfig, table, prefix: str = "") -> None:

@@ -155,6 +155,25 @@ def test_a_sweep_checks_the_new_rules_in_every_job(sweep, key, tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize("space, got", [("tree_budget=int(interval(8,6000))", "got 6000"),
+                                        ("hydra.sweeper.params.tree_budget=int(interval(5000,6000))", "got 5000"),
+                                        ("tree_budget=interval(8,64)", "got 8.0")])   # Optuna would sample floats
+def test_an_optimisers_interval_is_checked_at_both_ends_before_the_study_starts(space, got, tmp_path):
+    """An interval is sampled by the sweeper: a trial past a knob's bound used to fail inside the sweep, after its
+    parent run was made."""
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+    env = {**os.environ, "SPECBENCH_RUNS_DIR": str(tmp_path / "runs")}
+    proc = subprocess.run([sys.executable, "-m", "orchestrator", "-m", "hydra/sweeper=optuna", space,
+                           "objective=tokens_per_s", "model=tiny-qwen3", "num_prompts=1", "max_new_tokens=4",
+                           "baseline=none"],
+                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: tree_budget:") and got in lines[0], proc.stderr
+    assert f"(sweep job: {space.removeprefix('hydra.sweeper.params.')} " in lines[0], proc.stderr
+    assert not (tmp_path / "runs").exists()
+
+
 def _compose(overrides):
     from hydra import compose, initialize_config_dir
 
