@@ -38,7 +38,7 @@ from .locks import try_following
 from .progress import StageLine
 from .runspec import build_spec
 from .signals import describe, handling, sweep_stopped
-from .sweep import PARENT_ENV
+from .sweep import PARENT_ENV, job_tracker
 from .tracking import RECORD, Status, Tracker, flatten
 from .validate import ConfigError, validate
 
@@ -122,7 +122,7 @@ def run_job(cfg: DictConfig, run_id: str, console: Console | None = None) -> Out
             host = make_host(host_cfg)
         except (HostError, ValueError) as exc:
             fail_input(str(exc))
-        tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment, run_dir=run_dir)
+        tracker = job_tracker(cfg, run_dir)
         job = Job(host, run_id, run_dir)
         outcome = Outcome(job)
         stages = StageLine(console)   # one line naming the stage, until the runner speaks
@@ -335,7 +335,7 @@ def _record_unlaunched(cfg: DictConfig, run_dir: Path, run_id: str, status: Stat
     """A sweep job that never launched gets a record and a child run anyway, closed `status` with its reason: the
     sweep's table then shows every job (`sync` logs it where MLflow was away)."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment, run_dir=run_dir)
+    tracker = job_tracker(cfg, run_dir)
     tags = {**what_ran(cfg), "run_dir": str(run_dir), "run_id_local": run_id, "mlflow.note.content": note, **tags}
     _record_start(tracker, cfg, OmegaConf.to_container(cfg, resolve=True), tags)
     tracker.send()

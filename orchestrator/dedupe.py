@@ -32,8 +32,8 @@ from remote.events import write_json_atomic
 from remote.spec import RunSpec
 
 from .naming import run_name, skipped_name, swept_from_env, what_ran
-from .sweep import PARENT_ENV
-from .tracking import Status, Tracker, flatten
+from .sweep import PARENT_ENV, job_tracker
+from .tracking import Status, flatten
 
 REGISTRY = "effective"
 SKIPPED_FILE = "skipped.json"
@@ -141,6 +141,6 @@ def record_skip(cfg: DictConfig, run_id: str, run_dir: Path, holder: dict, name:
             "duplicate_of.run_id_local": holder["run_id_local"], "duplicate_of.name": holder["name"],
             "duplicate_of.job": str(holder["job"]), "mlflow.note.content": note}
     resolved = {k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k != "hydra"}
-    tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment, run_dir=run_dir)
+    tracker = job_tracker(cfg, run_dir)
     tracker.start(run_name=name, params=flatten(resolved), tags=tags, parent_run_id=os.environ.get(PARENT_ENV))
     tracker.finish(Status.FINISHED, {}, {"status": "skipped"}, [run_dir / SKIPPED_FILE])

@@ -1,8 +1,9 @@
 """A multirun is one MLflow parent run with a child per job, and a summary logged on the parent.
 
 Contract: `SweepCallback.on_multirun_start` records the parent in the sweep dir (SWEEP_RECORD, a tracking record
-as a run's, orchestrator.tracking) and opens it in MLflow; the jobs read its id from SPECBENCH_PARENT_RUN_ID (also
-in joblib workers, which inherit the environment). `close_sweep` ends a sweep from its jobs' local records
+as a run's, orchestrator.tracking) and opens it in MLflow, bounded as a run's logging is; the jobs read its id from
+SPECBENCH_PARENT_RUN_ID (also in joblib workers, which inherit the environment). Where it could not be opened, the
+jobs (`job_tracker`) keep their records without trying MLflow (AWAY_ENV says why), for `sync <sweep dir>`. `close_sweep` ends a sweep from its jobs' local records
 (orchestrator.local_runs), so its table, status and exit code never depend on MLflow: it prints the table, writes
 the summary (CSV, plots) to `<sweep dir>/summary`, records the sweep's end in SWEEP_RECORD and, where MLflow has the
 parent, logs the summary there and closes the parent FAILED if any job did not finish (or a job of its plan,
@@ -33,10 +34,11 @@ from . import signals
 from .locks import SWEEP_LOCK, take
 from .naming import SWEPT_ENV, sweep_name, swept_keys
 from .run_note import NOTE_TAG
-from .tracking import Status, Tracker, mlflow_client, mlflow_error, sync_command
+from .tracking import Status, Tracker, close_within, mlflow_client, mlflow_error, sync_command
 from .ui_links import compare_url, where
 
 PARENT_ENV = "SPECBENCH_PARENT_RUN_ID"
+AWAY_ENV = "SPECBENCH_SWEEP_MLFLOW_AWAY"   # why the sweep's jobs do not try MLflow (its parent could not be opened)
 SWEEP_DIR_ENV = "SPECBENCH_SWEEP_DIR"   # for close_orphan_sweep, which Hydra's config no longer reaches
 SWEEP_RECORD = "sweep.json"             # the parent's tracking record, plus the sweep's `end`
 PLANNED_TAG = "sweep.planned"   # on the parent: how many jobs the sweep was to run (so a killed one shows the gap)
@@ -57,14 +59,25 @@ class SweepCallback(Callback):
         os.environ[SWEPT_ENV] = ",".join(swept_keys(task))
         os.environ[SWEEP_DIR_ENV] = str(sweep_dir)
         planned = planned_jobs(config)
-        tracker.start(run_name=sweep_name(str(config.model.name), task), params={"sweep.overrides": " ".join(task)},
-                      tags={"sweep": "parent", "sweep_dir": str(sweep_dir), "run_id_local": sweep_id(sweep_dir),
-                            **({PLANNED_TAG: str(planned)} if planned else {})})
-        if tracker.run_id:
+        tracker.record_start(run_name=sweep_name(str(config.model.name), task),
+                             params={"sweep.overrides": " ".join(task)},
+                             tags={"sweep": "parent", "sweep_dir": str(sweep_dir), "run_id_local": sweep_id(sweep_dir),
+                                   **({PLANNED_TAG: str(planned)} if planned else {})})
+        # Bounded as a run's logging is: a server that is away now would cost every job that bound at its end.
+        within = close_within(tracker.uri)
+        if tracker.open_async(tracker.send).wait(within) and tracker.run_id:
             os.environ[PARENT_ENV] = tracker.run_id
+            return
+        why = tracker.warning or f"MLflow at {tracker.uri} did not answer within {within:g} s"
+        tracker.keep(error=why)
+        os.environ[AWAY_ENV] = f"{why} at the sweep's start"
+        from rich.console import Console
+
+        Console().print(f"[yellow]{why}: the sweep's jobs keep their results locally, without trying MLflow; log "
+                        f"them later: {sync_command(sweep_dir)}[/]", soft_wrap=True, highlight=False)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        for name in (SWEPT_ENV, PARENT_ENV, SWEEP_DIR_ENV):
+        for name in (SWEPT_ENV, PARENT_ENV, SWEEP_DIR_ENV, AWAY_ENV):
             os.environ.pop(name, None)
         sweep_dir = Path(str(config.hydra.sweep.dir))
         # every job ran or was stopped (a KILLED child): a planned job without a record failed before it began
@@ -72,6 +85,11 @@ class SweepCallback(Callback):
                              missing=Status.KILLED if signals.pending else Status.FAILED)
         if failed and not signals.pending:   # stopped: __main__ exits 128 + the signal
             raise SystemExit(f"sweep: {failed} job(s) did not finish; see {sweep_dir}")
+
+
+def job_tracker(cfg: DictConfig, run_dir: Path) -> Tracker:
+    """A job's tracker; in a sweep whose parent MLflow could not open, one that does not try MLflow."""
+    return Tracker(cfg.tracking.uri, cfg.tracking.experiment, run_dir=run_dir, away=os.environ.get(AWAY_ENV))
 
 
 def sweep_id(sweep_dir: Path) -> str:
@@ -188,7 +206,7 @@ def _resolve_skipped(runs) -> None:
 def close_orphan_sweep() -> None:
     """The sweep ended without on_multirun_end (a job raised): it must not stay RUNNING. Closed as on_multirun_end
     would, with its summary: KILLED if the sweep was stopped (an optimiser's stopped trial raised to end it)."""
-    for name in (SWEPT_ENV, PARENT_ENV):
+    for name in (SWEPT_ENV, PARENT_ENV, AWAY_ENV):
         os.environ.pop(name, None)
     sweep_dir = os.environ.pop(SWEEP_DIR_ENV, None)
     if sweep_dir and (Path(sweep_dir) / SWEEP_RECORD).is_file():

@@ -10,6 +10,7 @@ Every MLflow wait is bounded: HTTP requests get short timeouts and few retries (
 set them), a fresh run opens in the background so that the tail never waits for it, and `finish` gives up
 CLOSE_WITHIN_S after it was called (the runner has ended; LOCAL_CLOSE_WITHIN_S for a local sqlite database), then
 tries once, within TERMINATE_WITHIN_S, to close the MLflow run FAILED so that the server does not keep it RUNNING.
+A tracker made `away` (a sweep's job whose parent MLflow could not open) keeps the record and tries nothing.
 What a reader sees first: the headline metrics, rounded and logged before the others (orchestrator.run_note), the
 run's description (its headline table and the metric definitions of results.json) and `definitions.md`; the `gpu`
 tag as the runner saw it; `url()`, the run's absolute UI address, in the closing note.
@@ -109,6 +110,11 @@ def mlflow_client(uri: str):
     return MlflowClient(tracking_uri=uri)
 
 
+def close_within(uri: str) -> float:
+    """How long a run's logging may wait on the store at `uri` (CLOSE_WITHIN_S, LOCAL_CLOSE_WITHIN_S)."""
+    return LOCAL_CLOSE_WITHIN_S if urlparse(uri).scheme in ("", "file", "sqlite") else CLOSE_WITHIN_S
+
+
 def sync_command(run_dir: Path) -> str:
     return f"{program()} sync {shlex.quote(str(run_dir))}"
 
@@ -151,8 +157,11 @@ class Tracker:
     """One run's MLflow mirror and its local record (`run_dir / name`, when a run dir is given; a sweep's parent
     keeps its own in the sweep dir, orchestrator.sweep)."""
 
-    def __init__(self, uri: str | None, experiment: str, run_dir: Path | None = None, name: str = RECORD):
+    def __init__(self, uri: str | None, experiment: str, run_dir: Path | None = None, name: str = RECORD,
+                 away: str | None = None):
         self.uri = resolve_uri(uri)
+        # why MLflow is not to be tried at all (a sweep whose parent it could not open): kept locally, for `sync`
+        self.away = away
         self.experiment = experiment
         self.run_dir = run_dir
         self.name = name
@@ -233,6 +242,10 @@ class Tracker:
             with self._lock:
                 start = self.record["start"]
                 self._update(start={**start, "tags": {**start["tags"], **tags}})
+        if self.away:
+            self.warning = self.away
+            self._update(error=self.away)
+            return
         try:
             self.replay()
         except Exception as exc:
@@ -267,9 +280,9 @@ class Tracker:
         locally first, then logged within CLOSE_WITHIN_S. Never raises; `logged` and `warning` say how it went."""
         if not self.opened:
             return   # it failed before its launch (preflight): MLflow was never part of it, nor is it later
-        importlib.import_module("mlflow.tracking")   # local work (seconds under load), not a wait on the server
-
-        within = LOCAL_CLOSE_WITHIN_S if urlparse(self.uri).scheme in ("", "file", "sqlite") else CLOSE_WITHIN_S
+        if not self.away:
+            importlib.import_module("mlflow.tracking")   # local work (seconds under load), not a wait on the server
+        within = close_within(self.uri)
         deadline = time.monotonic() + within
         now = _now_ms()
         tags = {**tags, **self._gpu_tag(tags)}
@@ -283,6 +296,9 @@ class Tracker:
             "metrics": [[k, float(v), now, step] for k, v, step in points
                         if isinstance(v, (int, float)) and math.isfinite(float(v))],
             "artifacts": names})
+        if self.away:
+            self.warning = self.away
+            return
         late = f"MLflow at {self.uri} did not answer within {within:g} s"
         if self._opening is not None and not self._opening.wait(deadline - time.monotonic()):
             return self._give_up(late)   # still opening: no second attempt beside it

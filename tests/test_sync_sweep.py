@@ -5,6 +5,7 @@ sweeps, real sqlite MLflow stores, a real `mlflow server` stopped for real."""
 from __future__ import annotations
 
 import csv
+import json
 import os
 import signal
 import time
@@ -15,7 +16,8 @@ from orchestrator.sweep import SWEEP_RECORD, sweep_id
 from orchestrator.sync import main as sync_main
 from orchestrator.tracking import Status, Tracker
 from tests.test_sweep import sweep
-from tests.test_tracking_outage import END_WITHIN_S, Cli, MlflowServer, free_port, stop_group, sync, wait_file
+from tests.test_tracking_outage import (END_WITHIN_S, Cli, MlflowServer, black_hole, free_port, stop_group, sync,
+                                       wait_file)
 
 
 def _parent_and_children(uri: str):
@@ -120,3 +122,26 @@ def test_a_tracking_server_stopped_mid_sweep_ends_it_from_its_records_and_sync_c
         assert "summary.csv" in {a.path for a in client.list_artifacts(parent.info.run_id)}
     finally:
         server.stop()
+
+
+def test_a_sweep_whose_parent_mlflow_cannot_open_runs_its_jobs_without_trying_it(tmp_path):
+    """A server that accepts and never answers: the parent's opening gives up after CLOSE_WITHIN_S, and the jobs
+    keep their records locally without trying (each used to wait ~34 s to open and 15 s to close), then `sync`
+    logs the whole sweep."""
+    with black_hole() as url:
+        proc = sweep(tmp_path, "method=ar", "seed=0,1", f"tracking.uri={url}")
+    out = " ".join(proc.stdout.split())
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (sweep_dir,) = (tmp_path / "runs" / "multirun").glob("*/*")
+    assert f"the sweep's jobs keep their results locally, without trying MLflow; log them later: python -m " \
+           f"orchestrator sync {sweep_dir}" in out, out[-3000:]
+    for job in ("0", "1"):
+        record = json.loads((sweep_dir / job / "tracking.json").read_text())
+        assert record["error"].endswith("at the sweep's start") and record["final"]["status"] == "FINISHED", record
+
+    uri = f"sqlite:///{tmp_path / 'later.db'}"
+    synced = sync(str(sweep_dir), "--tracking-uri", uri)
+    assert synced.returncode == 0, synced.stdout[-3000:] + synced.stderr[-3000:]
+    _, runs, parent, children = _parent_and_children(uri)
+    assert len(runs) == 3 and [c.info.status for c in children] == ["FINISHED"] * 2
+    assert parent.info.status == "FINISHED"
