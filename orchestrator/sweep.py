@@ -3,8 +3,9 @@
 Contract: `SweepCallback.on_multirun_start` records the parent in the sweep dir (SWEEP_RECORD, a tracking record
 as a run's, orchestrator.tracking) and opens it in MLflow, bounded as a run's logging is; the jobs read its id from
 SPECBENCH_PARENT_RUN_ID (also in joblib workers, which inherit the environment). Where it could not be opened, the
-jobs (`job_tracker`) keep their records without trying MLflow (AWAY_ENV says why), for `sync <sweep dir>`. `close_sweep` ends a sweep from its jobs' local records
-(orchestrator.local_runs), so its table, status and exit code never depend on MLflow: it prints the table, writes
+jobs (`job_tracker`) keep their records without trying MLflow (AWAY_ENV says why), for `sync <sweep dir>`.
+`close_sweep` ends a sweep from its jobs' local records (orchestrator.local_runs), so its table, status and exit
+code never depend on MLflow: it prints the table, writes
 the summary (CSV, plots) to `<sweep dir>/summary`, records the sweep's end in SWEEP_RECORD and, where MLflow has the
 parent, logs the summary there and closes the parent FAILED if any job did not finish (or a job of its plan,
 `sweep.planned` tag, left no record: it failed), KILLED if every job that did not finish was stopped, FINISHED
