@@ -63,9 +63,9 @@ def project_commit() -> str:
         return "unknown"
 
 
-def fail_input(message: str) -> None:
-    print(f"error: {message}", file=sys.stderr)
-    raise SystemExit(EXIT_BAD_INPUT)
+class BadInput(Exception):
+    """A job's input refused before anything started (its one line names the key): a single run exits
+    EXIT_BAD_INPUT with it; a sweep records the job FAILED and goes on (`_job`)."""
 
 
 def _secrets(host_cfg) -> dict[str, str]:
@@ -101,7 +101,7 @@ def run_job(cfg: DictConfig, run_id: str, console: Console | None = None) -> Out
     try:
         validate(cfg)
     except ConfigError as exc:
-        fail_input(str(exc))
+        raise BadInput(str(exc)) from None
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     spec = build_spec(cfg, run_id)
     if (skipped := skip_if_ran(cfg, spec, run_id, run_dir, console)) is not None:
@@ -121,7 +121,7 @@ def run_job(cfg: DictConfig, run_id: str, console: Console | None = None) -> Out
         try:
             host = make_host(host_cfg)
         except (HostError, ValueError) as exc:
-            fail_input(str(exc))
+            raise BadInput(str(exc)) from None
         tracker = job_tracker(cfg, run_dir)
         job = Job(host, run_id, run_dir)
         outcome = Outcome(job)
@@ -299,6 +299,18 @@ def _job(cfg: DictConfig) -> float | None:
     following = try_following(run_dir)   # held until the run is reported, so `reap` leaves it alone
     try:
         outcome = run_job(cfg, run_id)
+    except BadInput as exc:
+        # checked before the sweep began; what changed since (a file moved by an earlier job) fails this job only:
+        # raised on as SystemExit, it ended the whole sweep there (a joblib pool killing the jobs still running)
+        print(f"error: {exc}", file=sys.stderr)
+        if not multirun:
+            raise SystemExit(EXIT_BAD_INPUT) from None
+        _record_unlaunched(cfg, run_dir, run_id, Status.FAILED, {"failure.id": "not_launched",
+                           "failure.stage": "validate", "failure.hint": str(exc)},
+                           f"**Refused before launch**: {exc}")
+        if scored:
+            raise JobFailed(f"job {hydra_cfg.job.num}: {exc}") from None
+        return None
     finally:
         if following is not None:
             following.release()

@@ -119,3 +119,23 @@ def test_jobs_that_fail_at_connect_fail_the_sweep_and_show_in_its_table(tmp_path
     assert sorted(c.info.status for c in children) == ["FAILED", "FAILED"]
     assert all(c.data.tags["failure.id"] == "not_launched" and c.data.tags["failure.hint"] for c in children)
     assert "sweep: 2 jobs, 2 not finished" in " ".join(proc.stdout.split()) and "host ?" not in proc.stdout, out[-3000:]
+
+
+def test_a_job_whose_input_went_bad_after_the_check_fails_alone(tmp_path):
+    """Every job is checked before the sweep begins; here job 0's script deletes the script file itself, so jobs 1
+    and 2 meet a missing runner.path. Each is a FAILED child saying so and the sweep goes on to its end (the refusal
+    used to end the sweep at job 1 with exit 2: job 2 never ran)."""
+    script = tmp_path / "consume.py"
+    script.write_text(f"import os, sys\nif sys.argv[1:] == ['rm']:\n    os.remove({str(script)!r})\n"
+                      "print('{\"metric\": \"ok\", \"value\": 1}')\n")
+    proc = sweep(tmp_path, "runner=script", f"runner.path={script}", "runner.args=[rm],[a],[b]")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out[-3000:]
+    assert "sweep: 3 jobs, 2 not finished" in " ".join(proc.stdout.split()), out[-3000:]
+    assert proc.stderr.count("error: runner.path: runner=script needs an existing script file") == 2, out[-3000:]
+    _, parent, children = parent_and_children(tmp_path)
+    assert parent.info.status == "FAILED" and parent.data.tags["sweep.failed"] == "2"
+    refused = [c for c in children if c.info.status == "FAILED"]
+    assert len(children) == 3 and len(refused) == 2, out[-3000:]
+    assert all(c.data.tags["failure.stage"] == "validate" and "runner.path" in c.data.tags["failure.hint"]
+               for c in refused)
