@@ -28,13 +28,13 @@ the exit code also where no worker took it (the basic launcher runs the job in t
 from __future__ import annotations
 
 import contextlib
-import functools
 import multiprocessing
 import os
 import signal
 from pathlib import Path
 
 HANDLED = (signal.SIGTERM, signal.SIGHUP)
+_SIGNALS = (*HANDLED, signal.SIGINT)
 pending: list[int] = []        # the signal a sweep's main process passed on to its workers
 _forwarding = [False]
 _marker: list[Path] = []       # a sweep's main process: its sweep dir's STOP_MARKER
@@ -85,23 +85,45 @@ def handling():
 
 
 def _ignore() -> None:
-    for sig in (*HANDLED, signal.SIGINT):
+    for sig in _SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
 
 
 def quiet_idle_workers() -> None:
-    """This process starts a joblib sweep: its loky workers ignore signals until a job runs (module docstring)."""
+    """This process starts a joblib sweep: its loky workers ignore signals until a job runs (module docstring).
+    They are spawned with the signals blocked (a mask survives fork and exec; loky spawns them in `submit`, and
+    later from a thread started there, which keeps its mask), so none dies of one before it ignores them."""
+    from multiprocessing import resource_tracker
+
     from joblib import register_parallel_backend
     from joblib.parallel import BACKENDS
 
     loky = BACKENDS["loky"]
-    if not isinstance(loky, functools.partial):   # once
-        register_parallel_backend("loky", functools.partial(loky, initializer=_worker_started))
+    if getattr(loky, "quiet", False):   # once
+        return
+
+    class QuietLoky(loky):
+        quiet = True
+
+        def __init__(self, **kwargs):
+            super().__init__(**{"initializer": _worker_started, **kwargs})
+
+        def submit(self, func, callback=None):
+            # launched before a worker: CPython 3.11's launch unblocks SIGINT and SIGTERM where it should restore
+            resource_tracker.ensure_running()
+            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
+            try:
+                return super().submit(func, callback=callback)
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+    register_parallel_backend("loky", QuietLoky)
 
 
 def _worker_started() -> None:
     _worker[0] = True
     _ignore()
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALS)   # what came meanwhile is dropped: ignored
 
 
 def forward_to_workers() -> None:

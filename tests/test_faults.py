@@ -370,6 +370,35 @@ def test_a_signal_to_a_parallel_sweep_with_idle_workers_stops_the_busy_one_clean
     assert statuses == [(False, "256", "KILLED"), (False, "8", "FINISHED"), (True, None, "KILLED")], out[-3000:]
 
 
+def _a_loky_worker_of(pid: int) -> bool:
+    """Whether a joblib (loky) worker process of `pid` exists: from its fork on, before it has run any of our code."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid and \
+                    b"loky" in (stat.parent / "cmdline").read_bytes():
+                return True
+        except (OSError, ValueError, IndexError):   # a process that ended while we looked
+            continue
+    return False
+
+
+def test_ctrl_c_as_a_parallel_sweeps_workers_start_ends_it_without_a_traceback(tmp_path):
+    """Ctrl-C (the whole process group) the moment the first worker exists: a worker that had not yet set its
+    signals used to die of it (TerminatedWorkerError from joblib, a traceback); now it is spawned with them blocked."""
+    proc = start_cli(["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "host=local",
+                      f"host.workdir={tmp_path / 'work'}", *LONG, "seed=0,1"],
+                     cwd=tmp_path, env={"SPECBENCH_RUNS_DIR": str(tmp_path / "runs"), "COLUMNS": "1000"})
+    try:
+        wait_for(lambda: _a_loky_worker_of(proc.pid), "a joblib worker process", timeout=120)
+        os.killpg(proc.pid, signal.SIGINT)
+        out = finish(proc, timeout=180)
+    finally:
+        finish(proc, timeout=1)
+    assert proc.returncode == 130 and "Error" not in out and "Traceback" not in out, out[-3000:]
+    runs = runs_of(tmp_path / "runs")
+    assert sorted(r.info.status for r in runs) == ["KILLED"] * 3, out[-3000:]   # two jobs and the parent
+
+
 def test_an_unreachable_host_leaves_the_run_alone_and_stop_says_what_to_type_there(tmp_path):
     """A host that accepts the TCP connection and then says nothing (its sshd stopped, as a hung box does):
     `reap` leaves the run RUNNING, `stop` and `attach` say in one line that the host cannot be reached (`stop` with
