@@ -122,7 +122,8 @@ def _check(argv: list[str]) -> None:
         with _refusing_bad_yaml(), Configs(argv) as configs:
             check_group_choices(overrides, configs)
             check_keys(overrides, configs)
-            check_sweep(overrides, configs)   # the one job too: refused inside Hydra, it would leave a run dir
+            # the one job too: refused inside Hydra, it would leave a run dir
+            check_sweep(overrides, configs, multirun=bool({"-m", "--multirun"} & set(argv)))
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2)

@@ -3,8 +3,9 @@
 Contract: `validate(cfg)` raises ConfigError for the first bad value; `check_group_choices(overrides, configs)`
 refuses an unknown option of a config group (method=foo, over the shipped conf/ and the user's dirs);
 `check_keys(overrides, configs)` refuses a key nothing reads (tree_budgt=64, +tree_budgt=64) with the closest
-known key; `check_sweep(overrides, configs)` composes and validates every job (of a multirun, or the one run) before
-the first starts (a bad value in job 3 would otherwise stop the sweep after jobs 1-2 ran). All happen before a host
+known key; `check_sweep(overrides, configs, multirun)` composes and validates every job (of a multirun, or the one
+run) before the first starts (a bad value in job 3 would otherwise stop the sweep after jobs 1-2 ran); an
+optimiser's intervals at both ends. All happen before a host
 is contacted, Hydra writes a run dir or an MLflow run exists, so bad input loses nothing.
 `validate` also makes the local paths of a job that runs here absolute (against the working directory it started
 in): the runner reads them from its own run dir, so what is checked here is then what the runner opens.
@@ -130,16 +131,20 @@ def check_keys(overrides: list[str], configs: Configs) -> None:
 OPTIMISED = "hydra.sweeper.params."   # an optimising sweeper's search space on the command line
 
 
-def check_sweep(overrides: list[str], configs: Configs) -> None:
+def check_sweep(overrides: list[str], configs: Configs, multirun: bool = True) -> None:
     """Compose every job of the multirun `overrides` (Hydra's basic-sweeper expansion) and `validate` it; the
     error names the key and the job's overrides. An interval an optimiser samples from is checked at both ends
-    (also given as `hydra.sweeper.params.KEY=...`); Hydra's own settings (hydra.*, hydra/...) are left to Hydra."""
+    (also given as `hydra.sweeper.params.KEY=...`, or in the sweeper's config files, read for a `multirun`);
+    Hydra's own settings (hydra.*, hydra/...) are left to Hydra."""
     import itertools
 
     from hydra.core.override_parser.types import IntervalSweep
 
+    parsed = _parse(overrides)
+    given = {o.key_or_group.removeprefix(OPTIMISED) for o in parsed}
     axes, scored, shown = [], False, {}
-    for override in _parse(overrides):
+    space = _search_space(parsed, configs) if multirun else []
+    for override in parsed + [o for o in space if o.key_or_group not in given]:
         if override.key_or_group == "hydra/sweeper":
             scored = override.value() != "basic"
         key = override.key_or_group.removeprefix(OPTIMISED)   # an optimiser's search space, by its key
@@ -165,6 +170,16 @@ def check_sweep(overrides: list[str], configs: Configs) -> None:
                 raise
             job = " ".join(dict.fromkeys(shown.get(part, part) for part in job))
             raise ConfigError(exc.key, f"{str(exc).split(': ', 1)[1]} (sweep job: {job})") from None
+
+
+def _search_space(parsed, configs: Configs) -> list:
+    """The optimising sweeper's own search space (`hydra.sweeper.params` of its config files) as overrides."""
+    fixed = [o.input_line for o in parsed if o.key_or_group.startswith("hydra") and not o.is_sweep_override()]
+    try:
+        params = OmegaConf.select(configs.compose(fixed, with_hydra=True), "hydra.sweeper.params") or {}
+        return _parse([f"{key}={value}" for key, value in params.items()])
+    except Exception:   # Hydra reports its own config's problems when it runs
+        return []
 
 
 def check_table(node: DictConfig, table, prefix: str = "") -> None:

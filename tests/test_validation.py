@@ -174,6 +174,24 @@ def test_an_optimisers_interval_is_checked_at_both_ends_before_the_study_starts(
     assert not (tmp_path / "runs").exists()
 
 
+def test_an_optimisers_search_space_in_its_config_file_is_checked_too(tmp_path):
+    """The search space written where users keep it, in a sweeper config of their own; the command line's value for
+    the same key wins there, as in the sweeper."""
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+    (tmp_path / "conf" / "hydra" / "sweeper").mkdir(parents=True)
+    (tmp_path / "conf" / "hydra" / "sweeper" / "study.yaml").write_text(
+        "defaults:\n  - optuna\nparams:\n  tree_budget: int(interval(8, 6000))\n")
+    env = {**os.environ, "SPECBENCH_RUNS_DIR": str(tmp_path / "runs")}
+    args = [sys.executable, "-m", "orchestrator", "-m", "--config-dir", str(tmp_path / "conf"), "hydra/sweeper=study",
+            "objective=tokens_per_s", "model=tiny-qwen3", "num_prompts=1", "max_new_tokens=4", "baseline=none"]
+    proc = subprocess.run(args, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    assert proc.returncode == 2 and "error: tree_budget:" in proc.stderr and "got 6000" in proc.stderr, proc.stderr
+    assert not (tmp_path / "runs").exists()
+    narrowed = subprocess.run([*args, "tree_budget=int(interval(8,16))", "hydra.sweeper.n_trials=1"],
+                              capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    assert narrowed.returncode == 0, narrowed.stderr[-3000:]
+
+
 def _compose(overrides):
     from hydra import compose, initialize_config_dir
 
