@@ -106,10 +106,14 @@ def planned_jobs(config: DictConfig) -> int | None:
         return sweeper.get("n_trials")
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
 
     params = [f"{key}={value}" for key, value in (sweeper.get("params") or {}).items()]
     parsed = OverridesParser.create().parse_overrides([*params, *config.hydra.overrides.task])
-    return sum(len(batch) for batch in BasicSweeper.split_arguments(parsed, None))
+    try:
+        return sum(len(batch) for batch in BasicSweeper.split_arguments(parsed, None))
+    except HydraException:   # glob(...): expanded with the config loader, which the sweeper holds, not we
+        return None
 
 
 def close_sweep(parent: Tracker, missing: Status = Status.KILLED, tags: dict[str, str] | None = None) -> int:

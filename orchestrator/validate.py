@@ -69,12 +69,22 @@ def check_group_choices(overrides: list[str], configs: Configs) -> None:
         group = _group_of(override)
         if group not in groups or override.is_delete():
             continue
-        values = list(override.sweep_string_iterator()) if override.is_sweep_override() else [override.value()]
+        values = _sweep_values(override, configs) if override.is_sweep_override() else [override.value()]
         options = configs.options(group)
         for value in values:
             if str(value) not in options:
                 raise ConfigError(group, f"unknown option {value!r}{did_you_mean(str(value), options)} "
                                          f"(choose one of {', '.join(options)}; add your own in {user_dir()}/{group}/)")
+
+
+def _sweep_values(override, configs: Configs) -> list[str]:
+    """A sweep's values; a group's `glob(...)` matched against that group's options, user dirs included (Hydra
+    expands it only with its config loader, which a check outside its app does not have)."""
+    from hydra.core.override_parser.types import Glob
+
+    if isinstance(override.value(), Glob):
+        return override.value().filter(configs.options(_group_of(override)))
+    return list(override.sweep_string_iterator())
 
 
 def _keys(node, prefix: str = "") -> list[str]:
@@ -107,8 +117,10 @@ def check_keys(overrides: list[str], configs: Configs) -> None:
     for override in parsed:
         if _group_of(override) in groups:
             prefix = override.get_key_element()
-            values = override.sweep_string_iterator() if override.is_sweep_override() else [override.get_value_element_as_str()]
-            axes.append([f"{prefix}={value}" for value in values] if not override.is_delete() else [override.input_line])
+            values = (_sweep_values(override, configs) if override.is_sweep_override()
+                      else [override.get_value_element_as_str()])
+            axes.append([f"{prefix}={value}" for value in values] if not override.is_delete()
+                        else [override.input_line])
     for choice in itertools.product(*axes):
         base = configs.compose(list(choice))
         known = None
@@ -155,7 +167,7 @@ def check_sweep(overrides: list[str], configs: Configs, multirun: bool = True) -
             shown.update(dict.fromkeys(ends, override.input_line.removeprefix(OPTIMISED)))
             axes.append(ends)
         elif override.is_sweep_override():
-            axes.append([f"{key}={value}" for value in override.sweep_string_iterator()])
+            axes.append([f"{key}={value}" for value in _sweep_values(override, configs)])
         elif key == override.key_or_group:    # (an optimiser's fixed value is its own business)
             axes.append([override.input_line])
     jobs = list(itertools.product(*axes))

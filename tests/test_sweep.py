@@ -139,3 +139,13 @@ def test_a_job_whose_input_went_bad_after_the_check_fails_alone(tmp_path):
     assert len(children) == 3 and len(refused) == 2, out[-3000:]
     assert all(c.data.tags["failure.stage"] == "validate" and "runner.path" in c.data.tags["failure.hint"]
                for c in refused)
+
+
+def test_a_glob_over_a_group_sweeps_its_matching_options(tmp_path):
+    """`method=glob(d*)`: dflash and ddtree. Our sweep callback counted the plan with Hydra's expansion, which needs
+    Hydra's config loader for a glob: it raised, the parent was never recorded and the sweep's end failed too."""
+    proc = sweep(tmp_path, "method=glob(d*)")
+    assert proc.returncode == 0 and "Callback" not in proc.stderr, proc.stderr[-3000:]
+    _, parent, children = parent_and_children(tmp_path)
+    assert parent.info.status == "FINISHED" and "sweep.planned" not in parent.data.tags
+    assert sorted(c.data.params["method.name"] for c in children) == ["ddtree", "dflash"]
