@@ -73,6 +73,7 @@ def main() -> None:
     OmegaConf.register_new_resolver("runs_dir", lambda: str(runs_dir()), replace=True)
     argv = with_user_dir(argv)        # ~/.config/specbench joins Hydra's search path
     sys.argv[1:] = argv
+    multirun = bool({"-m", "--multirun"} & set(argv))
     if completion.requested(argv):
         if completion.answer(argv):   # our zsh script, or a query Hydra's candidates do not apply to
             _exit_now(0)
@@ -85,10 +86,9 @@ def main() -> None:
             print(render(argv), end="")
         _exit_now(0)
     elif not set(_HYDRA_INFO) & set(argv):
-        _check(argv)
+        _check(argv, multirun)
     from .app import hydra_main
 
-    multirun = bool({"-m", "--multirun"} & set(argv))
     if multirun:
         signals.forward_to_workers()     # a parallel launcher's workers run the jobs
     code = 0
@@ -109,7 +109,7 @@ def main() -> None:
     raise SystemExit(code)
 
 
-def _check(argv: list[str]) -> None:
+def _check(argv: list[str], multirun: bool) -> None:
     """Unknown options and keys, and every sweep job's values: one line, exit 2, before anything starts."""
     from .configdirs import Configs, shadowed
     from .validate import ConfigError, check_group_choices, check_keys, check_sweep
@@ -123,7 +123,7 @@ def _check(argv: list[str]) -> None:
             check_group_choices(overrides, configs)
             check_keys(overrides, configs)
             # the one job too: refused inside Hydra, it would leave a run dir
-            check_sweep(overrides, configs, multirun=bool({"-m", "--multirun"} & set(argv)))
+            check_sweep(overrides, configs, multirun)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2)

@@ -29,7 +29,7 @@ from .attach import JOB_FILE
 from .bundle import BundleSync
 from .dedupe import skip_if_ran
 from .hosts import HostError, make_host
-from .leases import GpuPool
+from .leases import GpuPool, pool_entries
 from .lifecycle import Job, Stage, held_gpus
 from .monitor import Outcome, follow, report, stop
 from .naming import RUN_TAG, is_script, label, what_ran   # also registers the run_label resolver that names the run dir
@@ -77,7 +77,7 @@ def _secrets(host_cfg) -> dict[str, str]:
 @contextlib.contextmanager
 def _placement(cfg: DictConfig, console: Console):
     """(host config, gpus) for this job: the configured ones, or a lease from the pool."""
-    entries = OmegaConf.to_container(cfg.pool.hosts, resolve=True) if cfg.get("pool") else []
+    entries = [OmegaConf.to_container(entry, resolve=True) for entry in pool_entries(cfg)]
     if not entries:
         yield cfg.host, list(cfg.gpus)
         return
@@ -189,8 +189,9 @@ def _record_start(tracker: Tracker, cfg: DictConfig, resolved: dict, tags: dict[
         overrides = list(HydraConfig.get().overrides.task)
     except ValueError:   # called outside a Hydra app (no HydraConfig)
         overrides = []
-    tracker.record_start(run_name=run_name(cfg, overrides, swept_from_env()), params=flatten(_params(resolved)),
-                         tags=tags, parent_run_id=os.environ.get(PARENT_ENV))
+    tracker.record_start(run_name=run_name(cfg, overrides, swept_from_env()),
+                         params=flatten(_params(resolved, is_script(cfg))), tags=tags,
+                         parent_run_id=os.environ.get(PARENT_ENV))
 
 
 def _open_run(tracker: Tracker, tags: dict[str, str], then=None) -> None:
@@ -246,9 +247,9 @@ def _survey(host, host_cfg, sync: BundleSync, gpus: list[int], force: bool,
 SCRIPT_PARAMS = ("runner", "host", "gpus", "pool", "tracking", "force", "fail_fast", "objective")
 
 
-def _params(resolved: dict) -> dict:
-    """What is logged as params: the resolved config without Hydra's own node (secrets are never in it)."""
-    script = resolved.get("runner", {}).get("kind") == "script"
+def _params(resolved: dict, script: bool) -> dict:
+    """What is logged as params: the resolved config without Hydra's own node (secrets are never in it); for a
+    user's `script`, SCRIPT_PARAMS."""
     return {k: v for k, v in resolved.items() if k != "hydra" and (not script or k in SCRIPT_PARAMS)}
 
 

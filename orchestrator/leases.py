@@ -21,6 +21,12 @@ from filelock import FileLock, Timeout
 Held = Callable[[dict[str, Any], list[int]], set[int]]   # (host config, its pool GPUs) -> GPUs held there now
 
 
+def pool_entries(cfg) -> list:
+    """A job config's pool entries ({host, gpus} each, as configured); none where it has no pool."""
+    pool = cfg.get("pool")
+    return list(pool.hosts) if pool and pool.get("hosts") else []
+
+
 @dataclass
 class Lease:
     host: dict[str, Any]      # the host config of the leased GPUs

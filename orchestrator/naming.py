@@ -29,6 +29,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from remote import assets
 
+from .leases import pool_entries
+
 SWEPT_ENV = "SPECBENCH_SWEPT_KEYS"
 # Keys whose value the base name already shows (the group and its `name` field are one choice).
 _NAMED = {"method", "method.name", "model", "model.name"}
@@ -64,7 +66,7 @@ def what_ran(cfg: DictConfig) -> dict[str, str]:
     as the config names it (for a run recorded without reaching its host: a skipped duplicate, a job never
     launched; a pool's job before its lease names the pool's hosts)."""
     ran = {"method": "script", "script": Path(cfg.runner.path).name} if is_script(cfg) else {"method": cfg.method.name}
-    pool = [str(entry.host.get("name")) for entry in (OmegaConf.select(cfg, "pool.hosts") or [])]
+    pool = [str(entry.host.get("name")) for entry in pool_entries(cfg)]
     host = f"pool:{','.join(pool)}" if pool else str(cfg.host.get("name") or cfg.host.get("kind", "local"))
     return {**ran, "host": host}
 

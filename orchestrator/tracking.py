@@ -167,7 +167,7 @@ class Tracker:
         self.name = name
         self.record: dict[str, Any] = {"tracking_uri": self.uri, "experiment": experiment, "mlflow_run_id": None,
                                        "logged": [], "error": None, "start": None, "final": None}
-        self.warning: str | None = None   # why the run is not (fully) in MLflow
+        self.warning: str | None = away   # why the run is not (fully) in MLflow
         self._lock = threading.RLock()    # the record is written from the opening's thread too
         self._opening: _Call | None = None
 
@@ -243,7 +243,6 @@ class Tracker:
                 start = self.record["start"]
                 self._update(start={**start, "tags": {**start["tags"], **tags}})
         if self.away:
-            self.warning = self.away
             self._update(error=self.away)
             return
         try:
@@ -297,7 +296,6 @@ class Tracker:
                         if isinstance(v, (int, float)) and math.isfinite(float(v))],
             "artifacts": names})
         if self.away:
-            self.warning = self.away
             return
         late = f"MLflow at {self.uri} did not answer within {within:g} s"
         if self._opening is not None and not self._opening.wait(deadline - time.monotonic()):

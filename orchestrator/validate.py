@@ -25,6 +25,7 @@ from remote.spec import DEVICE_MAP_PRESETS
 
 from . import knobs
 from .configdirs import Configs, user_dir
+from .leases import pool_entries
 from .paths import CONF_DIR
 
 
@@ -233,8 +234,7 @@ def check_objective(cfg: DictConfig) -> None:
 
 def _check_hosts(cfg: DictConfig) -> None:
     """Every host this job may run on: `host`, and each entry of the pool (which then places the job)."""
-    pool = cfg.get("pool")
-    entries = list(pool.hosts) if pool and pool.get("hosts") else []
+    entries = pool_entries(cfg)
     for index, entry in enumerate(entries):
         check_table(entry, [("gpus", knobs.gpu_list)], f"pool.hosts[{index}].")
     hosts = [("host.", cfg.host)] + [(f"pool.hosts[{index}].host.", entry.host) for index, entry in enumerate(entries)]
@@ -287,8 +287,7 @@ def _check_device_map(device_map, gpus: list[int]) -> None:
 
 def _runs_locally(cfg: DictConfig) -> bool:
     """Local paths can be checked here only when the job runs here (the pool, if any, decides the host)."""
-    pool = cfg.get("pool")
-    hosts = [entry.host for entry in pool.hosts] if pool and pool.get("hosts") else [cfg.host]
+    hosts = [entry.host for entry in pool_entries(cfg)] or [cfg.host]
     return all(h.get("kind", "local") == "local" for h in hosts)
 
 
