@@ -86,7 +86,7 @@ def main() -> None:
             print(render(argv), end="")
         _exit_now(0)
     elif not set(_HYDRA_INFO) & set(argv):
-        _check(argv, multirun)
+        sys.argv[1:] = argv = _check(argv, multirun)
     from .app import hydra_main
 
     if multirun:
@@ -109,8 +109,9 @@ def main() -> None:
     raise SystemExit(code)
 
 
-def _check(argv: list[str], multirun: bool) -> None:
-    """Unknown options and keys, and every sweep job's values: one line, exit 2, before anything starts."""
+def _check(argv: list[str], multirun: bool) -> list[str]:
+    """Unknown options and keys, and every sweep job's values: one line, exit 2, before anything starts. Returns
+    argv with the overrides Hydra must force (`++`: a key a user's file leaves out, see validate.check_keys)."""
     from .configdirs import Configs, shadowed
     from .validate import ConfigError, check_group_choices, check_keys, check_sweep
 
@@ -121,14 +122,16 @@ def _check(argv: list[str], multirun: bool) -> None:
     try:
         with _refusing_bad_yaml(), Configs(argv) as configs:
             check_group_choices(overrides, configs)
-            check_keys(overrides, configs)
+            forced = check_keys(overrides, configs)
+            argv = [f"++{a}" if a in forced else a for a in argv]
             # the one job too: refused inside Hydra, it would leave a run dir
-            check_sweep(overrides, configs, multirun)
+            check_sweep([f"++{a}" if a in forced else a for a in overrides], configs, multirun)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2)
     except Exception:
         pass  # a malformed override or an exotic sweep: Hydra's own parser and sweeper report it with context
+    return argv
 
 
 @contextlib.contextmanager

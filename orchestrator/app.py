@@ -99,7 +99,7 @@ def _held_on_host(host_cfg: dict, gpus: list[int]) -> set[int]:
 def run_job(cfg: DictConfig, run_id: str, console: Console | None = None) -> Outcome:
     console = console or Console()
     try:
-        validate(cfg)
+        validate(cfg, HydraConfig.get().runtime.choices)
     except ConfigError as exc:
         raise BadInput(str(exc)) from None
     run_dir = Path(HydraConfig.get().runtime.output_dir)
@@ -132,7 +132,8 @@ def run_job(cfg: DictConfig, run_id: str, console: Console | None = None) -> Out
             job.stage = Stage.PREFLIGHT
             stages.show(f"connecting to {host.name}, preflight…")
             sync = BundleSync(host)
-            pre_tags, answer = _survey(host, host_cfg, sync, gpus, bool(cfg.get("force", False)), console)
+            pre_tags, answer = _survey(host, host_cfg, sync, gpus, bool(cfg.get("force", False)), is_script(cfg),
+                                       console)
             tags = {**what_ran(cfg), "host": host.name, "run_dir": str(run_dir), "run_id_local": run_id,
                     "gpus": ",".join(map(str, gpus)), "host_kind": str(host_cfg.get("kind", "local")), **pre_tags}
             open_run = functools.partial(_record_and_open, tracker, cfg, resolved, tags)
@@ -228,15 +229,22 @@ def _user_script(cfg: DictConfig) -> Path | None:
     return Path(cfg.runner.path).expanduser().resolve() if cfg.runner.kind == "script" else None
 
 
-def _survey(host, host_cfg, sync: BundleSync, gpus: list[int], force: bool,
+def _survey(host, host_cfg, sync: BundleSync, gpus: list[int], force: bool, script: bool,
             console: Console) -> tuple[dict[str, str], str]:
     """One command: a remote host's preflight (versions, GPUs in use, free disk) and the bundle probe. Busy GPUs
-    refuse the run. Returns the preflight tags and the bundle probe's answer."""
-    if host_cfg.get("kind", "local") == "local":
-        return {}, host.run(sync.probe_command()).stdout
+    refuse the run, and so does a host Python without torch or transformers where our runner runs (a local host:
+    only one given its own host.python). Returns the preflight tags and the bundle probe's answer."""
     from .preflight import survey
 
+    if host_cfg.get("kind", "local") == "local":
+        if script or not host_cfg.get("python"):   # this interpreter, which runs the orchestrator's torch
+            return {}, host.run(sync.probe_command()).stdout
+        facts, answer = survey(host, and_then=sync.probe_command())
+        facts.check_packages(host.python)
+        return {}, answer
     facts, answer = survey(host, and_then=sync.probe_command())
+    if not script:
+        facts.check_packages(host.python)
     for line in facts.check_gpus(gpus, force=force):
         console.print(f"[yellow]warning (force=true): {line}[/]")
     return facts.tags(), answer

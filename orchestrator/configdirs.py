@@ -158,6 +158,10 @@ class Configs:
                                           return_hydra_config=with_hydra)
         return self._composed[key]
 
+    def source(self, group: str, option: str) -> str:
+        """Where `group=option` comes from, for an error message: its file, else `group/option.yaml`."""
+        return str(self.file_of(group, option) or f"{group}/{option}.yaml")
+
     def file_of(self, group: str, option: str) -> Path | None:
         """The YAML file Hydra loads for `group=option` (the first source that has it), if it is a file."""
         for folder in (self.primary, *self._dirs):

@@ -160,6 +160,16 @@ class Preflight:
                 lines.append(reason)
         return lines
 
+    def check_packages(self, python: str) -> None:
+        """Raise HostError where the host's Python lacks what our runner imports (torch, transformers): found here,
+        before the bundle is synced and a run exists, not as the runner's ModuleNotFoundError."""
+        missing = [name for name in ("torch", "transformers") if getattr(self, name) is None]
+        if missing:
+            raise HostError(f"{self.host}: {python} (host.python, Python {self.python}) has no "
+                            f"{' and no '.join(missing)}, which the runner needs; install them there "
+                            f"(`{python} -m pip install {' '.join(missing)}`, with the torch build for the host's "
+                            f"CUDA) or set host.python to an interpreter that has them")
+
     def check_gpus(self, requested: list[int], force: bool = False) -> list[str]:
         """Raise HostError naming busy GPUs unless `force`; with `force`, return the lines as warnings."""
         lines = self.busy_gpus(requested)

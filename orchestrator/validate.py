@@ -23,7 +23,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from remote import assets
 from remote.spec import DEVICE_MAP_PRESETS
 
-from . import knobs
+from . import knobs, schemas
 from .configdirs import Configs, user_dir
 from .leases import pool_entries
 from .paths import CONF_DIR
@@ -106,12 +106,15 @@ def _has(cfg: DictConfig, key: str) -> bool:
     return isinstance(parent, DictConfig) and leaf in parent.keys()
 
 
-def check_keys(overrides: list[str], configs: Configs) -> None:
+def check_keys(overrides: list[str], configs: Configs) -> set[str]:
     """Refuse an override of a key the composed config lacks (a typo: with "did you mean"), and `+key=` that adds
     a key nothing reads, unless it is under a FREE_FORM section. Group choices decide which keys exist (host=ssh has
-    host.hostname), so sweeps of groups are checked per combination; other sweep values do not change the keys."""
+    host.hostname), so sweeps of groups are checked per combination; other sweep values do not change the keys.
+    Returns the overrides of keys a section's schema has but its file leaves out (`host.user=me` for a user's
+    minimal host file): Hydra refuses to set those unless forced (`++host.user=me`)."""
     import itertools
 
+    forced = set()
     parsed = _parse(overrides)
     groups = configs.groups()
     axes = []
@@ -133,12 +136,16 @@ def check_keys(overrides: list[str], configs: Configs) -> None:
                 continue
             if _has(base, key):
                 continue
+            if schemas.knows(base, key) and not override.is_add():
+                forced.add(override.input_line)
+                continue
             known = known or [k for k in _keys(base) if not k.startswith("hydra")]
             hint = did_you_mean(key, known)
             if override.is_add() or override.is_force_add():
                 raise ConfigError(key, f"no part of specbench reads this key{hint} (`+` adds keys only under "
                                        f"{', '.join(FREE_FORM)}; `specbench --help` lists the knobs)")
             raise ConfigError(key, f"unknown key{hint} (`specbench --help` lists the knobs)")
+    return forced
 
 
 OPTIMISED = "hydra.sweeper.params."   # an optimising sweeper's search space on the command line
@@ -174,8 +181,9 @@ def check_sweep(overrides: list[str], configs: Configs, multirun: bool = True) -
     jobs = list(itertools.product(*axes))
     for job in jobs:
         try:
-            cfg = configs.compose(list(job))
-            validate(cfg)
+            composed = configs.compose(list(job), with_hydra=True)   # Hydra's node says each group's option
+            cfg = OmegaConf.masked_copy(composed, [key for key in composed if key != "hydra"])
+            validate(cfg, composed.hydra.runtime.choices, configs.source)
             if scored and cfg.runner.kind != "script":
                 check_objective(cfg)
         except ConfigError as exc:
@@ -203,7 +211,11 @@ def check_table(node: DictConfig, table, prefix: str = "") -> None:
             raise ConfigError(f"{prefix}{key}", problem)
 
 
-def validate(cfg: DictConfig) -> None:
+def validate(cfg: DictConfig, choices=None, source=None) -> None:
+    """`choices`: the option of each group (Hydra's runtime.choices), `source(group, option)` its file, for the
+    sections' checks (orchestrator.schemas)."""
+    if (problem := schemas.complete(cfg, choices or {}, *([source] if source else []))) is not None:
+        raise ConfigError(*problem)
     missing = sorted(k for k in OmegaConf.missing_keys(cfg) if not k.startswith("hydra"))
     if missing:
         raise ConfigError(missing[0], "is required (it is ??? in the config); set it on the command line")
@@ -222,7 +234,7 @@ def validate(cfg: DictConfig) -> None:
             raise ConfigError("runner.path", f"runner=script needs an existing script file, got {path!r}")
         return   # a user's script brings its own model and method
     check_table(cfg, knobs.MODEL)
-    _check_model(cfg)
+    _check_model(cfg, choices or {})
 
 
 def check_objective(cfg: DictConfig) -> None:
@@ -246,13 +258,16 @@ def _check_hosts(cfg: DictConfig) -> None:
             host.workdir = _here(host.workdir)
 
 
-def _check_model(cfg: DictConfig) -> None:
+def _check_model(cfg: DictConfig, choices) -> None:
     model, drafter = cfg.model, cfg.drafter
     if model.path is None and not model.get("random"):
         raise ConfigError("model.path", "set a hub id or local path, or model.random for a random model")
     if method_needs_drafter(cfg.method.name) and drafter.path is None and drafter.get("random") is None:
-        raise ConfigError("drafter", f"method {cfg.method.name} needs a drafter; choose drafter=<name> "
-                          f"(one of {', '.join(group_options('drafter'))})")
+        chosen = choices.get("drafter")
+        why = (f" (there is no drafter/{chosen}.yaml to go with model={chosen})"
+               if drafter.name == schemas.NO_DRAFTER and chosen not in (None, schemas.NO_DRAFTER) else "")
+        raise ConfigError("drafter", f"method {cfg.method.name} needs a drafter{why}; choose drafter=<name> "
+                          f"(one of {', '.join(group_options('drafter'))}, or your own in {user_dir()}/drafter/)")
     _check_device_map(model.get("device_map"), list(cfg.gpus))
     paths = (("model.path", model.path), ("drafter.path", drafter.path), ("model.tokenizer", model.get("tokenizer")),
              ("dataset.path", cfg.dataset.get("path")))

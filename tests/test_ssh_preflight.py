@@ -125,3 +125,22 @@ def test_a_host_that_never_answers_is_one_line_on_the_terminal(tmp_path):
     shown = proc.stdout + proc.stderr
     assert proc.returncode == 1 and "cannot connect to" in shown, shown[-3000:]
     assert "Traceback" not in shown and "SSH protocol banner" not in shown, shown[-3000:]
+
+
+@pytest.mark.parametrize("where", ["ssh", "local"])
+def test_a_host_python_without_torch_is_refused_before_anything_is_synced(where, sshd, tmp_path):
+    """A venv without torch and transformers as host.python: one line at preflight naming what is missing and
+    the pip command; no bundle on the host, no MLflow run (it used to launch and fail as an unknown crash)."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "bare")], check=True)
+    bare, workdir = tmp_path / "bare" / "bin" / "python", tmp_path / "work"
+    host = (sshd.overrides(python=str(bare), workdir=str(workdir)) if where == "ssh"
+            else [f"host.python={bare}", f"host.workdir={workdir}"])
+    proc = subprocess.run([sys.executable, "-m", "orchestrator", *host, "num_prompts=1", "max_new_tokens=4",
+                           "method=ar", "baseline=none"], capture_output=True, text=True, cwd=tmp_path,
+                          env={**os.environ, "SPECBENCH_RUNS_DIR": str(tmp_path / "runs")}, timeout=300)
+    shown = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode == 1, shown[-3000:]
+    assert f"{bare} (host.python, Python" in shown and "has no torch and no transformers" in shown, shown[-3000:]
+    assert f"{bare} -m pip install torch transformers" in shown and "Traceback" not in shown
+    assert not (workdir / "bundles").exists() and not (workdir / "runs").exists()
+    assert "never reached MLflow" in shown and not (tmp_path / "runs" / "mlflow.db").exists()
