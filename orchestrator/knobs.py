@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from typing import Any, Callable
 from urllib.parse import urlsplit
@@ -149,14 +150,30 @@ def tracking_uri(value) -> str | None:
     except ValueError as exc:   # the value itself is not echoed: it may hold a password urlsplit could not find
         return f"is not a URI ({exc})"
     if password is None:
-        return None
+        return _file_store(value)
     shown = value.replace(f":{password}@", ":***@", 1)
     return (f"{shown} carries a password, which would be logged with the run; leave it out of the URI and set "
             f"MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN) in the environment, "
             f"where MLflow's client reads them")
 
 
-TRACKING: tuple[tuple[str, Rule], ...] = (("tracking.uri", tracking_uri),)
+def _file_store(value: str) -> str | None:
+    """MLflow 3's file store (a directory, file:...) refuses to open unless MLFLOW_ALLOW_FILE_STORE is set: said
+    here, before the run, rather than as a `not in MLflow` at its end (and at every `sync`)."""
+    scheme = urlsplit(value).scheme
+    if scheme not in ("", "file") or os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").lower() in ("1", "true"):
+        return None
+    return (f"{value} is MLflow's file store, which MLflow keeps only in maintenance mode and refuses to open unless "
+            f"MLFLOW_ALLOW_FILE_STORE=true; use a database, e.g. tracking.uri=sqlite:///mlflow.db")
+
+
+TRACKING: tuple[tuple[str, Rule], ...] = (
+    ("tracking.uri", tracking_uri),
+    # MLflow refuses a number (and an empty name) once the run is under way: the run went on outside MLflow, and
+    # `sync` failed the same way
+    ("tracking.experiment", rule("a non-empty string (quote a numeric one: tracking.experiment=\"'2024'\")",
+                                 lambda v: isinstance(v, str) and v.strip() != "")),
+)
 MODEL: tuple[tuple[str, Rule], ...] = (
     ("model.path", nullable(TEXT)),
     ("model.random", nullable(RANDOM_TARGET)),

@@ -93,7 +93,16 @@ def flatten(obj: Any, prefix: str = "") -> dict[str, str]:
 
 
 def resolve_uri(uri: str | None) -> str:
-    return uri or default_tracking_uri()
+    """The store's URI with a local path made absolute (`sqlite:///my.db` of the directory the command ran in):
+    the run's records keep it, and `show`, `sync` or `reap` from another directory must reach the same store."""
+    if not uri:
+        return default_tracking_uri()
+    parsed = urlparse(uri)
+    if parsed.scheme == "sqlite" and uri.startswith("sqlite:///") and uri[len("sqlite:///"):] not in ("", ":memory:"):
+        return "sqlite:///" + os.path.abspath(os.path.expanduser(uri[len("sqlite:///"):]))
+    if parsed.scheme == "" or (parsed.scheme == "file" and not parsed.netloc):    # a file store's directory
+        return os.path.abspath(os.path.expanduser(parsed.path if parsed.scheme else uri))
+    return uri
 
 
 def mlflow_client(uri: str):

@@ -1,6 +1,7 @@
 """Bad input: one line naming the key, exit 2, nothing started and no MLflow run created."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -56,6 +57,10 @@ CASES = [
     ("pool=example", "pool.lock_dir=leases", "pool.hosts.0.host.port=abc", "pool.hosts[0].host.port"),
     # Relative, it named another folder once the bundle install cd'ed: a failure with nothing after its colon.
     ("host=ssh", "host.hostname=127.0.0.1", "host.workdir=relwd", "host.workdir"),
+    # MLflow refused these once the run was under way (the run went on outside MLflow; `sync` failed alike)
+    ("tracking.experiment=2024", "tracking.experiment"),
+    ("tracking.experiment=''", "tracking.experiment"),
+    ("tracking.uri=./mlruns", "tracking.uri"),             # MLflow 3's file store, in maintenance mode
 ]
 
 
@@ -313,6 +318,21 @@ def test_relative_local_paths_are_the_callers(tmp_path):
     assert (used["dataset"]["path"], used["model"]["path"], used["host"]["workdir"]) == \
         (str(tmp_path / "p.jsonl"), str(tmp_path / "demo"), str(tmp_path / "relwd"))
     assert (tmp_path / "relwd" / "bundles").is_dir()
+
+
+def test_a_relative_sqlite_uri_is_the_callers_for_every_later_command(tmp_path):
+    """`tracking.uri=sqlite:///my.db` names my.db where the run was started: its records keep that file, so a
+    later `sync` from elsewhere finds the run complete there (it made a new, empty my.db wherever it ran)."""
+    (tmp_path / "here").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    proc = run_cli("tracking.uri=sqlite:///my.db", "method=ar", "baseline=none", "num_prompts=1", "max_new_tokens=4",
+                   "warmup=0", cwd=tmp_path / "here")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (job,) = Path(os.environ["SPECBENCH_RUNS_DIR"]).glob("*/*/job.json")
+    assert json.loads(job.read_text())["tracking_uri"] == f"sqlite:///{tmp_path / 'here' / 'my.db'}"
+    proc = run_cli("sync", str(job.parent), cwd=tmp_path / "elsewhere")
+    assert proc.returncode == 0 and "already" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    assert not (tmp_path / "elsewhere" / "my.db").exists()
 
 
 def test_a_failed_bundle_install_says_why(tmp_path, monkeypatch):
