@@ -66,7 +66,7 @@ def main() -> None:
     from omegaconf import OmegaConf
 
     from . import completion
-    from .configdirs import with_user_dir
+    from .configdirs import missing_dir, with_user_dir
     from .paths import runs_dir
 
     # Run dirs are absolute (SPECBENCH_RUNS_DIR, the checkout's runs/ or ./runs) whatever Hydra's working dir.
@@ -74,6 +74,9 @@ def main() -> None:
     argv = with_user_dir(argv)        # ~/.config/specbench joins Hydra's search path
     sys.argv[1:] = argv
     multirun = bool({"-m", "--multirun"} & set(argv))
+    if (problem := missing_dir(argv)) is not None:
+        print(f"error: {problem}", file=sys.stderr)
+        raise SystemExit(2)
     if completion.requested(argv):
         if completion.answer(argv):   # our zsh script, or a query Hydra's candidates do not apply to
             _exit_now(0)
@@ -82,6 +85,7 @@ def main() -> None:
     elif {"--help", "-h"} & set(argv):
         from .help import render
 
+        argv = _check(argv, multirun, values=False)   # the help shows the values given, good or bad
         with _refusing_bad_yaml():
             print(render(argv), end="")
         _exit_now(0)
@@ -109,9 +113,10 @@ def main() -> None:
     raise SystemExit(code)
 
 
-def _check(argv: list[str], multirun: bool) -> list[str]:
-    """Unknown options and keys, and every sweep job's values: one line, exit 2, before anything starts. Returns
-    argv with the overrides Hydra must force (`++`: a key a user's file leaves out, see validate.check_keys)."""
+def _check(argv: list[str], multirun: bool, values: bool = True) -> list[str]:
+    """Unknown options and keys, and (with `values`) every sweep job's values: one line, exit 2, before anything
+    starts. Returns argv with the overrides Hydra must force (`++`: a key a user's file leaves out, see
+    validate.check_keys)."""
     from .configdirs import Configs, shadowed
     from .validate import ConfigError, check_group_choices, check_keys, check_sweep
 
@@ -124,8 +129,8 @@ def _check(argv: list[str], multirun: bool) -> list[str]:
             check_group_choices(overrides, configs)
             forced = check_keys(overrides, configs)
             argv = [f"++{a}" if a in forced else a for a in argv]
-            # the one job too: refused inside Hydra, it would leave a run dir
-            check_sweep([f"++{a}" if a in forced else a for a in overrides], configs, multirun)
+            if values:   # the one job too: refused inside Hydra, it would leave a run dir
+                check_sweep([f"++{a}" if a in forced else a for a in overrides], configs, multirun)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2)

@@ -93,6 +93,18 @@ def extra_dirs(argv: list[str], search: list[str] | None = None) -> list[Path]:
     return dirs
 
 
+def missing_dir(argv: list[str]) -> str | None:
+    """The first config dir given on the command line that is not a directory, as `FLAG: problem` (Hydra warns
+    about it, then runs without it: host=mybox then is an unknown option)."""
+    config_dir = _flag_value(argv, "--config-dir", "-cd")
+    if config_dir is not None and not Path(config_dir).expanduser().is_dir():
+        return f"--config-dir: {config_dir} is not a directory"
+    for folder in extra_dirs(argv):
+        if not folder.is_dir():
+            return f"{_SEARCHPATH}: {folder} is not a directory"
+    return None
+
+
 def shadowed(argv: list[str]) -> list[str]:
     """One line per user config file hidden by a shipped one of the same group and name."""
     lines = []

@@ -161,3 +161,25 @@ def test_help_keeps_names_whole_and_says_where_runs_go():
     assert [line for line in proc.stdout.splitlines() if line.endswith("-")] == []   # "tiny-" / "qwen3" was one
     assert f"<runs dir> is {os.environ['SPECBENCH_RUNS_DIR']} ($SPECBENCH_RUNS_DIR)" in proc.stdout
     assert "<project>" not in proc.stdout
+
+
+@pytest.mark.parametrize("argv, line", [
+    (["--help", "host=nosuch"], "error: host: unknown option 'nosuch'"),
+    (["--help", "tree_budgt=3"], "error: tree_budgt: unknown key; did you mean tree_budget?"),
+    (["--config-dir", "/nonexistent/conf", "method=ar"], "error: --config-dir: /nonexistent/conf is not a directory"),
+    (["hydra.searchpath=[file:///nonexistent/conf]", "method=ar"],
+     "error: hydra.searchpath: /nonexistent/conf is not a directory"),
+], ids=["help+unknown option", "help+unknown key", "--config-dir", "hydra.searchpath"])
+def test_a_bad_command_line_is_one_line_also_with_help_or_a_config_dir(argv, line, tmp_path):
+    """They printed a traceback (--help composed the bad override), or Hydra's UserWarning and then ran without
+    the dir (a typo in the dir made the user's host=mybox an unknown option)."""
+    proc = run([SPECBENCH, *argv], cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.startswith(line) and proc.stderr.count("\n") == 1, proc.stderr
+    assert not (tmp_path / "runs").exists() and not Path(os.environ["SPECBENCH_RUNS_DIR"]).exists()
+
+
+def test_help_with_a_key_a_users_file_leaves_out(user_conf, tmp_path):
+    """host.user for an SSH box whose file does not list it: forced as a run forces it (no traceback)."""
+    (user_conf / "host" / "loop.yaml").write_text("name: loop\nkind: ssh\nhostname: 127.0.0.1\n")
+    proc = run([SPECBENCH, "--help", "host=loop", "host.user=me"], cwd=tmp_path)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
