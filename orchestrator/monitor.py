@@ -24,6 +24,7 @@ from rich.markup import escape
 
 from remote.events import read_json
 
+from .commands import program
 from .display import LiveDisplay
 from .failures import Detector, Finding, Severity
 from .lifecycle import Job
@@ -112,6 +113,8 @@ def follow(job: Job, outcome: Outcome, console: Console, fail_fast: bool = True,
         outcome.status = Status.FINISHED if done else Status.FAILED
         if code != 0 and job.stopped_by:   # `stop` from another terminal: its TERM is why the runner ended
             outcome.status, outcome.stopped_by = Status.KILLED, job.stopped_by
+            console.print(f"[yellow]stopped from another terminal (`{program()} stop`, stopped_by="
+                          f"{escape(job.stopped_by)}): the runner ended on its SIGTERM[/]")
     except KeyboardInterrupt as exc:
         console.print(f"[yellow]{describe(exc)}: stopping the runner on the host[/]")
         stop(job, console)

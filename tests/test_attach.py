@@ -69,6 +69,9 @@ def test_stop_from_another_terminal_ends_the_followed_run_killed_by_the_user(tmp
         finish(proc, timeout=1)
     assert not group_alive(int((host_dir / "pid").read_text()))
     assert "KILLED" in out, out[-3000:]
+    # the terminal that follows it says why (it used to say KILLED alone, as if its own Ctrl-C had)
+    assert "stopped from another terminal (`python -m orchestrator stop`, stopped_by=user)" in \
+        " ".join(out.split()), out[-3000:]
     (run,) = runs_of(tmp_path / "runs")
     assert run.info.status == "KILLED", out[-3000:]
     assert run.data.tags["stopped_by"] == "user" and "failure.id" not in run.data.tags
