@@ -87,8 +87,9 @@ def _keygen(path: Path) -> None:
 class SSHD:
     """One sshd process. `prefix` runs it through a wrapper (`ip netns exec NS`)."""
 
-    def __init__(self, root: Path, address: str = "127.0.0.1", prefix: tuple[str, ...] = ()):
+    def __init__(self, root: Path, address: str = "127.0.0.1", prefix: tuple[str, ...] = (), sftp: bool = True):
         self.root = Path(root)
+        self.sftp = sftp      # False: no `Subsystem sftp` line, as on boxes whose admin left it out
         self.address = address
         self.prefix = prefix
         self.proc: subprocess.Popen | None = None
@@ -105,7 +106,7 @@ class SSHD:
         shutil.copy(f"{client_key}.pub", self.root / "authorized_keys")
         port = free_port(self.address) if not self.prefix else 2222
         config = self.root / "sshd_config"
-        config.write_text(_sshd_config(self.root, self.address, port))
+        config.write_text(_sshd_config(self.root, self.address, port, self.sftp))
         if os.geteuid() == 0:
             os.makedirs("/run/sshd", exist_ok=True)   # privilege separation dir sshd insists on as root
         log = self.root / "sshd.log"
@@ -180,7 +181,7 @@ def _user() -> str:
     return pwd.getpwuid(os.geteuid()).pw_name
 
 
-def _sshd_config(root: Path, address: str, port: int) -> str:
+def _sshd_config(root: Path, address: str, port: int, sftp: bool = True) -> str:
     return "\n".join([
         f"Port {port}",
         f"ListenAddress {address}",
@@ -196,7 +197,7 @@ def _sshd_config(root: Path, address: str, port: int) -> str:
         "MaxSessions 64",
         "MaxStartups 64",
         "LogLevel VERBOSE",
-        "Subsystem sftp internal-sftp",
+        *(["Subsystem sftp internal-sftp"] if sftp else []),
         "",
     ])
 

@@ -258,3 +258,23 @@ def test_a_connection_cut_mid_run_loses_nothing(sshd_netns, tmp_path):
     for name in ("runner.log", "events.jsonl"):
         assert (local_dir / name).read_bytes() == (run_dir / name).read_bytes(), name
     assert json.loads((local_dir / "results.json").read_text())["metrics"]
+
+
+def test_a_host_without_sftp_is_named_at_once(tmp_path):
+    """An sshd with no `Subsystem sftp` line (commands work, file copies cannot): one line that says so, within
+    seconds; it was taken for a lost connection and retried for reconnect_timeout (120 s) first."""
+    from tests.sshd import SSHD
+
+    server = SSHD(tmp_path / "sshd", sftp=False)
+    facts = server.start()
+    try:
+        started = time.monotonic()
+        proc = run_cli(["method=ar", *facts.overrides(), *SMALL], env={"SPECBENCH_RUNS_DIR": str(tmp_path / "runs")})
+        took = time.monotonic() - started
+    finally:
+        server.stop()
+    out = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode == 1 and "its sshd refused an SFTP session" in out and "Subsystem sftp" in out, out[-3000:]
+    assert "reconnecting" not in out and "Traceback" not in out, out[-3000:]
+    assert took < facts.host_config()["connect_timeout"] + 60, took    # the CLI's start and preflight, no retries
+    assert [run.info.status for run in mlflow_runs(tmp_path / "runs")] in ([], ["FAILED"])   # never left RUNNING

@@ -321,8 +321,22 @@ class SSHHost(Host):
                     chan.invoke_subsystem("sftp")
                 self._sftp = paramiko.SFTPClient(chan)
             except _NETWORK_ERRORS as exc:
+                if self._answers(transport):   # the host said no (no `Subsystem sftp`): reconnecting cannot help
+                    raise HostError(f"{self.name}: its sshd refused an SFTP session ({type(exc).__name__}: {exc}), "
+                                    f"which specbench copies files with; its sshd_config needs a `Subsystem sftp` "
+                                    f"line (e.g. `Subsystem sftp internal-sftp`), or the sftp-server it names is "
+                                    f"missing") from None
                 raise _Lost(f"SFTP session failed: {type(exc).__name__}: {exc}") from exc
         return self._sftp
+
+    def _answers(self, transport: paramiko.Transport) -> bool:
+        """Whether the host still answers on this connection (a session opens): what tells a refusal from a link
+        that broke at that moment."""
+        try:
+            transport.open_session(timeout=self.settings.io_timeout).close()
+            return True
+        except _NETWORK_ERRORS:
+            return False
 
     def _sftp_op(self, what: str, op: Callable[[paramiko.SFTPClient], T]) -> T:
         def attempt() -> T:
