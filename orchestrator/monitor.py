@@ -84,8 +84,15 @@ class Outcome:
         self.stopped_by = "user" if describe(exc) == "Ctrl-C" else describe(exc)
 
 
-def _show(console: Console, finding: Finding) -> None:
+def _show(console: Console, finding: Finding, shown: set[str]) -> None:
+    """A finding as it is found; another variant of a warning already shown (the same missing kernel package in
+    the next layer type) in one line, without the fix again."""
     colour = "red" if finding.severity is Severity.FATAL else "yellow"
+    detail = finding.entry.render_detail(finding.details)
+    if finding.id in shown and finding.severity is not Severity.FATAL and detail:
+        console.print(f"[{colour}]{finding.severity.value}: {finding.id}: also {escape(detail)}[/]")
+        return
+    shown.add(finding.id)
     console.print(f"[{colour}]{finding.severity.value}: {finding.id}: {escape(finding.message)}[/]")
     console.print(f"[{colour}]  fix: {escape(finding.hint)}[/]")
 
@@ -94,11 +101,13 @@ def follow(job: Job, outcome: Outcome, console: Console, fail_fast: bool = True,
            needs_results: bool = True) -> None:
     """Tail `job` to its end. `needs_results`: a run counts as finished only if it wrote results.json (our
     runner does; a user's script need not)."""
+    shown: set[str] = set()
+
     def on_lines(log_lines: list[str], event_lines: list[str]) -> None:
         display.feed(log_lines, event_lines)
         outcome.scan_metric_lines(log_lines)
         for finding in outcome.detector.feed_lines(log_lines):
-            _show(console, finding)
+            _show(console, finding, shown)
             if finding.severity is Severity.FATAL and fail_fast:
                 raise _FailFast(finding)
 
@@ -107,7 +116,7 @@ def follow(job: Job, outcome: Outcome, console: Console, fail_fast: bool = True,
             code = job.wait(on_lines)
         if job.lost is not None:   # the host says so: not a guess from a quiet log
             for finding in outcome.detector.feed_lines([f"[specbench] The runner vanished: {job.lost}"]):
-                _show(console, finding)
+                _show(console, finding, shown)
         job.collect()
         done = code == 0 and (not needs_results or (job.local_dir / "results.json").exists())
         outcome.status = Status.FINISHED if done else Status.FAILED
@@ -188,8 +197,11 @@ def _summary(outcome, found, metrics, tracker, run_dir, console, title, fairness
     if fairness and fairness != "ok":
         console.print(f"[yellow]warning: fairness: AR and the method did not run on the same path, so "
                       f"speedup_vs_ar compares unlike things: {escape(fairness.removeprefix('mismatch: '))}[/]")
-    for w in found.warnings:
-        console.print(f"[yellow]warning x{w.count}: {w.finding.id}: {escape(w.finding.hint)}[/]")
+    for id_, variants in _by_id(found.warnings).items():
+        details = "; ".join(dict.fromkeys(filter(None, (w.finding.entry.render_detail(w.finding.details)
+                                                         for w in variants))))
+        console.print(f"[yellow]warning x{sum(w.count for w in variants)}: {id_}"
+                      f"{escape(f' ({details})') if details else ''}: {escape(variants[0].finding.hint)}[/]")
     colour = {Status.FINISHED: "green", Status.FAILED: "red", Status.KILLED: "yellow"}[outcome.status]
     note = tracker.closing_note()   # "mlflow run: <id>" only if all of it got there, else why not and `sync`
     console.print(f"[{colour}]{outcome.status.value}[/] run dir: {escape(str(run_dir))}"
@@ -203,6 +215,14 @@ def _summary(outcome, found, metrics, tracker, run_dir, console, title, fairness
         elif (run_dir / "runner.log").exists():
             console.print(f"[red]runner log tail:[/]\n{escape(_tail(run_dir / 'runner.log'))}")
 
+
+
+def _by_id(warnings) -> dict[str, list]:
+    """Warning summaries grouped by catalog entry, in the order first seen."""
+    groups: dict[str, list] = {}
+    for w in warnings:
+        groups.setdefault(w.finding.id, []).append(w)
+    return groups
 
 
 def _tail(path: Path, lines: int = 20) -> str:

@@ -301,3 +301,33 @@ def test_scan_file_reads_in_chunks_like_a_live_tail(tmp_path):
     path = tmp_path / "runner.log"
     path.write_bytes((DATA / "hybrid_cache_without_config__tf5.17.0.log").read_bytes())
     assert scan_file(path, chunk_size=7).to_dict() == scan_file(path).to_dict()
+
+
+def test_the_variants_of_a_warning_are_one_line_each_live_and_one_in_the_summary():
+    """transformers says once per kernel function which package it lacks: a hybrid model on a host without fla
+    and causal-conv1d printed the explanation and fix four times live and four identical summary lines."""
+    from rich.console import Console
+
+    from orchestrator.monitor import _show, _summary, Outcome
+    from orchestrator.tracking import Status
+
+    lines = [FAST_PATH.replace("causal_conv1d_fn", name).replace("`causal_conv1d`", f"`{package}`")
+             for name, package in (("causal_conv1d_fn", "causal_conv1d"), ("chunk_gated_delta_rule",
+                                   "flash-linear-attention"), ("causal_conv1d_update", "causal_conv1d"))]
+    outcome, console, shown = Outcome(None), Console(record=True, width=400), set()
+    for finding in outcome.detector.feed_lines(lines + lines[:1]):
+        _show(console, finding, shown)
+    live = console.export_text().splitlines()
+    assert len([l for l in live if "fix:" in l]) == 1 and len(live) == 4, live
+    assert live[2:] == ["performance: fast_path_unavailable: also chunk_gated_delta_rule needs flash-linear-attention",
+                        "performance: fast_path_unavailable: also causal_conv1d_update needs causal_conv1d"]
+    outcome.status = Status.FINISHED
+
+    class Kept:   # the closing line's tracker: what it says of MLflow is not under test here
+        def closing_note(self):
+            return ""
+    _summary(outcome, outcome.detector.report(), {}, Kept(), Path("/r"), console, "t")
+    summary = [l for l in console.export_text().splitlines() if l.startswith("warning")]
+    assert summary == ["warning x4: fast_path_unavailable (causal_conv1d_fn needs causal_conv1d; "
+                       "chunk_gated_delta_rule needs flash-linear-attention; causal_conv1d_update needs "
+                       "causal_conv1d): " + load_catalog().by_id["fast_path_unavailable"].fix], summary

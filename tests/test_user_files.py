@@ -73,8 +73,9 @@ def test_a_minimal_model_file_runs_with_the_defaults_and_needs_no_drafter_for_ar
     assert run.data.params["model.attn_implementation"] == "sdpa" and run.data.params["model.dtype"] == "float32"
 
     proc = cli(["model=mini", "method=ddtree"], cwd=tmp_path)
-    assert proc.returncode == 2 and proc.stderr.startswith("error: drafter: method ddtree needs a drafter (there "
-                                                           "is no drafter/mini.yaml to go with model=mini)"), proc.stderr
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("error: drafter: method ddtree needs a drafter (there is no drafter/mini.yaml to go "
+                                  "with model=mini)"), proc.stderr
 
 
 def test_a_minimal_ssh_host_file_takes_the_rest_from_the_command_line(sshd, tmp_path):
