@@ -95,6 +95,11 @@ def select_runs(client, experiment: str | None = None, parent: str | None = None
             raise
         raise SystemExit(f"compare: bad --filter {filter_string!r}: {exc.message} "
                          "(e.g. \"params.method.name = 'ddtree'\")") from None
+    if parent and not runs and not filter_string and "sweep.overrides" in parent_run.data.params:
+        from .commands import program
+
+        raise SystemExit(f"compare: sweep {parent} has no child runs in {client.tracking_uri} (its jobs did not "
+                         f"reach MLflow: `{program()} sync <its sweep dir>` logs what they kept)")
     return sorted(runs, key=lambda r: r.info.start_time or 0)
 
 
@@ -371,6 +376,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--filter", default="", help="an MLflow search filter, e.g. \"params.method.name = 'ddtree'\"")
     parser.add_argument("--out", default=None, help="directory for summary.csv and plots")
     args = parser.parse_args(argv)
+    if args.out and Path(args.out).exists() and not Path(args.out).is_dir():
+        print(f"compare: --out {args.out} is a file; give a directory (summary.csv and the plots go in it)",
+              file=sys.stderr)
+        return 1
     uri = resolve_uri(args.tracking_uri)
     database = Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None
     if database and not database.exists():   # MLflow would create it (and say so) just to find it empty

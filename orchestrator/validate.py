@@ -254,6 +254,9 @@ def _check_hosts(cfg: DictConfig) -> None:
         check_table(host, knobs.HOST, prefix)
         if host.get("kind", "local") == "ssh":
             check_table(host, knobs.SSH, prefix)
+            for key in ("identity_file", "ssh_config"):   # files of this machine: a typo read as "is the host up?"
+                if host.get(key) and not Path(str(host[key])).expanduser().is_file():
+                    raise ConfigError(f"{prefix}{key}", f"{host[key]!r} is not a file on this machine")
         elif host.get("workdir"):   # LocalHost takes it as it is: ~ unexpanded, relative to wherever it cds
             host.workdir = _here(host.workdir)
 

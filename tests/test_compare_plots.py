@@ -174,3 +174,18 @@ def test_compare_finds_the_plain_run_and_names_itself_in_usage(single_run):
     assert "1 runs" in proc.stdout and f"ar-{MODEL}" in proc.stdout.split()
     usage = _compare_cli("--no-such-flag", runs_dir=runs_dir).stderr
     assert usage.startswith("usage: python -m orchestrator compare ")
+
+
+def test_a_sweep_parent_without_children_and_an_out_that_is_a_file_are_one_line(single_run, tmp_path):
+    """A sweep whose jobs never reached MLflow was called "not a sweep's parent run"; --out naming a file was a
+    FileExistsError traceback."""
+    runs_dir, _ = single_run
+    client = MlflowClient(f"sqlite:///{runs_dir / 'mlflow.db'}")
+    parent = client.create_run(client.get_experiment_by_name("specbench").experiment_id, run_name="sweep")
+    client.log_param(parent.info.run_id, "sweep.overrides", "method=ar seed=0,1")
+    client.set_terminated(parent.info.run_id, "FAILED")
+    line = _one_line_error(_compare_cli("--parent", parent.info.run_id, runs_dir=runs_dir))
+    assert line.startswith(f"compare: sweep {parent.info.run_id} has no child runs") and " sync " in line, line
+    (tmp_path / "taken").write_text("")
+    proc = _compare_cli("--out", str(tmp_path / "taken"), runs_dir=runs_dir)
+    assert _one_line_error(proc).endswith("is a file; give a directory (summary.csv and the plots go in it)")

@@ -104,3 +104,5 @@ def test_sync_refuses_a_dir_without_a_record(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     assert main([str(tmp_path / "empty")]) == 1
     assert "no tracking.json" in capsys.readouterr().out
+    assert main([str(tmp_path / "nothere")]) == 1     # a typo: said as such, not as a dir without a record
+    assert capsys.readouterr().out == f"{tmp_path / 'nothere'}: not synced: no such directory\n"

@@ -61,6 +61,9 @@ CASES = [
     ("tracking.experiment=2024", "tracking.experiment"),
     ("tracking.experiment=''", "tracking.experiment"),
     ("tracking.uri=./mlruns", "tracking.uri"),             # MLflow 3's file store, in maintenance mode
+    # files of this machine: a typo was reported as "Check that the host is up"
+    ("host=ssh", "host.hostname=127.0.0.1", "host.identity_file=/nonexistent/id_ed25519", "host.identity_file"),
+    ("host=ssh", "host.hostname=127.0.0.1", "host.ssh_config=/nonexistent/ssh_config", "host.ssh_config"),
 ]
 
 
