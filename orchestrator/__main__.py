@@ -74,6 +74,11 @@ def main() -> None:
     argv = with_user_dir(argv)        # ~/.config/specbench joins Hydra's search path
     sys.argv[1:] = argv
     multirun = bool({"-m", "--multirun"} & set(argv))
+    if argv == ["--version"]:   # Hydra's flag names Hydra's version alone
+        from importlib.metadata import version
+
+        print(f"specbench {version('specbench')} (Hydra {version('hydra-core')})")
+        _exit_now(0)
     if (problem := missing_dir(argv)) is not None:
         print(f"error: {problem}", file=sys.stderr)
         raise SystemExit(2)

@@ -130,6 +130,9 @@ def check_keys(overrides: list[str], configs: Configs) -> set[str]:
         known = None
         for override in parsed:
             key = override.key_or_group
+            if key.startswith("hydra.launcher.") and not override.is_add():
+                hydra_groups = [o.input_line for o in parsed if o.key_or_group.startswith("hydra/")]
+                _check_launcher_key(key, [*choice, *hydra_groups], configs)
             if key.startswith("hydra") or _group_of(override) in groups:
                 continue
             if any(key == section or key.startswith(section + ".") for section in FREE_FORM):
@@ -146,6 +149,16 @@ def check_keys(overrides: list[str], configs: Configs) -> set[str]:
                                        f"{', '.join(FREE_FORM)}; `specbench --help` lists the knobs)")
             raise ConfigError(key, f"unknown key{hint} (`specbench --help` lists the knobs)")
     return forced
+
+
+def _check_launcher_key(key: str, overrides: list[str], configs: Configs) -> None:
+    """`hydra.launcher.n_jobs=4` without a parallel launcher: Hydra's own error advises `+hydra.launcher.n_jobs`,
+    which runs the jobs one at a time all the same."""
+    composed = configs.compose(overrides, with_hydra=True)
+    if not _has(composed, key):
+        launcher = composed.hydra.runtime.choices.get("hydra/launcher")
+        raise ConfigError(key, f"the {launcher} launcher has no such setting (it runs a sweep's jobs one at a time); "
+                               f"for jobs in parallel choose hydra/launcher=joblib (docs/sweeps.md)")
 
 
 OPTIMISED = "hydra.sweeper.params."   # an optimising sweeper's search space on the command line

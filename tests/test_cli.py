@@ -169,7 +169,13 @@ def test_help_keeps_names_whole_and_says_where_runs_go():
     (["--config-dir", "/nonexistent/conf", "method=ar"], "error: --config-dir: /nonexistent/conf is not a directory"),
     (["hydra.searchpath=[file:///nonexistent/conf]", "method=ar"],
      "error: hydra.searchpath: /nonexistent/conf is not a directory"),
-], ids=["help+unknown option", "help+unknown key", "--config-dir", "hydra.searchpath"])
+    # Hydra's own error advised `+hydra.launcher.n_jobs=2`, which runs the jobs one at a time all the same
+    (["-m", "hydra.launcher.n_jobs=2", "method=ar"], "error: hydra.launcher.n_jobs: the basic launcher has no such "
+                                                    "setting (it runs a sweep's jobs one at a time); for jobs in "
+                                                    "parallel choose hydra/launcher=joblib"),
+    (["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "tree_budget=0"], "error: tree_budget: "),
+], ids=["help+unknown option", "help+unknown key", "--config-dir", "hydra.searchpath", "n_jobs+basic",
+        "n_jobs+joblib"])
 def test_a_bad_command_line_is_one_line_also_with_help_or_a_config_dir(argv, line, tmp_path):
     """They printed a traceback (--help composed the bad override), or Hydra's UserWarning and then ran without
     the dir (a typo in the dir made the user's host=mybox an unknown option)."""
@@ -183,3 +189,10 @@ def test_help_with_a_key_a_users_file_leaves_out(user_conf, tmp_path):
     (user_conf / "host" / "loop.yaml").write_text("name: loop\nkind: ssh\nhostname: 127.0.0.1\n")
     proc = run([SPECBENCH, "--help", "host=loop", "host.user=me"], cwd=tmp_path)
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_version_names_specbench():
+    from importlib.metadata import version
+
+    proc = run([SPECBENCH, "--version"])
+    assert (proc.returncode, proc.stdout) == (0, f"specbench {version('specbench')} (Hydra {version('hydra-core')})\n")
