@@ -187,7 +187,8 @@ def summary(shown: Shown) -> str:
         return f"{len(shown.prompts)} prompts; no AR baseline to compare with" if shown.method != "ar" else \
             f"{len(shown.prompts)} prompts of AR"
     differ = [p for p in pairs if p.token_divergence is not None]
-    where = f"; first divergence at tokens {', '.join(str(p.token_divergence) for p in differ)}" if differ else ""
+    where = "; first divergence: " + ", ".join(f"prompt {p.index} at token {p.token_divergence}"
+                                                for p in differ) if differ else ""
     return f"{len(pairs) - len(differ)}/{len(pairs)} prompts identical to AR{where}"
 
 

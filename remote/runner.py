@@ -354,7 +354,7 @@ def _run(spec: RunSpec, files: RunFiles, events: EventWriter) -> dict:
     if (asked := spec.dataset.num_prompts) is not None and len(r.inputs) < asked:
         which = os.path.basename(spec.dataset.path or spec.dataset.name)   # its file: `jsonl` names a format
         events.emit("warning", message=f"dataset {which} has only {len(r.inputs)} prompts: running {len(r.inputs)} "
-                                       f"of num_prompts={asked} (the metric num_prompts)")
+                                       f"of num_prompts={asked} (the run's num_prompts metric says how many ran)")
     methods = (["ar"] if d.baseline == "ar" or d.method == "ar" else []) + ([d.method] if d.method != "ar" else [])
     if d.warmup:
         events.stage(RunnerStage.WARMUP, detail=", ".join(methods))

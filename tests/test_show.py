@@ -97,6 +97,8 @@ def test_sampled_texts_are_marked_where_the_token_ids_first_differ(runs):
     proc = show(meta["mlflow_run_id"], root)              # by MLflow run id
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     page = sections((run_dir / "show.html").read_text())
+    differ = ", ".join(f"prompt {i} at token {at}" for i, at in sorted(where.items()) if at is not None)
+    assert f"first divergence: {differ}" in " ".join(proc.stdout.split())   # the summary line, prompt by prompt
     for index, at in where.items():
         ar, ddtree = by[index]["ar"], by[index]["ddtree"]
         section = page[index]
