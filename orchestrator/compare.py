@@ -60,8 +60,8 @@ def row_of(run) -> dict:
         "duplicate_name": tags.get("duplicate_of.name") if skipped else None, "run_id": run.info.run_id,
     }
     row.update({k: metrics.get(k) for k in METRICS})
-    if row["method"] == "ar" and row["tau"] is None:
-        row["tau"] = 1.0   # AR commits one token per target forward
+    if row["method"] == "ar" and row["tau"] is None and row["status"] == "FINISHED":
+        row["tau"] = 1.0   # AR commits one token per target forward (a run that failed measured nothing)
     depths = {int(m.group(1)): v for k, v in metrics.items() if (m := _DEPTH.match(k))}
     row["accept_by_depth"] = [depths[d] for d in sorted(depths)]
     return row

@@ -189,3 +189,16 @@ def test_a_sweep_parent_without_children_and_an_out_that_is_a_file_are_one_line(
     (tmp_path / "taken").write_text("")
     proc = _compare_cli("--out", str(tmp_path / "taken"), runs_dir=runs_dir)
     assert _one_line_error(proc).endswith("is a file; give a directory (summary.csv and the plots go in it)")
+
+
+def test_a_failed_ar_run_has_no_tau(tmp_path):
+    """AR's tau is 1 by definition once it ran; a job that failed measured nothing (its row said tau 1)."""
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    exp = client.create_experiment("specbench", artifact_location=(tmp_path / "art").as_uri())
+    rows = {}
+    for status in ("FINISHED", "FAILED"):
+        run = client.create_run(exp, run_name=f"ar-{status}")
+        client.log_param(run.info.run_id, "method.name", "ar")
+        client.set_terminated(run.info.run_id, status)
+        rows[status] = compare.row_of(client.get_run(run.info.run_id))
+    assert (rows["FINISHED"]["tau"], rows["FAILED"]["tau"]) == (1.0, None)
