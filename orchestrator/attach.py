@@ -156,10 +156,17 @@ def main(argv: list[str]) -> int:
         parser.add_argument("--no-fail-fast", action="store_true", help="do not stop the run on a fatal signature")
     args = parser.parse_args(argv)
     run_dir = find_run_dir(args.run)
+    try:   # written atomically: damaged only by hand or a bad disk
+        meta = json.loads((run_dir / JOB_FILE).read_text())
+        why = None if isinstance(meta, dict) and {"host", "run_id"} <= meta.keys() else "no host or run_id in it"
+    except (OSError, ValueError) as exc:
+        why = one_line(exc)
+    if why is not None:
+        print(f"error: {run_dir / JOB_FILE} cannot be read ({why}); it says which host runs the run", file=sys.stderr)
+        return 2
     try:
         outcome = attach(run_dir, fail_fast=not getattr(args, "no_fail_fast", False), stop=command == "stop")
     except HostError as exc:
-        meta = json.loads((run_dir / JOB_FILE).read_text())
         how = (f"; on the host, stop it with `{Job(make_host(meta['host']), meta['run_id'], run_dir).describe_stop()}`"
                if command == "stop" else f"; try again later: {program()} attach {run_dir}")
         print(f"error: cannot reach the host of run {meta['run_id']}, it may still be running ({one_line(exc)}){how}",

@@ -97,3 +97,14 @@ def test_stop_of_a_finished_run_touches_nothing_and_an_ambiguous_reference_is_re
     assert {name: (first / name).read_bytes() for name in kept} == kept
     statuses = [r.info.status for r in runs_of(tmp_path / "runs") if r.data.tags.get("sweep") != "parent"]
     assert statuses == ["FINISHED", "FINISHED"]
+
+
+def test_attach_and_stop_of_a_damaged_job_file_are_one_line(tmp_path):
+    """A job.json cut short or missing its host (by hand, a bad disk): one line naming the file, not a traceback."""
+    for name, text in (("cut", '{"run_id": "x", "host": {'), ("hostless", '{"run_id": "x"}')):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "job.json").write_text(text)
+        for command in ("attach", "stop"):
+            proc = cli(command, str(tmp_path / name))
+            assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+            assert proc.stderr.startswith(f"error: {tmp_path / name / 'job.json'} cannot be read ("), proc.stderr
