@@ -133,9 +133,9 @@ def _check(argv: list[str], multirun: bool, values: bool = True) -> list[str]:
         with _refusing_bad_yaml(), Configs(argv) as configs:
             check_group_choices(overrides, configs)
             forced = check_keys(overrides, configs)
-            argv = [f"++{a}" if a in forced else a for a in argv]
+            argv, overrides = ([f"++{a}" if a in forced else a for a in args] for args in (argv, overrides))
             if values:   # the one job too: refused inside Hydra, it would leave a run dir
-                check_sweep([f"++{a}" if a in forced else a for a in overrides], configs, multirun)
+                check_sweep(overrides, configs, multirun)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2)

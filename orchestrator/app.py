@@ -236,15 +236,14 @@ def _survey(host, host_cfg, sync: BundleSync, gpus: list[int], force: bool, scri
     only one given its own host.python). Returns the preflight tags and the bundle probe's answer."""
     from .preflight import survey
 
-    if host_cfg.get("kind", "local") == "local":
-        if script or not host_cfg.get("python"):   # this interpreter, which runs the orchestrator's torch
-            return {}, host.run(sync.probe_command()).stdout
-        facts, answer = survey(host, and_then=sync.probe_command())
-        facts.check_packages(host.python)
-        return {}, answer
+    local = host_cfg.get("kind", "local") == "local"
+    if local and (script or not host_cfg.get("python")):   # this interpreter, which runs the orchestrator's torch
+        return {}, host.run(sync.probe_command()).stdout
     facts, answer = survey(host, and_then=sync.probe_command())
     if not script:
         facts.check_packages(host.python)
+    if local:
+        return {}, answer
     for line in facts.check_gpus(gpus, force=force):
         console.print(f"[yellow]warning (force=true): {line}[/]")
     return facts.tags(), answer

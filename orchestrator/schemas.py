@@ -54,11 +54,12 @@ NO_DRAFTER = "none"   # the drafter of a model that has no drafter/<model>.yaml 
 
 
 def complete(cfg: DictConfig, choices: Mapping[str, Any],
-             source: Callable[[str, str], str] = lambda group, option: f"{group}/{option}.yaml") -> tuple | None:
+             source: Callable[[str, str], str] | None = None) -> tuple | None:
     """Fill what each group's section leaves out; then (key, why) of the first key left out that has no default or
     that no reader knows, None if there is none.
     `choices`: the option chosen in each group (Hydra's runtime.choices); `source(group, option)`: its file, as
     the error names it."""
+    source = source or (lambda group, option: f"{group}/{option}.yaml")
     problems: list[tuple[str, str]] = []
     with open_dict(cfg):
         for group, schema in SECTIONS.items():
@@ -75,8 +76,8 @@ def complete(cfg: DictConfig, choices: Mapping[str, Any],
                         _fill(entry, POOL_ENTRY, f"pool.hosts[{index}]", option, where, problems)
                         if isinstance(entry.host, DictConfig):
                             _host(entry.host, f"pool.hosts[{index}].host", None, where, problems)
-        _host(cfg.host, "host", str(choices.get("host") or "host"), source("host", str(choices.get("host"))),
-              problems)
+        option = str(choices.get("host") or "host")
+        _host(cfg.host, "host", option, source("host", option), problems)
     return problems[0] if problems else None
 
 
@@ -105,10 +106,9 @@ def _fill(node: DictConfig, schema: dict, prefix: str, name: str, where: str, pr
 
 
 def _unknown(key: str, schema: dict, where: str, kind: str | None) -> str:
-    import difflib
+    from .validate import did_you_mean   # (validate imports this module)
 
-    close = difflib.get_close_matches(key, list(schema), n=1, cutoff=0.6)
-    hint = f"; did you mean {close[0]}?" if close else ""
+    hint = did_you_mean(key, schema)
     if kind == "local" and key in SSH_HOST:
         return f"a local host has no {key} (in {where}); for a box reached by SSH add `kind: ssh` there"
     kinds = f"a {kind} host reads" if kind else "it reads"

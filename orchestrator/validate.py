@@ -227,7 +227,7 @@ def check_table(node: DictConfig, table, prefix: str = "") -> None:
 def validate(cfg: DictConfig, choices=None, source=None) -> None:
     """`choices`: the option of each group (Hydra's runtime.choices), `source(group, option)` its file, for the
     sections' checks (orchestrator.schemas)."""
-    if (problem := schemas.complete(cfg, choices or {}, *([source] if source else []))) is not None:
+    if (problem := schemas.complete(cfg, choices or {}, source)) is not None:
         raise ConfigError(*problem)
     missing = sorted(k for k in OmegaConf.missing_keys(cfg) if not k.startswith("hydra"))
     if missing:

@@ -269,7 +269,8 @@ def test_a_host_without_sftp_is_named_at_once(tmp_path):
     facts = server.start()
     try:
         started = time.monotonic()
-        proc = run_cli(["method=ar", *facts.overrides(), *SMALL], env={"SPECBENCH_RUNS_DIR": str(tmp_path / "runs")})
+        proc = run_cli(["method=ar", *facts.overrides(), *SMALL],
+                       env={"SPECBENCH_RUNS_DIR": str(tmp_path / "runs"), "COLUMNS": "1000"})
         took = time.monotonic() - started
     finally:
         server.stop()

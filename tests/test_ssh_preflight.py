@@ -137,7 +137,8 @@ def test_a_host_python_without_torch_is_refused_before_anything_is_synced(where,
             else [f"host.python={bare}", f"host.workdir={workdir}"])
     proc = subprocess.run([sys.executable, "-m", "orchestrator", *host, "num_prompts=1", "max_new_tokens=4",
                            "method=ar", "baseline=none"], capture_output=True, text=True, cwd=tmp_path,
-                          env={**os.environ, "SPECBENCH_RUNS_DIR": str(tmp_path / "runs")}, timeout=300)
+                          env={**os.environ, "SPECBENCH_RUNS_DIR": str(tmp_path / "runs"), "COLUMNS": "1000"},
+                          timeout=300)    # lines unwrapped: a long path is cut anywhere
     shown = " ".join((proc.stdout + proc.stderr).split())
     assert proc.returncode == 1, shown[-3000:]
     assert f"{bare} (host.python, Python" in shown and "has no torch and no transformers" in shown, shown[-3000:]
