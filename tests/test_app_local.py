@@ -72,8 +72,11 @@ def test_input_the_runner_refuses_and_a_missing_python_get_a_users_fix(tmp_path)
     with a fix for the user, not unknown crashes."""
     no_prompt = tmp_path / "no prompt.jsonl"
     no_prompt.write_text('{"text": "def f():"}\n')
+    script = tmp_path / "script.py"
+    script.write_text("print('hello')\n")
+    # (our runner's own python is probed at preflight: a user's script is launched with it as given)
     cases = {"runner_refused_input": ["dataset=jsonl", f"dataset.path={no_prompt}"],
-             "python_not_runnable": ["host.python=/nonexistent/python"]}
+             "python_not_runnable": ["runner=script", f"runner.path={script}", "host.python=/nonexistent/python"]}
     for expected, overrides in cases.items():
         runs = tmp_path / expected
         proc = run_cli(["method=ar", "baseline=none", *SMALL, *overrides], cwd=tmp_path,
@@ -85,6 +88,10 @@ def test_input_the_runner_refuses_and_a_missing_python_get_a_users_fix(tmp_path)
         assert "failures.yaml" not in fix and "failures.yaml" not in proc.stdout   # said to a user, not to us
         assert fix.split(";")[0][:40] in " ".join(proc.stdout.split())
         assert re.search(r"…  \d+:\d\d:\d\d", proc.stdout) is None, proc.stdout   # no stale stage spinner
+    proc = run_cli(["method=ar", "baseline=none", *SMALL, "host.python=/nonexistent/python"], cwd=tmp_path,
+                   env={"SPECBENCH_RUNS_DIR": str(tmp_path / "preflight")})
+    assert proc.returncode == 1 and "is host.python='/nonexistent/python' right?" in " ".join(proc.stdout.split())
+    assert not (tmp_path / "preflight" / "mlflow.db").exists()     # refused before a run existed
     assert "has no string field 'prompt'" in json.loads(
         (Path(only_run(tmp_path / "runner_refused_input" / "mlflow.db")[1].data.tags["run_dir"]) / "failure.json")
         .read_text())["primary"]["message"]
