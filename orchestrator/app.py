@@ -118,6 +118,9 @@ def run_job(cfg: DictConfig, run_id: str, console: Console | None = None) -> Out
             outcome = Outcome(None)
             outcome.interrupted(exc)
             return outcome
+        if pool_entries(cfg):   # the pool chose the host and GPUs: the run's config and params say where it ran
+            resolved = {**resolved, "host": OmegaConf.to_container(host_cfg, resolve=True), "gpus": list(gpus)}
+            (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(resolved)))
         try:
             host = make_host(host_cfg)
         except (HostError, ValueError) as exc:

@@ -76,6 +76,9 @@ def complete(cfg: DictConfig, choices: Mapping[str, Any],
                         _fill(entry, POOL_ENTRY, f"pool.hosts[{index}]", option, where, problems)
                         if isinstance(entry.host, DictConfig):
                             _host(entry.host, f"pool.hosts[{index}].host", None, where, problems)
+                        elif "host" in entry:   # a host file's name (host: box1) is not looked up here
+                            problems.append((f"pool.hosts[{index}].host", f"must be a host's settings, e.g. "
+                                             f"`{POOL_ENTRY['host'].example}` (in {where}), got {entry.host!r}"))
         option = str(choices.get("host") or "host")
         _host(cfg.host, "host", option, source("host", option), problems)
     return problems[0] if problems else None

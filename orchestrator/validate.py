@@ -262,6 +262,10 @@ def _check_hosts(cfg: DictConfig) -> None:
     entries = pool_entries(cfg)
     for index, entry in enumerate(entries):
         check_table(entry, [("gpus", knobs.gpu_list)], f"pool.hosts[{index}].")
+    if entries and not any(len(entry.gpus) >= len(cfg.gpus) for entry in entries):   # it would wait for ever
+        sizes = ", ".join(f"{entry.host.get('name')}: {len(entry.gpus)}" for entry in entries)
+        raise ConfigError("gpus", f"a job of {len(cfg.gpus)} GPUs (gpus={list(cfg.gpus)}), but no host of the pool "
+                                  f"has that many ({sizes}); the pool gives each job len(gpus) GPUs of one host")
     hosts = [("host.", cfg.host)] + [(f"pool.hosts[{index}].host.", entry.host) for index, entry in enumerate(entries)]
     for prefix, host in hosts:
         check_table(host, knobs.HOST, prefix)

@@ -5,8 +5,10 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+import yaml
 from mlflow.tracking import MlflowClient
 
 from tests.sshd import SSHD, SSHD_BIN, _hydra_value
@@ -54,6 +56,14 @@ def test_2x2_sweep_over_two_ssh_hosts(two_hosts, tmp_path):
     assert parent.info.status == "FINISHED"
     assert len(children) == 4 and all(c.info.status == "FINISHED" for c in children)
     assert {c.data.tags["host"] for c in children} <= {"ssh-a", "ssh-b"}
+    # the host and GPU the pool chose, also in the params and config.yaml (they said host.name=local, gpus.0=0);
+    # dflash's second budget is a skipped duplicate, placed nowhere
+    ran = [c for c in children if c.data.tags.get("skipped") != "true"]
+    assert len(ran) == 3 and all(c.data.params["host.name"] == c.data.tags["host"] and
+                                 c.data.params["gpus.0"] == c.data.tags["gpus"] for c in ran), \
+        [(c.data.params.get("host.name"), c.data.tags["host"]) for c in ran]
+    assert [yaml.safe_load((Path(c.data.tags["run_dir"]) / "config.yaml").read_text())["host"]["name"]
+            for c in ran] == [c.data.tags["host"] for c in ran]
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
     assert {"summary.csv", "speedup_vs_budget.png", "tau_vs_budget.png", "accept_by_depth.png"} <= artifacts
 

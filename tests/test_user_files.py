@@ -21,6 +21,8 @@ TYPOS = [
      "did you mean gpus?"),
     ("pool", "entryhost", "hosts:\n  - host: {name: a, kind: local, workdr: /tmp/w}\n    gpus: [0]\n",
      "pool.hosts[0].host.workdr", "did you mean workdir?"),
+    ("pool", "named", "hosts:\n  - host: box1\n    gpus: [0]\n", "pool.hosts[0].host",
+     "must be a host's settings"),    # an AttributeError traceback from validation
     ("host", "mine", "name: mine\nkind: local\nworkdr: /tmp/w\n", "host.workdr", "did you mean workdir?"),
     ("host", "mine", "name: mine\npyhton: /usr/bin/python3\n", "host.pyhton", "did you mean python?"),
     ("host", "mine", "name: mine\nhostname: gpu9\n", "host.hostname", "for a box reached by SSH add `kind: ssh`"),

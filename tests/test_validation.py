@@ -61,6 +61,8 @@ CASES = [
     ("tracking.experiment=2024", "tracking.experiment"),
     ("tracking.experiment=''", "tracking.experiment"),
     ("tracking.uri=./mlruns", "tracking.uri"),             # MLflow 3's file store, in maintenance mode
+    # no host of the pool has 5 GPUs: a ValueError traceback from the lease (a sweep ended after its first job)
+    ("pool=example", "pool.lock_dir=leases", "gpus=[0,1,2,3,4]", "gpus"),
     # files of this machine: a typo was reported as "Check that the host is up"
     ("host=ssh", "host.hostname=127.0.0.1", "host.identity_file=/nonexistent/id_ed25519", "host.identity_file"),
     ("host=ssh", "host.hostname=127.0.0.1", "host.ssh_config=/nonexistent/ssh_config", "host.ssh_config"),
