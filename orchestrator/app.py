@@ -27,6 +27,7 @@ from remote.events import read_json, write_json_atomic
 
 from .attach import JOB_FILE
 from .bundle import BundleSync
+from .commands import program
 from .dedupe import skip_if_ran
 from .hosts import HostError, make_host
 from .leases import GpuPool, pool_entries
@@ -172,6 +173,10 @@ def run_job(cfg: DictConfig, run_id: str, console: Console | None = None) -> Out
         except HostError as exc:
             outcome.error(str(exc))
             console.print(f"[red]error: {exc}[/]")
+            if job.stage in (Stage.RUNNING, Stage.COLLECT):   # the host went away, not the runner, which runs on
+                console.print(f"[yellow]the runner may still be running on {host.name}: `{program()} attach "
+                              f"{run_dir}` follows it again and logs the run at its end (`{program()} stop "
+                              f"{run_dir}` stops it)[/]", soft_wrap=True)
         except Exception:  # a bug of ours must still close the MLflow run (and a sweep's parent) as FAILED
             outcome.error("orchestrator error")
             console.print_exception()

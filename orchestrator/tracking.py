@@ -299,11 +299,17 @@ class Tracker:
         points = [(k, v, 0) for k, v in [*headline(metrics), *metrics.items()]] + list(history)
         names = [str(p.relative_to(self.run_dir)) if self.run_dir and p.is_relative_to(self.run_dir) else str(p)
                  for p in artifacts if p.exists()]
+        tags = {k: str(v)[:8000] for k, v in tags.items()}
+        # A second outcome (attach followed the runner on after this command lost the host and closed the run
+        # FAILED) is logged anew, and what the first one tagged that this one does not (failure.*) is removed.
+        earlier = self.record["final"]
+        stale = sorted(set(earlier["tags"]) - set(tags)) if earlier else []
         self._update(final={
-            "status": status.value, "end_time": now, "tags": {k: str(v)[:8000] for k, v in tags.items()},
+            "status": status.value, "end_time": now, "tags": tags,
             "metrics": [[k, float(v), now, step] for k, v, step in points
                         if isinstance(v, (int, float)) and math.isfinite(float(v))],
-            "artifacts": names})
+            "artifacts": names, "stale_tags": stale},
+            logged=[step for step in self.record["logged"] if step != Step.FINAL.value])
         if self.away:
             return
         late = f"MLflow at {self.uri} did not answer within {within:g} s"
@@ -417,6 +423,10 @@ class Tracker:
             client.log_batch(self.run_id, metrics=metrics[i:i + 1000])
         for i in range(0, len(tags), 100):
             client.log_batch(self.run_id, tags=tags[i:i + 100])
+        present = client.get_run(self.run_id).data.tags if final.get("stale_tags") else {}
+        for key in final.get("stale_tags", []):
+            if key in present:   # (MLflow refuses to delete a tag that is not there: a replay may repeat this)
+                client.delete_tag(self.run_id, key)
         for name in final["artifacts"]:
             path = (self.run_dir or Path(".")) / name
             if path.exists():

@@ -279,3 +279,67 @@ def test_a_host_without_sftp_is_named_at_once(tmp_path):
     assert "reconnecting" not in out and "Traceback" not in out, out[-3000:]
     assert took < facts.host_config()["connect_timeout"] + 60, took    # the CLI's start and preflight, no retries
     assert [run.info.status for run in mlflow_runs(tmp_path / "runs")] in ([], ["FAILED"])   # never left RUNNING
+
+
+def test_a_run_whose_host_went_silent_is_logged_whole_by_attach(tmp_path):
+    """The host goes silent (its sshd stopped) past reconnect_timeout while the runner decodes: the CLI closes the
+    run FAILED and says the runner may still be running, with `attach`; the host comes back, `attach` follows the
+    runner to its end, and MLflow then holds the FINISHED run with its metrics and without the failure's tags (it
+    kept FAILED for good: attach logged nothing over a run already closed, and sync said "already in MLflow")."""
+    from tests.sshd import SSHD
+
+    server = SSHD(tmp_path / "sshd")
+    facts = server.start()
+    workdir = tmp_path / "work"
+    env = {**os.environ, "SPECBENCH_RUNS_DIR": str(tmp_path / "runs"), "COLUMNS": "1000"}
+    proc = subprocess.Popen(cli(["method=ar", "baseline=none", "device=cpu", "num_prompts=2", "max_new_tokens=16",
+                                 "warmup=0", *facts.overrides(workdir=str(workdir), reconnect_timeout=3)]),
+                            cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    output, group, silent = Output(proc), None, set()
+    try:
+        run_dir = remote_run_dir(workdir, '"start"')
+        group = int((run_dir / "pid").read_text())
+        os.killpg(group, signal.SIGSTOP)            # it cannot finish before the host goes silent
+        output.wait_for(lambda line: line.startswith("run ") and " on " in line, 300, "the CLI's run line")
+        silent = _descendants(server.proc.pid) - _descendants(group)   # sshd, its sessions: not the runner
+        for pid in silent:
+            os.kill(pid, signal.SIGSTOP)           # the host says nothing more on any connection
+        proc.wait(timeout=300)
+        out = " ".join(output.close().split())
+    finally:
+        for pid in silent:
+            os.kill(pid, signal.SIGCONT)
+        if group is not None:
+            os.killpg(group, signal.SIGCONT)
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1 and "not restored within 3 s" in out, out[-3000:]
+    (job,) = (tmp_path / "runs").rglob("job.json")
+    assert f"the runner may still be running on {facts.hostname}: `python -m orchestrator attach {job.parent}`" in out
+    (run,) = mlflow_runs(tmp_path / "runs")
+    assert run.info.status == "FAILED"
+    try:
+        attached = subprocess.run(cli(["attach", str(job.parent)]), cwd=PROJECT_ROOT, env=env, capture_output=True,
+                                  text=True, timeout=600)
+    finally:
+        server.stop()
+    assert attached.returncode == 0 and "FINISHED" in attached.stdout, attached.stdout[-3000:] + attached.stderr
+    (run,) = mlflow_runs(tmp_path / "runs")
+    assert run.info.status == "FINISHED" and run.data.metrics.get("tokens_per_s"), run.data
+    assert not [tag for tag in run.data.tags if tag.startswith("failure.")], run.data.tags
+
+
+def _descendants(pid: int) -> set[int]:
+    """`pid` and every process below it, through /proc."""
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    found, frontier = {pid}, {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
