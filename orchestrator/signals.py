@@ -31,6 +31,8 @@ import contextlib
 import multiprocessing
 import os
 import signal
+import threading
+import time
 from pathlib import Path
 
 HANDLED = (signal.SIGTERM, signal.SIGHUP)
@@ -39,6 +41,8 @@ pending: list[int] = []        # the signal a sweep's main process passed on to 
 _forwarding = [False]
 _marker: list[Path] = []       # a sweep's main process: its sweep dir's STOP_MARKER
 _worker = [False]              # a joblib sweep's worker process
+_busy = [False]                # ... running a job
+ORPHAN_POLL_S = 1.0            # how often an idle worker looks whether its sweep's main process is still there
 STOP_MARKER = ".stopped"
 
 
@@ -74,12 +78,14 @@ def handling():
     job that a signal reached outside its run's own handling (before its runner launched, after its report) ends
     quietly: raised on, it would end joblib's pool, killing the workers still stopping their runners."""
     install()
+    _busy[0] = True
     try:
         yield
     except KeyboardInterrupt:
         if not _worker[0]:
             raise
     finally:
+        _busy[0] = False
         if _worker[0]:
             _ignore()
 
@@ -124,6 +130,17 @@ def _worker_started() -> None:
     _worker[0] = True
     _ignore()
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALS)   # what came meanwhile is dropped: ignored
+    threading.Thread(target=_leave_when_orphaned, args=(os.getppid(),), name="orphan-watch", daemon=True).start()
+
+
+def _leave_when_orphaned(parent: int) -> None:
+    """An idle worker whose sweep's main process is gone (`kill -9`) exits: it ignores the signals that would
+    end it, and loky left it waiting for work for ever. A worker running a job finishes it first (its run is
+    logged; `reap` closes the sweep)."""
+    while True:
+        time.sleep(ORPHAN_POLL_S)
+        if os.getppid() != parent and not _busy[0]:
+            os._exit(0)
 
 
 def forward_to_workers() -> None:

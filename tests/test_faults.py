@@ -370,16 +370,17 @@ def test_a_signal_to_a_parallel_sweep_with_idle_workers_stops_the_busy_one_clean
     assert statuses == [(False, "256", "KILLED"), (False, "8", "FINISHED"), (True, None, "KILLED")], out[-3000:]
 
 
-def _a_loky_worker_of(pid: int) -> bool:
-    """Whether a joblib (loky) worker process of `pid` exists: from its fork on, before it has run any of our code."""
+def _loky_workers_of(pid: int) -> list[int]:
+    """The joblib (loky) worker processes of `pid`: from their fork on, before they have run any of our code."""
+    workers = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid and \
                     b"loky" in (stat.parent / "cmdline").read_bytes():
-                return True
+                workers.append(int(stat.parent.name))
         except (OSError, ValueError, IndexError):   # a process that ended while we looked
             continue
-    return False
+    return workers
 
 
 def test_ctrl_c_as_a_parallel_sweeps_workers_start_ends_it_without_a_traceback(tmp_path):
@@ -389,7 +390,7 @@ def test_ctrl_c_as_a_parallel_sweeps_workers_start_ends_it_without_a_traceback(t
                       f"host.workdir={tmp_path / 'work'}", *LONG, "seed=0,1"],
                      cwd=tmp_path, env={"SPECBENCH_RUNS_DIR": str(tmp_path / "runs"), "COLUMNS": "1000"})
     try:
-        wait_for(lambda: _a_loky_worker_of(proc.pid), "a joblib worker process", timeout=120)
+        wait_for(lambda: _loky_workers_of(proc.pid), "a joblib worker process", timeout=120)
         os.killpg(proc.pid, signal.SIGINT)
         out = finish(proc, timeout=180)
     finally:
@@ -441,3 +442,24 @@ def test_an_unreachable_host_leaves_the_run_alone_and_stop_says_what_to_type_the
     assert not group_alive(group)
     (run,) = runs_of(tmp_path / "runs")
     assert run.info.status == "KILLED" and run.data.tags["stopped_by"] == "user"
+
+
+def test_a_parallel_sweeps_workers_leave_once_its_main_process_is_killed(tmp_path):
+    """`kill -9` of a joblib sweep's main process: the worker running job 1 finishes it (its run logged), and every
+    worker then exits; they ignore SIGINT/SIGTERM between jobs, and an idle one used to wait for work for ever."""
+    workdir = tmp_path / "work"
+    proc = start_cli(["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=3", "host=local", f"host.workdir={workdir}",
+                      "device=cpu", "method=ar", "baseline=none", "num_prompts=2", "max_new_tokens=8,48"],
+                     cwd=tmp_path, env={"SPECBENCH_RUNS_DIR": str(tmp_path / "runs"), "COLUMNS": "1000"})
+    seen: list[str] = []
+    _read_until(proc, "FINISHED run dir", seen)          # job 0 reported: its worker idles, one never had a job
+    wait_for(lambda: len(started_runs(workdir)) == 2, "job 1's runner starting")
+    workers = _loky_workers_of(proc.pid)     # its three workers and loky's resource tracker
+    assert len(workers) == 4, workers
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    wait_for(lambda: not any(Path(f"/proc/{pid}").exists() and b"loky" in Path(f"/proc/{pid}/cmdline").read_bytes()
+                             for pid in workers), "every worker (and the tracker) leaving", timeout=300)
+    finished = sorted(r.data.params.get("max_new_tokens") for r in runs_of(tmp_path / "runs")
+                      if r.data.tags.get("sweep") != "parent" and r.info.status == "FINISHED")
+    assert finished == ["48", "8"]
