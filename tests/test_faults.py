@@ -452,12 +452,14 @@ def test_a_parallel_sweeps_workers_leave_once_its_main_process_is_killed(tmp_pat
                       "device=cpu", "method=ar", "baseline=none", "num_prompts=2", "max_new_tokens=8,48"],
                      cwd=tmp_path, env={"SPECBENCH_RUNS_DIR": str(tmp_path / "runs"), "COLUMNS": "1000"})
     seen: list[str] = []
-    _read_until(proc, "FINISHED run dir", seen)          # job 0 reported: its worker idles, one never had a job
-    wait_for(lambda: len(started_runs(workdir)) == 2, "job 1's runner starting")
-    workers = _loky_workers_of(proc.pid)     # its three workers and loky's resource tracker
+    try:
+        _read_until(proc, "FINISHED run dir", seen)      # job 0 reported: its worker idles, one never had a job
+        wait_for(lambda: len(started_runs(workdir)) == 2, "job 1's runner starting")
+        workers = _loky_workers_of(proc.pid)             # its three workers and loky's resource tracker
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
     assert len(workers) == 4, workers
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
     wait_for(lambda: not any(Path(f"/proc/{pid}").exists() and b"loky" in Path(f"/proc/{pid}/cmdline").read_bytes()
                              for pid in workers), "every worker (and the tracker) leaving", timeout=300)
     finished = sorted(r.data.params.get("max_new_tokens") for r in runs_of(tmp_path / "runs")

@@ -290,6 +290,13 @@ def test_a_run_whose_host_went_silent_is_logged_whole_by_attach(tmp_path):
 
     server = SSHD(tmp_path / "sshd")
     facts = server.start()
+    try:
+        _silent_then_attached(server, facts, tmp_path)
+    finally:
+        server.stop()
+
+
+def _silent_then_attached(server, facts, tmp_path) -> None:
     workdir = tmp_path / "work"
     env = {**os.environ, "SPECBENCH_RUNS_DIR": str(tmp_path / "runs"), "COLUMNS": "1000"}
     proc = subprocess.Popen(cli(["method=ar", "baseline=none", "device=cpu", "num_prompts=2", "max_new_tokens=16",
@@ -318,16 +325,12 @@ def test_a_run_whose_host_went_silent_is_logged_whole_by_attach(tmp_path):
     assert f"the runner may still be running on {facts.hostname}: `python -m orchestrator attach {job.parent}`" in out
     (run,) = mlflow_runs(tmp_path / "runs")
     assert run.info.status == "FAILED"
-    try:
-        attached = subprocess.run(cli(["attach", str(job.parent)]), cwd=PROJECT_ROOT, env=env, capture_output=True,
-                                  text=True, timeout=600)
-    finally:
-        server.stop()
+    attached = subprocess.run(cli(["attach", str(job.parent)]), cwd=PROJECT_ROOT, env=env, capture_output=True,
+                              text=True, timeout=600)
     assert attached.returncode == 0 and "FINISHED" in attached.stdout, attached.stdout[-3000:] + attached.stderr
     (run,) = mlflow_runs(tmp_path / "runs")
     assert run.info.status == "FINISHED" and run.data.metrics.get("tokens_per_s"), run.data
     assert not [tag for tag in run.data.tags if tag.startswith("failure.")], run.data.tags
-
 
 def _descendants(pid: int) -> set[int]:
     """`pid` and every process below it, through /proc."""
