@@ -1,6 +1,7 @@
 """Checks on the composed config before anything starts: one line naming the key and what is allowed.
 
-Contract: `validate(cfg)` raises ConfigError for the first bad value; `check_group_choices(overrides, configs)`
+Contract: `validate(cfg, choices, source)` fills what each section's file leaves out and refuses a key no reader
+knows (orchestrator.schemas), then raises ConfigError for the first bad value; `check_group_choices(overrides, configs)`
 refuses an unknown option of a config group (method=foo, over the shipped conf/ and the user's dirs);
 `check_keys(overrides, configs)` refuses a key nothing reads (tree_budgt=64, +tree_budgt=64) with the closest
 known key; `check_sweep(overrides, configs, multirun)` composes and validates every job (of a multirun, or the one
@@ -117,6 +118,7 @@ def check_keys(overrides: list[str], configs: Configs) -> set[str]:
     forced = set()
     parsed = _parse(overrides)
     groups = configs.groups()
+    hydra_groups = [o.input_line for o in parsed if o.key_or_group.startswith("hydra/")]   # hydra/launcher=joblib
     axes = []
     for override in parsed:
         if _group_of(override) in groups:
@@ -131,7 +133,6 @@ def check_keys(overrides: list[str], configs: Configs) -> set[str]:
         for override in parsed:
             key = override.key_or_group
             if key.startswith("hydra.launcher.") and not override.is_add():
-                hydra_groups = [o.input_line for o in parsed if o.key_or_group.startswith("hydra/")]
                 _check_launcher_key(key, [*choice, *hydra_groups], configs)
             if key.startswith("hydra") or _group_of(override) in groups:
                 continue
