@@ -123,3 +123,32 @@ def test_reconnecting_gives_up_after_reconnect_timeout(sshd_netns):
         assert time.monotonic() - started < 10
     finally:
         sshd_netns.restore()
+
+
+def test_a_command_cut_off_mid_run_is_named_in_one_short_line(sshd_netns):
+    host = _host(sshd_netns, io_timeout=1, connect_timeout=1, reconnect_timeout=2)
+    started = Path(f"{host.workdir}/started")
+    script = f"touch {shlex.quote(str(started))}; sleep 60\n" + "".join(f"echo probe line {i}\n" for i in range(40))
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            host.run(script, timeout=90)
+        except BaseException as exc:   # noqa: BLE001 - handed to the test thread
+            errors.append(exc)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    deadline = time.monotonic() + 60
+    while not started.exists():   # the command is running on the host: the cut hits it mid-run
+        assert time.monotonic() < deadline and worker.is_alive(), "the command never started"
+        time.sleep(0.05)
+    sshd_netns.cut()
+    try:
+        worker.join(60)
+    finally:
+        sshd_netns.restore()
+    assert errors and isinstance(errors[0], HostError), errors
+    message = str(errors[0])
+    assert "may or may not have run" in message and "touch" in message
+    assert "\n" not in message and "probe line" not in message, message

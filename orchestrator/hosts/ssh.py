@@ -399,7 +399,7 @@ class SSHHost(Host):
         except (_Lost, *_NETWORK_ERRORS) as exc:   # sent: never retried, whatever happened
             self._drop()
             raise HostError(f"{self.name}: connection to {self.address} lost while running a command; it may or "
-                            f"may not have run ({type(exc).__name__}: {exc}): {command}") from None
+                            f"may not have run ({type(exc).__name__}: {exc}): {_gist(command)}") from None
         finally:
             chan.close()
         return Result(command, code, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"), host=self.name)
@@ -453,6 +453,12 @@ class SSHHost(Host):
         keys = ", ".join(a.identity_files) or "~/.ssh/id_* and the agent"
         return (f"{self.name}: authentication as {a.user} at {a.hostname}:{a.port} failed ({exc}); tried {keys}. "
                 f"Set host.user / host.identity_file, or add the public key to ~{a.user}/.ssh/authorized_keys")
+
+
+def _gist(command: str, width: int = 120) -> str:
+    """A command's first line, cut to `width`: a probe or launch script is many lines a user need not read."""
+    lines = command.strip().splitlines() or [""]
+    return lines[0] if len(lines) == 1 and len(lines[0]) <= width else lines[0][:width].rstrip() + " ..."
 
 
 @contextmanager
