@@ -51,6 +51,9 @@ class Interrupted(KeyboardInterrupt):
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
 
+    def __reduce__(self):   # rebuilt from the number (args hold the name): a joblib worker's result may carry one
+        return type(self), (self.signum,)
+
 
 def _raise(signum, frame) -> None:
     first = not pending

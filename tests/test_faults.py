@@ -465,3 +465,22 @@ def test_a_parallel_sweeps_workers_leave_once_its_main_process_is_killed(tmp_pat
     finished = sorted(r.data.params.get("max_new_tokens") for r in runs_of(tmp_path / "runs")
                       if r.data.tags.get("sweep") != "parent" and r.info.status == "FINISHED")
     assert finished == ["48", "8"]
+
+
+def _caught_interrupt(signum: int) -> BaseException:
+    from orchestrator.signals import Interrupted
+
+    return Interrupted(signum)
+
+
+def test_an_interrupt_crosses_from_a_worker_process_whole():
+    """What a signal raises must come back from a joblib worker (in a job's result or as its exception) as it
+    was: one that failed to unpickle broke the pool ("A result has failed to un-serialize") and ended the sweep in
+    a traceback."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    from orchestrator.signals import Interrupted, exit_code
+
+    with ProcessPoolExecutor(1) as pool:
+        back = pool.submit(_caught_interrupt, signal.SIGTERM).result(timeout=120)
+    assert isinstance(back, Interrupted) and back.signum == signal.SIGTERM and exit_code(back) == 143
