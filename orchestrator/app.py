@@ -22,6 +22,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.errors import CompactHydraException
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
+from rich.markup import escape
 
 from remote.events import read_json, write_json_atomic
 
@@ -30,7 +31,7 @@ from .bundle import BundleSync
 from .commands import program
 from .dedupe import skip_if_ran
 from .hosts import HostError, make_host
-from .leases import GpuPool, pool_entries
+from .leases import GpuPool, NoHostReachable, Unreachable, pool_entries
 from .lifecycle import Job, Stage, held_gpus
 from .monitor import Outcome, follow, report, stop
 from .naming import RUN_TAG, is_script, label, what_ran   # also registers the run_label resolver that names the run dir
@@ -39,6 +40,7 @@ from .locks import try_following
 from .progress import StageLine
 from .runspec import build_spec
 from .signals import describe, handling, sweep_stopped
+from .stall import StallLimits
 from .sweep import PARENT_ENV, job_tracker
 from .tracking import RECORD, Status, Tracker, flatten
 from .validate import ConfigError, validate
@@ -83,18 +85,19 @@ def _placement(cfg: DictConfig, console: Console):
         yield cfg.host, list(cfg.gpus)
         return
     pool = GpuPool(entries, cfg.pool.lock_dir)
-    with pool.acquire(len(cfg.gpus), held=_held_on_host, on_wait=lambda why: console.print(f"[yellow]{why}[/]")) \
-            as lease:
+    with pool.acquire(len(cfg.gpus), held=_held_on_host, tell=lambda why: console.print(f"[yellow]{escape(why)}[/]",
+                                                                                          soft_wrap=True)) as lease:
         yield OmegaConf.create(lease.host), lease.gpus
 
 
 def _held_on_host(host_cfg: dict, gpus: list[int]) -> set[int]:
-    """GPUs of the pool host that a runner of ours holds (one that outlived its sweep); unknown = none held."""
+    """GPUs of the pool host that a runner of ours holds (one that outlived its sweep). A host that cannot be asked
+    is Unreachable: placed there, the job would only fail to connect, while another host may be free."""
     try:
         with make_host(host_cfg) as host:
             return held_gpus(host, gpus)
-    except (HostError, ValueError, OSError):
-        return set()   # the launch itself refuses a held GPU (gpu_busy); an unreachable host fails there too
+    except (HostError, ValueError, OSError) as exc:
+        raise Unreachable(str(exc).removeprefix(f"{host_cfg.get('name')}: ")) from None
 
 
 def run_job(cfg: DictConfig, run_id: str, console: Console | None = None) -> Outcome:
@@ -118,6 +121,11 @@ def run_job(cfg: DictConfig, run_id: str, console: Console | None = None) -> Out
             console.print(f"[yellow]{describe(exc)}: stopped while waiting for GPUs; nothing was started[/]")
             outcome = Outcome(None)
             outcome.interrupted(exc)
+            return outcome
+        except NoHostReachable as exc:   # each host's reason was shown as it was skipped; a sweep's record keeps them
+            console.print(f"[red]error: {escape(str(exc))}; nothing was started[/]", soft_wrap=True)
+            outcome = Outcome(None)
+            outcome.error(exc.detail())
             return outcome
         if pool_entries(cfg):   # the pool chose the host and GPUs: the run's config and params say where it ran
             resolved = {**resolved, "host": OmegaConf.to_container(host_cfg, resolve=True), "gpus": list(gpus)}
@@ -164,7 +172,8 @@ def run_job(cfg: DictConfig, run_id: str, console: Console | None = None) -> Out
             console.print(f"[cyan]run {run_id} on {host.name} (gpus {gpus}): {_title(cfg)}; local dir {run_dir}[/]")
             if (note := unused_gpus_note(cfg, gpus)) is not None:
                 console.print(f"[yellow]{note}[/]")
-            follow(job, outcome, console, fail_fast=bool(cfg.get("fail_fast", True)), needs_results=not script)
+            follow(job, outcome, console, fail_fast=bool(cfg.get("fail_fast", True)), needs_results=not script,
+                   stall=StallLimits.of(cfg))
         except KeyboardInterrupt as exc:   # before the tail started (follow handles it from there on)
             console.print(f"[yellow]{describe(exc)}: interrupted[/]")
             if job.stage in (Stage.RUNNING, Stage.LAUNCH):
@@ -259,7 +268,8 @@ def _survey(host, host_cfg, sync: BundleSync, gpus: list[int], force: bool, scri
 
 # What a user's script run is made of (its argv, where and on which GPUs it ran, how it was followed); the model,
 # method, dataset and decoding knobs are our runner's, and logged for a script they would claim what it did not run.
-SCRIPT_PARAMS = ("runner", "host", "gpus", "pool", "tracking", "force", "fail_fast", "objective")
+SCRIPT_PARAMS = ("runner", "host", "gpus", "pool", "tracking", "force", "fail_fast", "stall_warning", "stall_timeout",
+                 "objective")
 
 
 def _params(resolved: dict, script: bool) -> dict:

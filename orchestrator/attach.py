@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
 from rich.console import Console
 
 from .commands import program
@@ -25,6 +26,7 @@ from .lifecycle import Job
 from .monitor import Outcome, follow, report
 from .paths import runs_dir
 from .progress import clock
+from .stall import StallLimits
 from .locks import try_following
 from .tracking import RECORD, Status, Tracker
 
@@ -134,9 +136,19 @@ def attach(run_dir: Path, console: Console | None = None, fail_fast: bool = True
                 console.print(f"[yellow]stopping {meta['run_id']} on {job.host.name}[/]")
                 job.cancel(by="user")
             console.print(f"[cyan]attached to {meta['run_id']} on {job.host.name}{_age(job.started_at)}[/]")
-            follow(job, outcome, console, fail_fast=fail_fast, needs_results=meta.get("needs_results", True))
+            follow(job, outcome, console, fail_fast=fail_fast, needs_results=meta.get("needs_results", True),
+                   stall=_stall_limits(run_dir))
             report(outcome, tracker, run_dir, console, title=f"run {meta['run_id']}")
     return outcome
+
+
+def _stall_limits(run_dir: Path) -> StallLimits:
+    """The stall limits the run was launched with (its config.yaml), conf/config.yaml's where it names none."""
+    try:
+        cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        cfg = None
+    return StallLimits.of(cfg if isinstance(cfg, dict) else None)
 
 
 def _age(started_at: float | None) -> str:

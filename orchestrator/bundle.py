@@ -7,20 +7,25 @@ bundle starts as a copy of the host's latest one and receives only the files who
 checks every file's sha256 before the bundle is marked complete. The probe checks them again: a complete bundle
 whose files no longer match its manifest (truncated, edited on the host) gets those files back, each by an
 atomic rename, and a damaged copy source's files travel with the new bundle; `BundleSync.note` says so.
+The files travel as one tar on the installing command's stdin, unpacked as they arrive, so an install needs the
+bundle's size on the host (not twice that); a failed install removes its staging dir, and a full disk is one
+HostError line naming the path, the room needed and what is free (orchestrator.room). A link lost mid-install
+sends it once more (both steps are safe to repeat: a new staging dir each time, and an install that did complete
+leaves the target complete, which the repeat keeps).
 """
 from __future__ import annotations
 
 import hashlib
 import logging
 import shlex
-import tempfile
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .hosts.base import CommandFailed, Host, HostError
+from .hosts.base import CommandFailed, Host, HostError, LinkLost
 from .lifecycle import pack
 from .paths import REMOTE_PACKAGE
+from .room import NO_SPACE, no_room
 
 MANIFEST = "MANIFEST.sha256"   # `sha256sum -c` format, paths relative to the bundle root
 COMPLETE = ".complete"
@@ -129,14 +134,29 @@ class BundleSync:
 
     def _install(self, step, files: list[str], *args: str) -> None:
         try:
-            step(self.host, self.bundle, files, *args)
-        except CommandFailed as exc:
+            try:
+                step(self.host, self.bundle, files, *args)
+            except LinkLost as exc:   # the files travel with the command: sent once more, over a new connection
+                logging.getLogger(__name__).warning("%s; sending the bundle again", exc)
+                step(self.host, self.bundle, files, *args)
+        except CommandFailed as exc:   # the step removed its staging dir
+            output = f"{exc.result.stderr}\n{exc.result.stdout}"
+            if NO_SPACE in output:
+                need = sum(len(self.bundle.data[rel]) for rel in files) if step is _repair else self._bytes
+                raise HostError(no_room(self.host, self.root, need, f"the runner bundle {self.bundle.digest}")) \
+                    from None
             why = " ".join((exc.result.tail(3) or f"exit {exc.result.exited}, no output").split())
             hint = ("the files arrived damaged (their sha256 differs): run again; if it persists, check the host's "
                     "disk" if ": FAILED" in why else f"host.workdir ({self.host.workdir}) must be a directory this "
                     f"user can create and write, with room for the bundle ({self.bundle.size_mb:.0f} MB)")
             raise HostError(f"{self.host.name}: the runner bundle could not be installed in {self.target}: {why}; "
                             f"{hint}") from None
+
+    @property
+    def _bytes(self) -> int:
+        """What the whole bundle takes on disk: its files, each rounded up to a 4 KiB block, and its manifest."""
+        sizes = [*map(len, self.bundle.data.values()), len(self.bundle.manifest_text())]
+        return sum(-(-size // 4096) * 4096 for size in sizes)
 
 
 def sync_bundle(host: Host, package: Path = REMOTE_PACKAGE) -> str:
@@ -145,23 +165,37 @@ def sync_bundle(host: Host, package: Path = REMOTE_PACKAGE) -> str:
     return sync.complete(host.run(sync.probe_command()).stdout)
 
 
-def _send(host: Host, bundle: Bundle, files: list[str], staging: str) -> None:
-    """`files` and the manifest, as one tar, to `staging`/.upload.tar."""
-    with tempfile.TemporaryDirectory() as tmp:
-        tar_path = Path(tmp) / "bundle.tar"
-        data = {rel: bundle.data[rel] for rel in files}
-        tar_path.write_bytes(pack({**data, MANIFEST: bundle.manifest_text().encode()}, mode=0o644))
-        host.run(f"mkdir -p {shlex.quote(staging)}")
-        host.put(str(tar_path), f"{staging}/.upload.tar")
+def _tar(bundle: Bundle, files: list[str]) -> bytes:
+    """`files` and the manifest, as one tar: it travels on a command's stdin and is unpacked as it arrives, so the
+    host never holds it beside its unpacked files (an install needs the bundle's size, not twice that)."""
+    return pack({**{rel: bundle.data[rel] for rel in files}, MANIFEST: bundle.manifest_text().encode()}, mode=0o644)
+
+
+def _in_staging(staging: str, steps: str) -> str:
+    """`steps` run in `staging` (created), the tar on stdin. On failure `staging` goes (a full disk keeps no
+    half-unpacked copy), and what is left of stdin is read: a sender blocked on a command that stopped reading it
+    would take the failure for a lost link."""
+    q = shlex.quote(staging)
+    return (f"mkdir -p {q} && cd {q} && {{ {steps}; }}; rc=$?; cat > /dev/null; "
+            f"[ $rc = 0 ] || {{ cd / && rm -rf {q}; }}; exit $rc")
+
+
+def _place(dest: str) -> str:
+    """Move every file under the current directory to the same path under `dest`, each by rename(2): a reader
+    of `dest` sees the old file or the whole new one."""
+    return (f"find . -type f -exec sh -c 'for f; do f=${{f#./}}; mkdir -p \"$0/$(dirname \"$f\")\" && "
+            f"mv -f \"$f\" \"$0/$f\" || exit 1; done' {shlex.quote(dest)} {{}} +")
 
 
 def _upload(host: Host, bundle: Bundle, changed: list[str], target: str, previous: str) -> None:
     q = shlex.quote
     staging = f"{target}.tmp-{uuid.uuid4().hex[:8]}"   # concurrent syncs (parallel jobs) never share it
-    _send(host, bundle, changed, staging)
-    seed = f"cp -a {q(previous)}/. {q(staging)}/ && rm -f {q(staging)}/{COMPLETE} && " if previous else ""
-    host.run(
-        f"cd {q(staging)} && {seed}tar -xf .upload.tar && rm -f .upload.tar && "
+    unpack = "tar -xf -"
+    if previous:   # stdin is read first (into .new), so a slow copy of the previous bundle never stalls the sender
+        unpack = (f"mkdir .new && tar -xf - -C .new && cp -a {q(previous)}/. . && rm -f {COMPLETE} && "
+                  f"(cd .new && {_place('..')}) && rm -rf .new")
+    host.run(_in_staging(staging, (
+        f"{unpack} && "
         # files the new bundle no longer has must not linger from the copied one
         f"find remote -type f | sort > .have && cut -c67- {MANIFEST} | sort > .want && "
         f"comm -23 .have .want | xargs -r rm -f && rm -f .have .want && "
@@ -169,9 +203,10 @@ def _upload(host: Host, bundle: Bundle, changed: list[str], target: str, previou
         # rename(2) is atomic and refuses a target that exists: a bundle another job installed meanwhile is
         # complete and maybe in use, so it stays and ours is dropped
         f"{{ mv -T {q(staging)} {q(target)} 2>/dev/null || rm -rf {q(staging)}; }} && "
-        f"if [ -f {q(target)}/{COMPLETE} ]; then echo {q(bundle.digest)} > LATEST; "
+        # LATEST only names the copy source of the next new bundle: a full disk that refuses it is no failure
+        f"if [ -f {q(target)}/{COMPLETE} ]; then echo {q(bundle.digest)} > LATEST 2>/dev/null; true; "
         f"else echo {q(f'no complete bundle at {target} after the rename (seen from {staging}/..)')} >&2; exit 1; fi"
-    )
+    )), stdin=_tar(bundle, changed))
 
 
 def _repair(host: Host, bundle: Bundle, damaged: list[str], target: str) -> None:
@@ -179,10 +214,6 @@ def _repair(host: Host, bundle: Bundle, damaged: list[str], target: str) -> None
     running from it, or another sync mending it at the same time, sees the old file or the whole new one."""
     q = shlex.quote
     staging = f"{target}.tmp-{uuid.uuid4().hex[:8]}"
-    _send(host, bundle, damaged, staging)
-    host.run(
-        f"cd {q(staging)} && tar -xf .upload.tar && rm -f .upload.tar && "
-        f"find . -type f -exec sh -c 'for f; do f=${{f#./}}; mkdir -p \"$0/$(dirname \"$f\")\" && "
-        f"mv -f \"$f\" \"$0/$f\" || exit 1; done' {q(target)} {{}} + && "
-        f"cd {q(target)} && rm -rf {q(staging)} && sha256sum --quiet -c {MANIFEST}"
-    )
+    host.run(_in_staging(staging, (
+        f"tar -xf - && {_place(target)} && cd {q(target)} && rm -rf {q(staging)} && sha256sum --quiet -c {MANIFEST}"
+    )), stdin=_tar(bundle, damaged))

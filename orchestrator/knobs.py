@@ -39,6 +39,7 @@ WARMUP_LIMIT = 100                     # warm-up generations per method (of <= 3
 SEED_LIMIT = 2**63 - 1                 # torch seeds are 64-bit; seed + prompt index must stay within them
 TIMEOUT_LIMIT = 3600.0                 # connect_timeout, io_timeout, keepalive: an hour of silence is a dead link
 RECONNECT_LIMIT = 86400.0              # reconnect_timeout: a day
+STALL_LIMIT = 7 * 86400.0              # stall_warning, stall_timeout: a week of silence; null says never
 
 
 def _is_int(value) -> bool:
@@ -131,6 +132,7 @@ RUN: tuple[tuple[str, Rule], ...] = (
     ("warmup", integer(0, WARMUP_LIMIT)),
     ("repeats", integer(1, 100)),
     *((key, FLAG) for key in ("cuda_graphs", "compile_steps", "compile_drafter", "force", "fail_fast")),
+    *((key, nullable(number(0, STALL_LIMIT, above=True))) for key in ("stall_warning", "stall_timeout")),
     ("temperature", number(0)),
     ("gpus", gpu_list),
     ("baseline", one_of(("ar", "none"))),

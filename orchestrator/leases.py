@@ -6,6 +6,13 @@ orchestrator releases its GPUs when its process ends; nothing needs cleaning up.
 orchestrators of this machine from picking the same GPU at once: what makes a GPU taken is the lease a runner
 holds on the host (orchestrator.lifecycle), which `held(host config)` reports, so a GPU whose runner outlived a
 killed sweep is skipped until that runner ends.
+
+Asking a host costs an SSH login, so a host is asked only when enough of its GPUs are free here, and an answer that
+left too few is reused for `recheck` seconds while that local state is unchanged: a lease is granted only on an
+answer of the same try. A host that cannot be asked (`held` raises Unreachable) is skipped, said once per outage,
+and asked again after `recheck` seconds; when every host that could take the job is unreachable, `acquire` raises
+NoHostReachable rather than wait for hosts that may never come back. Hosts merely busy are waited for. Non-goal:
+remembering a dead host across jobs or processes (each job finds out for itself, once).
 """
 from __future__ import annotations
 
@@ -19,6 +26,22 @@ from filelock import FileLock, Timeout
 
 
 Held = Callable[[dict[str, Any], list[int]], set[int]]   # (host config, its pool GPUs) -> GPUs held there now
+RECHECK_S = 10.0   # a held GPU freed by a runner ending, or a host back up, is seen this late at most
+
+
+class Unreachable(Exception):
+    """Raised by `held` for a host that cannot be used now (down, refused key); the message says why."""
+
+
+class NoHostReachable(RuntimeError):
+    """Every host of the pool that could take the job is unreachable: waiting would not end on its own."""
+
+    def __init__(self, message: str, reasons: dict[str, str]):
+        super().__init__(message)
+        self.reasons = reasons   # why, by host name
+
+    def detail(self) -> str:
+        return f"{self}: " + "; ".join(f"{name}: {why}" for name, why in self.reasons.items())
 
 
 def pool_entries(cfg) -> list:
@@ -43,52 +66,111 @@ class Lease:
         self.release()
 
 
+@dataclass
+class _Answer:
+    """A host's last answer: the GPUs it held, or why it could not be asked; `free`: ours that were free then."""
+
+    at: float
+    free: tuple[int, ...]
+    held: set[int] = field(default_factory=set)
+    down: str | None = None
+
+
 class GpuPool:
-    def __init__(self, entries: list[dict[str, Any]], lock_dir: str | Path):
+    def __init__(self, entries: list[dict[str, Any]], lock_dir: str | Path, recheck: float = RECHECK_S):
         """`entries`: [{"host": <host config>, "gpus": [0, 1]}, ...]."""
         if not entries:
             raise ValueError("pool.hosts: the pool lists no hosts")
         self.entries = entries
         self.lock_dir = Path(lock_dir).expanduser()
         self.lock_dir.mkdir(parents=True, exist_ok=True)
-        self.held_on_hosts: dict[str, set[int]] = {}   # what `held` said at the last try, by host name
+        self.recheck = recheck
+        self.answers: dict[str, _Answer] = {}   # by host name
 
     def _lock(self, host_name: str, gpu: int) -> FileLock:
         return FileLock(str(self.lock_dir / f"{host_name}.gpu{gpu}.lock"))
 
-    def try_acquire(self, count: int, held: Held | None = None) -> Lease | None:
+    def try_acquire(self, count: int, held: Held | None = None,
+                    tell: Callable[[str], None] = lambda message: None) -> Lease | None:
+        """A lease of `count` GPUs of one host, or None; `tell(message)`: a host skipped as unreachable, or back."""
         for entry in self.entries:
-            host = entry["host"]
-            if len(entry["gpus"]) < count:
+            name = entry["host"]["name"]
+            if len(entry["gpus"]) < count or self._down(name):
                 continue
-            busy = held(host, entry["gpus"]) if held is not None else set()
-            self.held_on_hosts[host["name"]] = busy
-            stack, taken = ExitStack(), []
-            for gpu in entry["gpus"]:
-                if gpu in busy:
-                    continue
-                lock = self._lock(host["name"], gpu)
-                try:
-                    lock.acquire(timeout=0)
-                except Timeout:
-                    continue
-                stack.callback(lock.release)
-                taken.append(gpu)
-                if len(taken) == count:
-                    return Lease(host, taken, stack)
-            stack.close()
+            free = tuple(gpu for gpu in entry["gpus"] if self._free_here(name, gpu))
+            if len(free) < count:
+                continue   # our other jobs lease them: nothing the host could say would change that
+            busy = self._ask(entry, free, count, held, tell)
+            if busy is not None and (lease := self._take(entry, [g for g in free if g not in busy], count)):
+                return lease
+        capable = [e["host"]["name"] for e in self.entries if len(e["gpus"]) >= count]
+        if all(self._down(name) for name in capable):
+            raise NoHostReachable(f"no host of the pool can take this job: {', '.join(capable)} (every one with "
+                                  f"{count}+ GPU(s)) unreachable", {n: str(self.answers[n].down) for n in capable})
+        return None
+
+    def _down(self, name: str) -> bool:
+        """Whether `name` was unreachable when last asked, less than `recheck` s ago. An older verdict does not
+        count: the host is asked again, or, where our jobs lease its GPUs since, is not asked and may well be up."""
+        answer = self.answers.get(name)
+        return answer is not None and answer.down is not None and time.monotonic() - answer.at < self.recheck
+
+    def _free_here(self, host_name: str, gpu: int) -> bool:
+        """Whether no job of this machine leases `gpu` now (the lock is taken and dropped at once)."""
+        lock = self._lock(host_name, gpu)
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            return False
+        lock.release()
+        return True
+
+    def _ask(self, entry: dict, free: tuple[int, ...], count: int, held: Held | None,
+             tell: Callable[[str], None]) -> set[int] | None:
+        """The GPUs `entry`'s host holds, None if it is unreachable. A recent "too few" answer for the same free GPUs
+        stands in for asking; one that left enough is never reused (the GPUs went to another job of ours since)."""
+        name, last, now = entry["host"]["name"], self.answers.get(entry["host"]["name"]), time.monotonic()
+        if (last is not None and last.down is None and last.free == free and now - last.at < self.recheck
+                and len(set(free) - last.held) < count):
+            return last.held
+        try:
+            busy = held(entry["host"], entry["gpus"]) if held is not None else set()
+        except Unreachable as exc:
+            if last is None or last.down is None:
+                tell(f"skipping pool host {name}: {exc}")
+            self.answers[name] = _Answer(time.monotonic(), free, down=str(exc))
+            return None
+        if last is not None and last.down is not None:
+            tell(f"pool host {name} answers again: it can take jobs")
+        self.answers[name] = _Answer(time.monotonic(), free, held=busy)
+        return busy
+
+    def _take(self, entry: dict, candidates: list[int], count: int) -> Lease | None:
+        stack, taken = ExitStack(), []
+        for gpu in candidates:
+            lock = self._lock(entry["host"]["name"], gpu)
+            try:
+                lock.acquire(timeout=0)
+            except Timeout:
+                continue   # another job of this machine took it since
+            stack.callback(lock.release)
+            taken.append(gpu)
+            if len(taken) == count:
+                return Lease(entry["host"], taken, stack)
+        stack.close()
         return None
 
     def acquire(self, count: int, timeout: float | None = None, poll: float = 0.5, held: Held | None = None,
-                on_wait: Callable[[str], None] = lambda message: None) -> Lease:
-        """`on_wait(message)` is told once, when the first try finds no free GPUs, what it waits for."""
+                tell: Callable[[str], None] = lambda message: None) -> Lease:
+        """`tell(message)` is told once, when the first try finds no free GPUs, what it waits for; and once per
+        outage of a host, that it is skipped and why (and when it answers again). Raises NoHostReachable."""
         if not any(len(e["gpus"]) >= count for e in self.entries):
             raise ValueError(f"gpus: no host in the pool has {count} GPUs")
         deadline = None if timeout is None else time.monotonic() + timeout
         told = False
-        while (lease := self.try_acquire(count, held)) is None:
+        while (lease := self.try_acquire(count, held, tell)) is None:
             if not told:
-                on_wait(self._waiting_for(count))
+                tell(self._waiting_for(count))
                 told = True
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"no {count} free GPU(s) in the pool after {timeout:.0f} s")
@@ -96,7 +178,9 @@ class GpuPool:
         return lease
 
     def _waiting_for(self, count: int) -> str:
-        on_hosts = "; ".join(f"{name} GPU {', '.join(map(str, sorted(gpus)))}"
-                             for name, gpus in self.held_on_hosts.items() if gpus)
+        on_hosts = "; ".join(f"{name} GPU {', '.join(map(str, sorted(answer.held)))}"
+                             for name, answer in self.answers.items() if answer.held)
+        skipped = ", ".join(name for name, answer in self.answers.items() if answer.down is not None)
         return (f"waiting for {count} free GPU(s) of the pool: the others are leased by jobs of this machine"
-                + (f"; held on the host by runners of ours: {on_hosts}" if on_hosts else ""))
+                + (f"; held on the host by runners of ours: {on_hosts}" if on_hosts else "")
+                + (f"; skipped as unreachable (asked again every {self.recheck:g} s): {skipped}" if skipped else ""))

@@ -16,6 +16,9 @@ Leases live on the host: launch.sh holds one `flock` per GPU (`<workdir>/locks/g
 when) for the runner's lifetime, inherited by the runner, so a GPU stays taken while a runner of ours holds it,
 whatever happened to the orchestrator that launched it; a held GPU refuses the launch (exit GPU_BUSY_EXIT, one line in
 runner.log).
+A full disk costs neither the exit code nor the diagnosis: launch.sh takes the room for both as it starts, and a
+runner that failed on a disk left (nearly) full gets a line in runner.log saying where and how much is free (the
+catalog's disk_full); a run dir that cannot be written at launch is one HostError line (orchestrator.room).
 Every value that reaches a shell is quoted here; nothing in this module knows which host it talks to.
 """
 from __future__ import annotations
@@ -31,7 +34,8 @@ from pathlib import Path, PurePosixPath
 
 from remote.files import RunFiles
 
-from .hosts.base import Host, HostError
+from .hosts.base import CommandFailed, Host, HostError
+from .room import NO_SPACE, no_room
 
 SECRETS = "secrets.env"   # read and removed by launch.sh before the runner starts
 CANCELLED_EXIT = 143   # what a TERM-stopped runner reports, like a shell would
@@ -40,6 +44,8 @@ GPU_BUSY_EXIT = 75     # EX_TEMPFAIL: a GPU of the run is held by another runner
 LIVENESS_EVERY = 5.0   # seconds between asks whether the runner's process group is alive (exit code not yet there)
 START_GRACE = 30.0     # seconds launch.sh may take to write its pid before the run counts as never started
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+ROOM = 65536          # bytes launch.sh sets aside at the start and frees at the end: the line saying the disk is full
+DISK_FULL_BELOW = 1 << 20   # free bytes under which a failed runner's disk counts as full (launch.sh says so)
 
 
 def check_env_names(names) -> None:
@@ -102,17 +108,36 @@ def render_launch_script(files: RunFiles, *, python: str, bundle: str, gpus: lis
         # pid = process group = session (setsid); boot_id tells a reboot from a runner that is still there
         "cat /proc/sys/kernel/random/boot_id > boot_id 2>/dev/null",
         "echo $$ > pid.tmp && mv pid.tmp pid",
+        *_room_for_the_end(),
         *exports,
         *_gpu_locks(locks, gpus),
         # Secrets arrive in a 0600 file that is read and removed before the runner starts.
         f"if [ -f {SECRETS} ]; then set -a; . ./{SECRETS}; set +a; rm -f {SECRETS}; fi",
-        f"trap 'echo {CANCELLED_EXIT} > exit_code.tmp; mv exit_code.tmp exit_code; exit {CANCELLED_EXIT}' TERM",
+        f"trap 'finish {CANCELLED_EXIT}' TERM",
         f"{command} >> runner.log 2>&1 < /dev/null &",
         "wait $!",
         "code=$?",
-        "echo $code > exit_code.tmp && mv exit_code.tmp exit_code",
+        # It ended by itself: a stop from now on (fail_fast on the line below) must not replace its exit code.
+        "trap '' TERM",
+        "[ $code = 0 ] || set -- $(stat -f -c '%a %S %b' . 2>/dev/null)",
+        f"if [ $# = 3 ] && [ $(( $1 * $2 )) -lt {DISK_FULL_BELOW} ]; then rm -f .room; echo \"[specbench] No space "
+        "left on device in $PWD: $(( $1 * $2 )) bytes free of $(( $3 * $2 )); the runner's last output may be "
+        "missing here\" >> runner.log; fi",
+        "finish $code",
         "",
     ])
+
+
+def _room_for_the_end() -> list[str]:
+    """launch.sh lines that take, while the disk has room, what its end needs on a full one (a runner that filled
+    it used to leave no exit code, and read as vanished): exit_code.tmp, written now and overwritten in place at the
+    end (`1<>` does not truncate: no new block; readers strip the padding), and .room, freed for the line saying
+    the disk is full. `finish CODE` writes the code, publishes it by rename and exits."""
+    return [
+        f"printf '%-15s\\n' - > exit_code.tmp; head -c {ROOM} /dev/zero > .room 2>/dev/null",
+        "finish() { rm -f .room; printf '%-15s\\n' \"$1\" 1<> exit_code.tmp && mv -f exit_code.tmp exit_code; "
+        "exit \"$1\"; }",
+    ]
 
 
 def _gpu_locks(locks: str | None, gpus: list[int] | None) -> list[str]:
@@ -135,7 +160,7 @@ def _gpu_locks(locks: str | None, gpus: list[int] | None) -> list[str]:
         f'held=; if [ "$leases" = 1 ]; then mkdir -p {q(locks)}; {takes} fi',
         f'if [ -n "$held" ]; then echo "[specbench] GPU $held is held by run '
         f'$(cat {q(locks)}/gpu$held.run 2>/dev/null || echo unknown) on this host: not started" >> runner.log; '
-        f"echo {GPU_BUSY_EXIT} > exit_code.tmp; mv exit_code.tmp exit_code; exit {GPU_BUSY_EXIT}; fi",
+        f"finish {GPU_BUSY_EXIT}; fi",
         f'if [ "$leases" = 1 ]; then {owners} fi',
     ]
 
@@ -242,13 +267,24 @@ class Job:
         payload = pack({**self._staged, PurePosixPath(self.files.launch_script).name: script.encode()})
         self._staged = {}
         path = shlex.quote(self.files.launch_script)
+        root = shlex.quote(self.files.root)
         # The start is one simple command backgrounded: `a && b &` would background a subshell that keeps the
-        # channel open.
-        self.host.run(f"{unpack_command(self.files.root)} || exit 1; "
-                      f"setsid nohup bash {path} > /dev/null 2>&1 < /dev/null &", stdin=payload)
+        # channel open. A run dir that could not be written whole goes (on a full disk, its part took room).
+        try:
+            self.host.run(f"{unpack_command(self.files.root)} || {{ rm -rf {root}; exit 1; }}; "
+                          f"setsid nohup bash {path} > /dev/null 2>&1 < /dev/null &", stdin=payload)
+        except CommandFailed as exc:
+            raise HostError(self._unwritable(exc, len(payload))) from None
         self._launched_at = time.monotonic()
         self.started_at = time.time()
         self._open_streams(resume=False)
+
+    def _unwritable(self, exc: CommandFailed, size: int) -> str:
+        """One line for a run dir the host could not write: a full disk says where, what it needs, what is free."""
+        if NO_SPACE in exc.result.stderr:
+            return no_room(self.host, self.files.root, size + ROOM, "the run dir")
+        why = " ".join((exc.result.tail(3) or f"exit {exc.result.exited}, no output").split())
+        return f"{self.host.name}: the run dir {self.files.root} could not be written: {why}"
 
     def _open_streams(self, resume: bool) -> None:
         """Start tailing: from the beginning, or (resume) from what the local mirror already holds, its events
@@ -295,6 +331,12 @@ class Job:
 
     def finished(self) -> bool:
         return self.exit_code is not None or self.lost is not None
+
+    @property
+    def received(self) -> int:
+        """Bytes of runner.log and events.jsonl tailed so far: it grows with any output, a partial line too (a
+        progress bar redrawn with \\r), which is how a follower tells a silent runner (orchestrator.stall)."""
+        return sum(s.offset for s in self._streams.values())
 
     def _ask_liveness(self) -> str:
         """`_liveness()`, or `unknown` when the host did not answer: the link broke while asking; the ask is
@@ -378,7 +420,9 @@ class Job:
         root = q(self.files.root)
         steps = max(1, int(grace / 0.2))
         answer = self.host.run(
+            # CONT after TERM (as systemd and Slurm do): a stopped (SIGSTOP) group acts on its TERM at once
             f"pg=$(cat {root}/pid 2>/dev/null) || exit 0; kill -TERM -- -$pg 2>/dev/null; "
+            f"kill -CONT -- -$pg 2>/dev/null; "
             f"for i in $(seq {steps}); do kill -0 -- -$pg 2>/dev/null || break; sleep 0.2; done; "
             f"kill -KILL -- -$pg 2>/dev/null; "
             f"[ -f {root}/exit_code ] || echo {CANCELLED_EXIT} > {root}/exit_code; cat {root}/exit_code; true",

@@ -4,6 +4,9 @@ Contract: `follow(job, outcome, ...)` tails the job until it exits, shows progre
 matches every log line against the failure catalog as it arrives: a fatal finding is shown at once with its
 fix and, with `fail_fast`, stops the job. Ctrl-C stops the job's process group on the host (KILLED).
 A runner that the host reports gone without an exit code ends the follow as FAILED (`runner_vanished`).
+A runner alive but silent for `stall_warning` s gets one warning (orchestrator.stall: its state on the host and
+what to do), repeated only after a much longer silence, and a line when it resumes; silent `stall_timeout` s, it
+is stopped like a Ctrl-C would and the run ends FAILED (`runner_stalled`, stopped_by=stall_timeout).
 Ctrl-C, SIGTERM and SIGHUP stop the job's process group on the host (KILLED), bounded: if the host does not
 answer within STOP_BOUND seconds (a cut link), the user is told the runner may still be running and how to stop
 or re-attach to it.
@@ -30,6 +33,7 @@ from .failures import Detector, Finding, Severity
 from .lifecycle import Job
 from .results_table import fairness_of, results_table
 from .signals import describe, exit_code
+from .stall import Say, StallLimits, StallWatch, TIMEOUT_KEY, diagnosis, resumed, runner_state, warning
 from .tracking import Status, Tracker
 
 STOP_BOUND = 8.0     # seconds to stop the runner and collect after Ctrl-C / SIGTERM before saying we could not
@@ -43,6 +47,11 @@ class _FailFast(Exception):
         self.finding = finding
 
 
+class _Stalled(Exception):
+    def __init__(self, silent: float):
+        self.silent = silent
+
+
 @dataclass
 class Outcome:
     """How a job ended, filled in as it goes."""
@@ -51,7 +60,8 @@ class Outcome:
     status: Status = Status.FAILED
     detector: Detector = field(default_factory=Detector)
     errors: list[str] = field(default_factory=list)
-    stopped_by: str | None = None    # "user" (Ctrl-C), "SIGTERM", "SIGHUP", or the failure id fail-fast stopped on
+    stopped_by: str | None = None    # "user" (Ctrl-C), "SIGTERM", "SIGHUP", "stall_timeout", or the failure id
+                                     # fail-fast stopped on
     interrupt: BaseException | None = None   # the Ctrl-C or signal that stopped the run
     history: list[tuple[str, float, int]] = field(default_factory=list)   # (metric, value, step) from the log
 
@@ -68,6 +78,7 @@ class Outcome:
     def error(self, message: str) -> None:
         self.errors.append(message)
         self.status = Status.FAILED
+        self.detector.feed_lines([message])   # one the catalog knows (a full disk at install or launch) is named so
 
     @property
     def ok(self) -> bool:
@@ -98,10 +109,12 @@ def _show(console: Console, finding: Finding, shown: set[str]) -> None:
 
 
 def follow(job: Job, outcome: Outcome, console: Console, fail_fast: bool = True,
-           needs_results: bool = True) -> None:
+           needs_results: bool = True, stall: StallLimits | None = None) -> None:
     """Tail `job` to its end. `needs_results`: a run counts as finished only if it wrote results.json (our
-    runner does; a user's script need not)."""
+    runner does; a user's script need not). `stall`: the run's stall limits (default: conf/config.yaml's)."""
     shown: set[str] = set()
+    stall = stall or StallLimits.of(None)
+    watch = StallWatch(stall)
 
     def on_lines(log_lines: list[str], event_lines: list[str]) -> None:
         display.feed(log_lines, event_lines)
@@ -110,6 +123,14 @@ def follow(job: Job, outcome: Outcome, console: Console, fail_fast: bool = True,
             _show(console, finding, shown)
             if finding.severity is Severity.FATAL and fail_fast:
                 raise _FailFast(finding)
+        said = watch.check(job.received)
+        if said is Say.STOP:
+            raise _Stalled(watch.silent)
+        if said is Say.WARN:
+            text = warning(watch.silent, runner_state(job), display.stages, stall, job.local_dir)
+            console.print(f"[yellow]{escape(text)}[/]", soft_wrap=True)   # one line, to copy the command from
+        elif said is Say.RESUMED:
+            console.print(f"[cyan]{resumed(watch.silent)}[/]")
 
     try:
         with LiveDisplay(console, started_at=job.started_at) as display:
@@ -132,6 +153,13 @@ def follow(job: Job, outcome: Outcome, console: Console, fail_fast: bool = True,
         console.print(f"[red]fail_fast: stopping the run on {fail.finding.id}[/]")
         stop(job, console)
         outcome.status, outcome.stopped_by = Status.FAILED, fail.finding.id
+    except _Stalled as stalled:
+        console.print(f"[red]{TIMEOUT_KEY}: no output for {stalled.silent:.0f} s, stopping the runner[/]")
+        state = runner_state(job)   # before the stop, which ends it
+        stop(job, console)
+        outcome.status, outcome.stopped_by = Status.FAILED, TIMEOUT_KEY
+        for finding in outcome.detector.feed_lines([diagnosis(stalled.silent, state, stall)]):
+            _show(console, finding, shown)
 
 
 def stop(job: Job, console: Console) -> bool:

@@ -8,6 +8,7 @@ Contract:
 - `RunnerStages`: the runner's stage from its events: `starting runner` until an event arrives, then what its
   `stage` events say (remote.events.RunnerStage); a runner that sends none (an older bundle) is `warming up`
   from its `start` event (sent once loading is done) to its first `progress` event. None while it decodes.
+  `ended`: its `result` event came (what it does after is exit).
 - `Pace`: a method's ETA from its `progress` events' own `time` fields (the runner's clock), so a burst of lines
   (attach catching up) gives the same figure as lines that came one by one: seconds per prompt since decoding
   began (the `decoding` stage event; from an older runner, the first `prompt` event less that generation's own
@@ -30,6 +31,7 @@ from remote.events import RunnerStage
 
 STAGE_STYLE = "cyan"
 LABELS = {RunnerStage.LOADING: "loading target", RunnerStage.WARMUP: "warming up"}   # DECODING: the bars say it
+STARTING = "starting runner…"   # the label until the runner's first event
 
 
 def clock(seconds: float | None) -> str:
@@ -62,9 +64,10 @@ class RunnerStages:
     """The runner's stage as its events tell it (`label`: the text to show, None while decoding)."""
 
     def __init__(self):
-        self.label: str | None = "starting runner…"
+        self.label: str | None = STARTING
         self.decoding_since: float | None = None   # the `decoding` stage event's time (runner clock)
         self._told = False                         # the runner sends stage events
+        self.ended = False                         # the `result` event came
 
     def on_event(self, event: dict) -> bool:
         """Update from one event; True when the label changed."""
@@ -86,6 +89,7 @@ class RunnerStages:
             self.label = "warming up…"
         elif kind in ("progress", "result"):
             self.label = None
+            self.ended = self.ended or kind == "result"
         if kind == "prompt" and self.decoding_since is None and _time(event) is not None:
             # no `decoding` event (an older runner): decoding began when the first generation did
             took = sum(v for k in ("ttft_ms", "decode_ms") if isinstance(v := event.get(k), (int, float)))

@@ -124,6 +124,14 @@ class SSHD:
                                f"{name} {kind} {blob}", self.root)
         return self.facts
 
+    def restart(self) -> None:
+        """Start a stopped server again on the same port and keys: a host that comes back."""
+        log, config = self.root / "sshd.log", self.root / "sshd_config"
+        self.proc = subprocess.Popen([*self.prefix, SSHD_BIN, "-D", "-f", str(config), "-E", str(log)],
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                     start_new_session=True)
+        self._wait_listening(self.facts.port, log)
+
     def _wait_listening(self, port: int, log: Path, timeout: float = 10.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

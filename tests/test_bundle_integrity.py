@@ -3,6 +3,7 @@ probe and mended, on every host: only the damaged files travel, the note says so
 bundle is one command again."""
 from __future__ import annotations
 
+import io
 import logging
 import shlex
 import tarfile
@@ -26,12 +27,10 @@ class RecordingHost:
 
     def run(self, command, **kw) -> Result:
         self.commands.append(command)
+        if kw.get("stdin"):   # the bundle's files travel as a tar on the installing command's stdin
+            with tarfile.open(fileobj=io.BytesIO(kw["stdin"])) as tar:
+                self.sent.append(sorted(m.name for m in tar.getmembers() if m.isfile()))
         return self.inner.run(command, **kw)
-
-    def put(self, local, remote):
-        with tarfile.open(local) as tar:
-            self.sent.append(sorted(m.name for m in tar.getmembers() if m.isfile()))
-        self.inner.put(local, remote)
 
 
 def make_package(root: Path, files: dict[str, str] = FILES) -> Path:

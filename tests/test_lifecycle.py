@@ -1,8 +1,10 @@
 """The job lifecycle against every host (the same code production uses): bundle sync, launch, tail, cancel."""
 from __future__ import annotations
 
+import io
 import json
 import shlex
+import tarfile
 import time
 from pathlib import Path
 
@@ -20,11 +22,12 @@ class CountingHost:
     """Wraps a real host and counts its round trips (commands and transfers)."""
 
     def __init__(self, inner):
-        self.inner, self.calls = inner, []
+        self.inner, self.calls, self.stdins = inner, [], []
         self.name, self.workdir, self.python = inner.name, inner.workdir, inner.python
 
     def run(self, command, **kw) -> Result:
         self.calls.append(("run", command))
+        self.stdins.append(kw.get("stdin"))
         return self.inner.run(command, **kw)
 
     def put(self, local, remote):
@@ -63,10 +66,12 @@ def test_bundle_unchanged_costs_one_round_trip_and_changes_travel_alone(host, tm
     (pkg / "a.py").write_text("A = 3\n")
     (pkg / "sub" / "b.py").unlink()
     counting.calls.clear()
+    counting.stdins.clear()
     second = sync_bundle(counting, pkg)
     assert second != first
-    puts = [c for c in counting.calls if c[0] == "put"]
-    assert len(puts) == 1  # one tar holding only the changed file and the manifest
+    # one tar holding only the changed file and the manifest, unpacked as it arrives
+    (sent,) = [tarfile.open(fileobj=io.BytesIO(data)).getnames() for data in counting.stdins if data]
+    assert sorted(sent) == ["MANIFEST.sha256", "remote/a.py"]
     listing = host.run(f"cd {shlex.quote(second)} && find remote -type f | sort").stdout.split()
     assert listing == ["remote/__init__.py", "remote/a.py"]
     assert host.run(f"cat {shlex.quote(second)}/remote/a.py").stdout == "A = 3\n"

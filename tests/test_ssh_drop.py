@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -152,3 +153,35 @@ def test_a_command_cut_off_mid_run_is_named_in_one_short_line(sshd_netns):
     message = str(errors[0])
     assert "may or may not have run" in message and "touch" in message
     assert "\n" not in message and "probe line" not in message, message
+
+
+def test_a_bundle_upload_cut_mid_way_is_sent_again_once_the_link_returns(sshd_netns):
+    """The bundle travels on its install command's input, and a command once sent is never repeated by the host
+    layer: the install is safe to repeat, so it is sent again after the reconnect, and the bundle ends complete.
+    The link is slowed (tc) so that the cut, made once the host has begun to unpack, lands mid-stream."""
+    from orchestrator.bundle import BundleSync, sync_bundle
+
+    host = _host(sshd_netns)
+    host.run("true")
+    subprocess.run([*sshd_netns.prefix, "tc", "qdisc", "add", "dev", sshd_netns.veth_ns, "root", "tbf", "rate",
+                    "40mbit", "burst", "64kb", "latency", "200ms"], check=True)
+    bundles = Path(BundleSync(host).root)
+    cuts: list[_Outage] = []
+
+    def cut_once_unpacking() -> None:
+        deadline = time.monotonic() + 120
+        while not any(bundles.glob("*.tmp-*/.new/*")) and not any(bundles.glob("*.tmp-*/remote")):
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.01)
+        cuts.append(_Outage(sshd_netns, 2, _noticed(host)))
+
+    watcher = threading.Thread(target=cut_once_unpacking, daemon=True)
+    watcher.start()
+    target = sync_bundle(host)
+    watcher.join(5)
+    assert cuts, "the upload was never seen unpacking: the test proves nothing"
+    cuts[0].join()
+    assert cuts[0].met, "the upload did not notice the cut: the test proves nothing"
+    assert host.run(f"cd {shlex.quote(target)} && test -f .complete && sha256sum --quiet -c MANIFEST.sha256",
+                    check=False).exited == 0

@@ -77,3 +77,18 @@ def test_one_failing_job_fails_the_parent_only(two_hosts, tmp_path):
     status = {(c.data.params["method.name"], c.data.params["drafter.path"]): c.info.status for c in children}
     assert status == {("ar", "None"): "FINISHED", ("ar", "/no/such/drafter"): "FINISHED",
                       ("dflash", "None"): "FINISHED", ("dflash", "/no/such/drafter"): "FAILED"}
+
+
+def test_a_dead_pool_host_fails_no_job_while_a_live_one_can_take_them(two_hosts, tmp_path):
+    """ssh-a's sshd is stopped: both jobs go to ssh-b, one after the other, each saying once that ssh-a is skipped
+    (the dead host was first in the pool, so every job used to be placed there and fail)."""
+    dead = SSHD(tmp_path / "sshd-dead")
+    down = dead.start().host_config(name="ssh-a", workdir=str(tmp_path / "work-a"))
+    dead.stop()
+    proc = sweep(tmp_path, [down, two_hosts[1]], "method=ar", "seed=0,1")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert out.count("skipping pool host ssh-a: cannot connect") == 2, out[-3000:]
+    _, parent, children = runs(tmp_path)
+    assert parent.info.status == "FINISHED"
+    assert sorted((c.data.tags["host"], c.info.status) for c in children) == [("ssh-b", "FINISHED")] * 2

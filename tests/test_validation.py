@@ -53,6 +53,8 @@ CASES = [
     ("drafter.block_size=1", "drafter.block_size"),
     ("model.trust_remote_code=yes", "model.trust_remote_code"),
     ("fail_fast=maybe", "fail_fast"),
+    ("stall_warning=0", "stall_warning"),                 # a warning at every poll
+    ("stall_timeout=-5", "stall_timeout"),
     ("host=ssh", "host.hostname=127.0.0.1", "host.port=abc", "host.port"),
     ("pool=example", "pool.lock_dir=leases", "pool.hosts.0.host.port=abc", "pool.hosts[0].host.port"),
     # Relative, it named another folder once the bundle install cd'ed: a failure with nothing after its colon.

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from .base import CommandFailed, Host, HostError, Result
+from .base import CommandFailed, Host, HostError, LinkLost, Result
 
-__all__ = ["CommandFailed", "Host", "HostError", "Result", "make_host"]
+__all__ = ["CommandFailed", "Host", "HostError", "LinkLost", "Result", "make_host"]
 
 
 def make_host(cfg: Mapping[str, Any]) -> Host:

@@ -43,6 +43,11 @@ class HostError(RuntimeError):
     """The host cannot be used (unreachable, refused key, bad configuration). The message says how to fix it."""
 
 
+class LinkLost(HostError):
+    """The connection broke while a command ran: it may or may not have run. A caller whose command is safe to
+    repeat may send it again (the next command reconnects first)."""
+
+
 class Host(abc.ABC):
     """One machine that runs jobs. `workdir` is an absolute POSIX path on that machine."""
 

@@ -1,12 +1,17 @@
 """The Local host: jobs run as detached subprocesses of this machine, files are plain copies."""
 from __future__ import annotations
 
+import contextlib
+import errno
+import os
 import shutil
 import subprocess
 import sys
+import uuid
 
 from ..paths import runs_dir
-from .base import CommandFailed, Host, Result
+from ..room import no_room
+from .base import CommandFailed, Host, HostError, Result
 
 
 class LocalHost(Host):
@@ -25,7 +30,18 @@ class LocalHost(Host):
         return result
 
     def put(self, local_path: str, remote_path: str) -> None:
-        shutil.copyfile(local_path, remote_path)
+        tmp = f"{remote_path}.part-{uuid.uuid4().hex[:8]}"   # as over SSH: readers never see a half-written file
+        try:
+            shutil.copyfile(local_path, tmp)
+            os.replace(tmp, remote_path)
+        except OSError as exc:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            if exc.errno == errno.ENOSPC:
+                where = os.path.dirname(remote_path) or "."
+                raise HostError(no_room(self, where, os.path.getsize(local_path), os.path.basename(local_path))) \
+                    from None
+            raise
 
     def get(self, remote_path: str, local_path: str) -> None:
         shutil.copyfile(remote_path, local_path)

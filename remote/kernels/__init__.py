@@ -1,5 +1,5 @@
 """Triton kernels (tree search, tree attention, the GDN tree recurrence, its conv and gates, its commit install, a
-step's glue: row moves, argmax, step stats) and the choice of kernel path per device.
+step's glue: row moves, argmax, sampling, step stats) and the choice of kernel path per device.
 
 The ground floor of the runner: imports nothing else of remote/; each kernel keeps a torch reference it is tested
 against.
