@@ -194,10 +194,18 @@ def test_a_sweep_killed_with_kill_9_never_shares_its_gpus_with_the_next(tmp_path
     workdir = tmp_path / "hostwork"
     first = _sweep(tmp_path, "first", "0,1")
     runners: list[int] = []
+
+    def both_stopped() -> bool:
+        # each stopped as soon as it decodes: they live on, and cannot finish before the second sweep tries (on a
+        # loaded machine the first used to finish its few tokens before the second had started)
+        for run in started_runs(workdir):
+            if (pgid := int((run / "pid").read_text())) not in runners:
+                os.killpg(pgid, signal.SIGSTOP)
+                runners.append(pgid)
+        return len(runners) == 2
+
     try:
-        runners = _sweep_runners(workdir)
-        for pgid in runners:
-            os.killpg(pgid, signal.SIGSTOP)    # they live on, and cannot finish before the second sweep tries
+        wait_for(both_stopped, "both runners of the first sweep starting")
         # MLflow opens each run in the background once its runner started; this test is about runs MLflow holds
         # RUNNING (one killed before that: tests/test_tracking_outage.py).
         wait_for(lambda: len(_in_mlflow(tmp_path / "first")) == 2, "both runs of the first sweep in MLflow")
