@@ -72,7 +72,7 @@ date +%T
 step tests 240 python3 -m pytest -q -p no:cacheprovider --durations=8 \
   -k "cuda or phase_split or graphed or compiled_drafter" tests/test_tree_kernel.py tests/test_attention_kernel.py \
   tests/test_step_glue_kernels.py tests/test_graph_decode.py tests/test_runner_syncs.py tests/test_runner_e2e.py \
-  tests/test_auto_budget.py
+  tests/test_auto_budget.py tests/test_sample_kernel.py
 step tests_graph 240 python3 -m pytest -q -p no:cacheprovider -k "cuda or graphed" tests/test_tree_kernel.py \
   tests/test_graph_decode.py \
   tests/test_phase_split.py tests/test_auto_budget.py tests/test_gdn_chunked_kernel.py tests/test_gemv_kernel.py
