@@ -204,7 +204,9 @@ def report(outcome: Outcome, tracker: Tracker, run_dir: Path, console: Console, 
         tags.update(found.tags() or {"failure.id": "orchestrator_error", "failure.category": "orchestrator",
                                      "failure.hint": "; ".join(outcome.errors) or "see the run's log"})
         tags.update({"failure.stage": outcome.job.stage.value, "exit_code": str(outcome.job.exit_code)})
-        (run_dir / "failure.json").write_text(json.dumps(found.to_dict(), indent=2))
+        # what the run is tagged with, also where no log line explains it (the host lost: orchestrator_error)
+        failure = {**found.to_dict(), "ok": False, "tags": {k: v for k, v in tags.items() if k.startswith("failure.")}}
+        (run_dir / "failure.json").write_text(json.dumps(failure, indent=2))
         if found.traceback:
             (run_dir / "traceback.txt").write_text(str(found.traceback))
     if found.warnings:

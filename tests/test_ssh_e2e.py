@@ -325,6 +325,8 @@ def _silent_then_attached(server, facts, tmp_path) -> None:
     assert f"the runner may still be running on {facts.hostname}: `python -m orchestrator attach {job.parent}`" in out
     (run,) = mlflow_runs(tmp_path / "runs")
     assert run.info.status == "FAILED"
+    failure = json.loads((job.parent / "failure.json").read_text())   # what the run is tagged with, not "ok"
+    assert failure["ok"] is False and failure["tags"]["failure.id"] == run.data.tags["failure.id"], failure
     attached = subprocess.run(cli(["attach", str(job.parent)]), cwd=PROJECT_ROOT, env=env, capture_output=True,
                               text=True, timeout=600)
     assert attached.returncode == 0 and "FINISHED" in attached.stdout, attached.stdout[-3000:] + attached.stderr
