@@ -145,7 +145,7 @@ class BundleSync:
                 need = sum(len(self.bundle.data[rel]) for rel in files) if step is _repair else self._bytes
                 raise HostError(no_room(self.host, self.root, need, f"the runner bundle {self.bundle.digest}")) \
                     from None
-            why = " ".join((exc.result.tail(3) or f"exit {exc.result.exited}, no output").split())
+            why = exc.result.gist()
             hint = ("the files arrived damaged (their sha256 differs): run again; if it persists, check the host's "
                     "disk" if ": FAILED" in why else f"host.workdir ({self.host.workdir}) must be a directory this "
                     f"user can create and write, with room for the bundle ({self.bundle.size_mb:.0f} MB)")

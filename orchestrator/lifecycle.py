@@ -35,7 +35,7 @@ from pathlib import Path, PurePosixPath
 from remote.files import RunFiles
 
 from .hosts.base import CommandFailed, Host, HostError
-from .room import NO_SPACE, no_room
+from .room import NO_SPACE, STATFS, no_room
 
 SECRETS = "secrets.env"   # read and removed by launch.sh before the runner starts
 CANCELLED_EXIT = 143   # what a TERM-stopped runner reports, like a shell would
@@ -119,7 +119,7 @@ def render_launch_script(files: RunFiles, *, python: str, bundle: str, gpus: lis
         "code=$?",
         # It ended by itself: a stop from now on (fail_fast on the line below) must not replace its exit code.
         "trap '' TERM",
-        "[ $code = 0 ] || set -- $(stat -f -c '%a %S %b' . 2>/dev/null)",
+        f"[ $code = 0 ] || set -- $({STATFS} . 2>/dev/null)",
         f"if [ $# = 3 ] && [ $(( $1 * $2 )) -lt {DISK_FULL_BELOW} ]; then rm -f .room; echo \"[specbench] No space "
         "left on device in $PWD: $(( $1 * $2 )) bytes free of $(( $3 * $2 )); the runner's last output may be "
         "missing here\" >> runner.log; fi",
@@ -283,7 +283,7 @@ class Job:
         """One line for a run dir the host could not write: a full disk says where, what it needs, what is free."""
         if NO_SPACE in exc.result.stderr:
             return no_room(self.host, self.files.root, size + ROOM, "the run dir")
-        why = " ".join((exc.result.tail(3) or f"exit {exc.result.exited}, no output").split())
+        why = exc.result.gist()
         return f"{self.host.name}: the run dir {self.files.root} could not be written: {why}"
 
     def _open_streams(self, resume: bool) -> None:

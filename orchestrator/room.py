@@ -12,13 +12,14 @@ import shlex
 from .hosts.base import Host, HostError
 
 NO_SPACE = "No space left on device"
+STATFS = "stat -f -c '%a %S %b'"   # free blocks (unprivileged), block size, total blocks
 
 
 def free_space(host: Host, path: str) -> tuple[int, int] | None:
     q = shlex.quote(path)
     try:
         answer = host.run(f"p={q}; while [ ! -e \"$p\" ] && [ \"$p\" != / ]; do p=$(dirname \"$p\"); done; "
-                          "stat -f -c '%a %S %b' \"$p\"", check=False, timeout=30).stdout.split()
+                          f"{STATFS} \"$p\"", check=False, timeout=30).stdout.split()
     except HostError:   # the link went too: the message goes without the figure
         return None
     if len(answer) != 3 or not all(word.isdigit() for word in answer):

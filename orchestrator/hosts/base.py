@@ -28,6 +28,10 @@ class Result:
         text = (self.stderr or self.stdout).rstrip("\n")
         return "\n".join(text.splitlines()[-lines:])
 
+    def gist(self, lines: int = 3) -> str:
+        """The last `lines` of its output on one line, or its exit status where it printed nothing."""
+        return " ".join((self.tail(lines) or f"exit {self.exited}, no output").split())
+
 
 class CommandFailed(RuntimeError):
     """A command exited non-zero: carries the result so callers and messages can show its evidence."""
