@@ -38,6 +38,9 @@ What is timed (microseconds per call: --calls calls captured in one graph, media
   `commit-install-6` / `commit-recompute-6` a DDTree commit of 6 stacked layers from kept states / from kept inputs
   (remote.kernels.gdn_install), `token-1` our one-token step (AR's without fla: gdn_tree.token_step), `fla-step-1`
   fla's (AR's with it), where installed.
+- `sample/<variant>`: one temperature draw for each of --queries rows of --vocab logits (remote.decoding.sampling):
+  `torch` (softmax, cumulative sum and searchsorted), `kernel-c<C>` (remote.kernels.sample_rows, C logits a
+  program; the runner's chunk is its CHUNK).
 - `conv/<variant>`: one GDN layer's conv over 1 / 16 / 32 / 64 windows and its gates at --gdn-preset's widths:
   `compiled` / `compiled-dynamic` (torch.compile'd for the shape / for any), `kernel` (remote.kernels.conv_gates, one
   launch), `eager`.
@@ -59,7 +62,8 @@ from torch.nn import functional as F  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm  # noqa: E402
 
-from remote.kernels import attention as attention_kernel, gemv, tree_search  # noqa: E402
+from remote.kernels import attention as attention_kernel, gemv, sample_rows, tree_search  # noqa: E402
+from remote.decoding.sampling import inverse_cdf  # noqa: E402
 from remote.decoding.tree_build import _plan, _sizes, kernel_tree, ranked, torch_tree  # noqa: E402
 
 SHAPES = {   # (query heads, K/V heads, head dim, hidden size)
@@ -170,6 +174,13 @@ def tree_fns(vocab: int, budget: int, draft: str) -> dict:
               for c in (256, 512, 1024, 2048, 4096) if c <= max(vocab, 512)}
     return {"torch": lambda: torch_tree(logits, budget, k, plan),
             "kernel": lambda: kernel_tree(logits, budget, k, plan, ()), **search, **chunks}
+
+
+def sample_fns(vocab: int, q: int) -> dict:
+    logits = torch.randn(q, vocab, device="cuda", dtype=torch.bfloat16) * 3
+    u = torch.rand(q, 1, device="cuda")
+    kernels = {f"kernel-c{c}": (lambda c=c: sample_rows._launch(logits, 1.0, u, c)) for c in (1024, 2048, 4096, 8192)}
+    return {"torch": lambda: inverse_cdf(logits, 1.0, u), **kernels}
 
 
 def conv_fns(preset: str, nodes: int) -> dict:
@@ -357,7 +368,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--calls", type=int, default=20)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--kinds", default="attention,norm,select,tree", help="which blocks to time")
-    p.add_argument("--vocab", type=int, default=4096, help="draft vocabulary of the `tree` kind")
+    p.add_argument("--vocab", type=int, default=4096, help="vocabulary of the `tree` and `sample` kinds")
     p.add_argument("--proj-preset", default="qwen3-8b", help="widths of the proj and glue kinds (bench_verify.PRESETS)")
     p.add_argument("--gdn-preset", default="demo-qwen3_5", choices=sorted(GDN_SHAPES))
     p.add_argument("--out")
@@ -401,6 +412,9 @@ def main(argv: list[str]) -> int:
             for name, fn in gdn_fns(args.gdn_preset, nodes, draft).items():
                 record("gdn", name, graph_us(fn, args.calls, args.repeats), nodes=nodes, draft=draft,
                        preset=args.gdn_preset)
+        for q in map(int, args.queries.split(",")) if "sample" in kinds else ():
+            for name, fn in sample_fns(args.vocab, q).items():
+                record("sample", name, graph_us(fn, args.calls, args.repeats), q=q, vocab=args.vocab)
         for nodes in (1, 16, 32, 64) if "conv" in kinds else ():
             for name, fn in conv_fns(args.gdn_preset, nodes).items():
                 record("conv", name, graph_us(fn, args.calls, args.repeats), nodes=nodes, preset=args.gdn_preset)

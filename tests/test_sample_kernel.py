@@ -89,13 +89,11 @@ def test_cpu_samples_with_the_torch_ops():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the kernels run on CUDA")
-def test_cuda_kernels_draw_from_the_rows_distribution(monkeypatch):
+def test_cuda_kernels_draw_from_the_rows_distribution():
     """Eagerly, at Qwen's vocabulary (38 chunks a row), and through `sample` in a CUDA graph whose replays draw
-    anew (the kernels switched on: sample_rows.ENABLED)."""
+    anew."""
     from remote.decoding.sampling import sample
     from remote.kernels import sample_rows
-
-    monkeypatch.setattr(sample_rows, "ENABLED", True)
 
     for seed in range(20):
         logits, temperature, u = sample_case(seed)

@@ -26,9 +26,9 @@ except ImportError:          # CPU-only installs: the torch path of remote.decod
     triton = None
 
 CHUNK = 4096      # entries a program reads
-# remote.decoding.sampling takes this path only when on: off until tests/test_sample_kernel.py's CUDA test has
-# passed on a GPU and `gpu_suite.sh q3_temp q35_temp` measured it (session 37 wrote it and got no GPU after)
-ENABLED = False
+# remote.decoding.sampling's switch between this and the torch ops: on since its CUDA test passed on an H100 and
+# it took AR's graphed T=1 step from 1.08x to 1.05x its T=0 step there (session 38, docs/PERFORMANCE.md)
+ENABLED = True
 
 
 def available(device: torch.device) -> bool:
