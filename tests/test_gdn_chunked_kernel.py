@@ -7,18 +7,14 @@ compile for sm_90 without a GPU, and the width rule that sends trees through the
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
+from tests.interpreted import run_interpreted
+
 pytest.importorskip("triton")
 
-ROOT = Path(__file__).resolve().parent.parent
-ENV = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
 STEPWISE = r"""
 import json, random, sys, torch
 from remote.kernels import gdn_chunked
@@ -89,28 +85,22 @@ print(json.dumps(ran))
 """
 
 
-def _run_script(script: str, cases, env: dict = ENV) -> list:
-    done = subprocess.run([sys.executable, "-c", script, json.dumps(cases)], env=env, capture_output=True, text=True,
-                          timeout=900, cwd=ROOT)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 # odd widths (masked tiles), a chain as deep as it is long, trees with nodes on the prefix, a lone node
 SHAPES = [[33, [4, 12, 8], "tree"], [17, [2, 16, 24], "chain"], [70, [3, 64, 64], "tree"], [1, [2, 16, 16], "tree"]]
 
 
 def test_chunked_kernel_matches_the_stepwise_rule_on_every_node():
-    for out_error, state_error, in_place_error, window_error in _run_script(STEPWISE, [SHAPES, "cpu"]):
+    for out_error, state_error, in_place_error, window_error in run_interpreted(STEPWISE, json.dumps([SHAPES, "cpu"]),
+                                                                                timeout=900):
         assert out_error < 1e-5 and state_error < 1e-5 and in_place_error < 1e-5 and window_error == 0
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="compiled Triton needs CUDA")
 def test_chunked_kernel_matches_the_stepwise_rule_on_cuda():
     """Compiled: float32-close, wider and larger trees too."""
-    env = {key: value for key, value in ENV.items() if key != "TRITON_INTERPRET"}
     cases = SHAPES + [[256, [4, 64, 64], "tree"], [128, [48, 128, 128], "tree"], [33, [48, 128, 128], "chain"]]
-    for out_error, state_error, in_place_error, window_error in _run_script(STEPWISE, [cases, "cuda"], env):
+    errors = run_interpreted(STEPWISE, json.dumps([cases, "cuda"]), timeout=900, interpret=False)
+    for out_error, state_error, in_place_error, window_error in errors:
         assert out_error < 1e-4 and state_error < 1e-4 and in_place_error < 1e-4 and window_error == 0
 
 
@@ -121,8 +111,8 @@ def test_chunked_kernel_runs_the_chains_and_trees_of_the_oracle_tests():
     tests = ["test_every_tree_node_matches_its_ancestor_path", "test_commit_installs_the_state_of_a_plain_forward",
              "test_reserved_commits_install_the_state_of_a_plain_forward"]
     cases = [[test, trees] for trees in (False, True) for test in tests]
-    runs = {(test, trees): (chunked, states)
-            for (test, trees), (_, chunked, states) in zip(cases, _run_script(CHECK, cases))}
+    ran = run_interpreted(CHECK, json.dumps(cases), timeout=900)
+    runs = {(test, trees): (chunked, states) for (test, trees), (_, chunked, states) in zip(cases, ran)}
     tree, *commits = tests
     assert runs[tree, False][0] > 0 and runs[tree, True][0] > runs[tree, False][0]
     for commit in commits:

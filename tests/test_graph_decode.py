@@ -282,9 +282,9 @@ def test_hybrid_speculative_steps_equal_the_eager_loop(shape):
 
 @pytest.mark.parametrize("shape", ["3to1", "1to1"])
 @pytest.mark.parametrize("seed", range(3))
-def test_hybrid_static_commit_equals_the_eager_commit(shape, seed):
+def test_hybrid_static_commit_equals_the_eager_commit(shape, seed, paths=4):
     """verify_static + commit_static (device start, path padded to the tree height) leave the logits, features
-    and every layer's state of HybridTarget's eager verify + commit, on chains and trees, for several paths."""
+    and every layer's state of HybridTarget's eager verify + commit, on chains and trees, for `paths` paths."""
     import random
 
     from remote.models.gdn import TreeLayout
@@ -298,7 +298,7 @@ def test_hybrid_static_commit_equals_the_eager_commit(shape, seed):
     parents = list(range(-1, 7)) if seed == 0 else random_tree(rng, 12, reach=3)
     tree = Ancestry.from_parents(parents)
     prompt, nodes = torch.randint(0, 10, (1, 5), generator=g), torch.randint(0, 10, (len(parents),), generator=g)
-    for last in rng.sample(range(len(parents)), 4):
+    for last in rng.sample(range(len(parents)), paths):
         path = ancestor_path(parents, last)
         eager, static = HybridTarget(model, [0]), HybridTarget(model, [0])
         eager.prefill(prompt)
