@@ -120,9 +120,16 @@ def _joined(values: list[str], what: str) -> str:
     return ", ".join(values) if len(values) <= 2 else f"{len(values)} {what}"
 
 
+def _hosts(rows: list[dict]) -> list[str]:
+    """The hosts that ran; a pool's name list (`pool:a,b`, the tag of a job that never got a host) only where none
+    did: beside them it counted as one host more."""
+    named = _values(rows, "host")
+    return [host for host in named if not host.startswith("pool:")] or named
+
+
 def context(rows: list[dict]) -> str:
     """`model demo-qwen3, host gpu1 (NVIDIA H200), 2025-06-01`: what the rows' numbers belong to."""
-    hosts = _joined(_values(rows, "host"), "hosts") or "?"
+    hosts = _joined(_hosts(rows), "hosts") or "?"
     gpus = _joined(_values(rows, "gpu"), "GPUs") or "?"
     return (f"model {_joined(_values(rows, 'model'), 'models') or '?'}, host {hosts} ({gpus}), "
             f"{_joined(_values(rows, 'date'), 'dates') or '?'}")

@@ -90,7 +90,8 @@ class SweepCallback(Callback):
 
 def job_tracker(cfg: DictConfig, run_dir: Path) -> Tracker:
     """A job's tracker; in a sweep whose parent MLflow could not open, one that does not try MLflow."""
-    return Tracker(cfg.tracking.uri, cfg.tracking.experiment, run_dir=run_dir, away=os.environ.get(AWAY_ENV))
+    return Tracker(cfg.tracking.uri, cfg.tracking.experiment, run_dir=run_dir, away=os.environ.get(AWAY_ENV),
+                   sweep_job=SWEEP_DIR_ENV in os.environ)
 
 
 def sweep_id(sweep_dir: Path) -> str:

@@ -167,8 +167,10 @@ class Tracker:
     keeps its own in the sweep dir, orchestrator.sweep)."""
 
     def __init__(self, uri: str | None, experiment: str, run_dir: Path | None = None, name: str = RECORD,
-                 away: str | None = None):
+                 away: str | None = None, sweep_job: bool = False):
         self.uri = resolve_uri(uri)
+        # a sweep's job: one that ends before its launch is still recorded, as a child run saying why (the app)
+        self.sweep_job = sweep_job
         # why MLflow is not to be tried at all (a sweep whose parent it could not open): kept locally, for `sync`
         self.away = away
         self.experiment = experiment
@@ -445,6 +447,8 @@ class Tracker:
         """For the run's closing line: where it is in MLflow, or why it is not and how to log it later."""
         if self.logged:
             return f"mlflow run: {self.run_id} {self.url()}".rstrip()
+        if not self.opened and self.sweep_job:
+            return "(ended before its launch: the sweep records it as a child run saying why)"
         if not self.opened:   # said, or a user would look for it in MLflow and try `sync`
             return "(never reached MLflow: it ended before its launch; nothing to sync)"
         what = f"not fully in MLflow (run {self.run_id} incomplete)" if self.run_id else "not in MLflow"

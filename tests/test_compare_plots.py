@@ -92,6 +92,13 @@ def test_summary_csv_has_host_gpu_and_the_skipped_duplicate(rows, tmp_path):
     assert dup["duplicate_of"] in {r["run_id"] for r in written if r["run"] == "ar-demo-qwen3 seed=0"}
 
 
+def test_a_pool_jobs_tag_does_not_count_as_a_host_beside_the_hosts_that_ran():
+    ran = [{"host": "gpu1", "model": MODEL}, {"host": "gpu2", "model": MODEL}]
+    never_placed = {"host": "pool:gpu1,gpu2", "model": MODEL}
+    assert "host gpu1, gpu2 (" in compare.context([*ran, never_placed])
+    assert "host pool:gpu1,gpu2 (" in compare.context([never_placed])
+
+
 def test_plot_titles_speedup_line_and_pareto_labels(rows, tmp_path):
     context = compare.context(rows)
     assert MODEL in context and HOST in context and GPU in context and datetime.date.today().isoformat() in context

@@ -119,6 +119,10 @@ def test_jobs_that_fail_at_connect_fail_the_sweep_and_show_in_its_table(tmp_path
     assert sorted(c.info.status for c in children) == ["FAILED", "FAILED"]
     assert all(c.data.tags["failure.id"] == "not_launched" and c.data.tags["failure.hint"] for c in children)
     assert "sweep: 2 jobs, 2 not finished" in " ".join(proc.stdout.split()) and "host ?" not in proc.stdout, out[-3000:]
+    # each job's closing line says where its record went (it said "never reached MLflow", beside its child run)
+    closing = [line for line in proc.stdout.splitlines() if line.startswith("FAILED run dir:")]
+    assert len(closing) == 2 and all("the sweep records it as a child run" in line for line in closing), out[-3000:]
+    assert "never reached MLflow" not in out, out[-3000:]
 
 
 def test_a_job_whose_input_went_bad_after_the_check_fails_alone(tmp_path):
