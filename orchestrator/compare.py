@@ -6,7 +6,8 @@ filter MLflow cannot parse, or no runs at all is one line on stderr and exit 1; 
 created. The sweep summary logged on a multirun's parent run is made by the same functions.
 Every title says which model, host, GPU and date its numbers belong to (`context(rows)`). The terminal table fits
 80 columns (short headers, GPU names without the vendor, host names without their domain; the model moves to
-the title when all rows share it; a speedup whose 95% interval
+the title when all rows share it; runs launched apart that would share a name get the params that differ added to
+it; a speedup whose 95% interval
 includes 1.0 is marked `*`); summary.csv has every column, host and GPU included, and the skipped duplicates of a
 sweep with the run that holds their result. Plots: speedup (with the speedup = 1 line: AR) and tau against tree
 budget per method (budget-free methods as flat lines), tokens/s against tau with each run's budget labelled and
@@ -65,6 +66,23 @@ def row_of(run) -> dict:
     depths = {int(m.group(1)): v for k, v in metrics.items() if (m := _DEPTH.match(k))}
     row["accept_by_depth"] = [depths[d] for d in sorted(depths)]
     return row
+
+
+def rows_of(runs) -> list[dict]:
+    """`row_of` each run; runs that would share a name (two runs launched apart that differ only in, say,
+    `model.dtype`) get the params that tell them apart added to it, two at most."""
+    rows = [row_of(run) for run in runs]
+    groups: dict[str, list[int]] = {}
+    for index, row in enumerate(rows):
+        if row["status"] != "SKIPPED":   # a skipped duplicate is named by the run it repeats
+            groups.setdefault(row["run"], []).append(index)
+    for name, members in groups.items():
+        params = [runs[i].data.params for i in members]
+        apart = sorted(key for key in set().union(*params) if len({p.get(key) for p in params}) > 1)[:2]
+        for i, own in zip(members, params):
+            if apart:
+                rows[i]["run"] = " ".join([name, *(f"{key}={own.get(key, '-')}" for key in apart)])
+    return rows
 
 
 def select_runs(client, experiment: str | None = None, parent: str | None = None, filter_string: str = ""):
@@ -400,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
     if not runs:
         print(_nothing_found(args), file=sys.stderr)
         return 1
-    rows = [row_of(r) for r in runs]
+    rows = rows_of(runs)
     console = Console()
     console.print(render_table(rows, f"{len(rows)} runs"))
     if args.out:

@@ -125,14 +125,14 @@ def close_sweep(parent: Tracker, missing: Status = Status.KILLED, tags: dict[str
     end is recorded once: `sync` closes it later as it ended. `tags`: more for the parent (`reap`'s)."""
     from rich.console import Console
 
-    from .compare import render_table, row_of, summarize
+    from .compare import render_table, rows_of, summarize
     from .local_runs import as_run, job_records
 
     sweep_dir = parent.run_dir
     missing = Status((parent.record.get("end") or {}).get("missing", missing.value))
     runs = [as_run(r) for r in job_records(sweep_dir)]
     _resolve_skipped(runs)
-    rows = [row_of(r) for r in runs]
+    rows = rows_of(runs)
     failed, skipped, title, status = _outcome(rows, int(parent.record["start"]["tags"].get(PLANNED_TAG) or 0),
                                               missing)
     if parent.record.get("end") is None:

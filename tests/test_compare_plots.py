@@ -92,6 +92,18 @@ def test_summary_csv_has_host_gpu_and_the_skipped_duplicate(rows, tmp_path):
     assert dup["duplicate_of"] in {r["run_id"] for r in written if r["run"] == "ar-demo-qwen3 seed=0"}
 
 
+def test_runs_launched_apart_that_share_a_name_are_told_apart_by_the_params_that_differ(tmp_path):
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    exp = client.create_experiment("apart", artifact_location=(tmp_path / "art").as_uri())
+    for dtype in ("bfloat16", "float32", "float32"):
+        run = client.create_run(exp, run_name=f"ddtree-b63-{MODEL}", tags={"host": HOST})
+        for key, value in {"method.name": "ddtree", "model.name": MODEL, "model.dtype": dtype}.items():
+            client.log_param(run.info.run_id, key, value)
+        client.set_terminated(run.info.run_id)
+    names = sorted(row["run"] for row in compare.rows_of(compare.select_runs(client, experiment="apart")))
+    assert names == [f"ddtree-b63-{MODEL} model.dtype=bfloat16", *[f"ddtree-b63-{MODEL} model.dtype=float32"] * 2]
+
+
 def test_a_pool_jobs_tag_does_not_count_as_a_host_beside_the_hosts_that_ran():
     ran = [{"host": "gpu1", "model": MODEL}, {"host": "gpu2", "model": MODEL}]
     never_placed = {"host": "pool:gpu1,gpu2", "model": MODEL}
