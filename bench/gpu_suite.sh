@@ -135,6 +135,9 @@ RANDOM_DRAFTER='{"num_hidden_layers":5,"block_size":16}'
 SHARP_DRAFTER='{"num_hidden_layers":5,"block_size":16,"dflash_config":{"output_multiplier":30}}'
 methods q8b 120 --random "$Q8" --dataset builtin --num-prompts 2 --max-new-tokens 48 --budgets 32,64 --temperatures 0 \
   --random-drafter "$RANDOM_DRAFTER" --stock-generate --ar-again --floor
+# T=1 beside T=0 at those widths: sampling at a deployed vocabulary (151936), where the torch ops cost 0.05-0.4 ms
+methods q8b_temp 150 --random "$Q8" --dataset builtin --num-prompts 2 --max-new-tokens 48 --budgets 64 \
+  --temperatures 0,1 --random-drafter "$RANDOM_DRAFTER" --floor
 # the kernels of each phase of a replayed AR step and DDTree 64 step at Qwen3-8B widths (what holds AR off the floor)
 methods q8b_kernels 200 --random "$Q8" --dataset builtin --num-prompts 1 --max-new-tokens 32 --budgets 64 \
   --temperatures 0 --random-drafter "$RANDOM_DRAFTER" --floor --phase-kernels
