@@ -9,10 +9,12 @@ killed sweep is skipped until that runner ends.
 
 Asking a host costs an SSH login, so a host is asked only when enough of its GPUs are free here, and an answer that
 left too few is reused for `recheck` seconds while that local state is unchanged: a lease is granted only on an
-answer of the same try. A host that cannot be asked (`held` raises Unreachable) is skipped, said once per outage,
-and asked again after `recheck` seconds; when every host that could take the job is unreachable, `acquire` raises
-NoHostReachable rather than wait for hosts that may never come back. Hosts merely busy are waited for. Non-goal:
-remembering a dead host across jobs or processes (each job finds out for itself, once).
+answer of the same try. This machine (kind local) costs no login and is asked at every try: a GPU its runner frees
+is taken at the next poll, not up to `recheck` seconds later. A host that cannot be asked (`held` raises
+Unreachable) is skipped, said once per outage, and asked again after `recheck` seconds; when every host that could
+take the job is unreachable, `acquire` raises NoHostReachable rather than wait for hosts that may never come back.
+Hosts merely busy are waited for. Non-goal: remembering a dead host across jobs or processes (each job finds out for
+itself, once).
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ from filelock import FileLock, Timeout
 
 
 Held = Callable[[dict[str, Any], list[int]], set[int]]   # (host config, its pool GPUs) -> GPUs held there now
-RECHECK_S = 10.0   # a held GPU freed by a runner ending, or a host back up, is seen this late at most
+RECHECK_S = 10.0   # a GPU held on an SSH host freed by a runner ending, or a host back up, is seen this late at most
 
 
 class Unreachable(Exception):
@@ -74,6 +76,11 @@ class _Answer:
     free: tuple[int, ...]
     held: set[int] = field(default_factory=set)
     down: str | None = None
+
+
+def _login(host: dict[str, Any]) -> bool:
+    """Whether asking `host` costs a login (an SSH host); this machine's answer is a local command."""
+    return host.get("kind", "local") != "local"
 
 
 class GpuPool:
@@ -130,8 +137,8 @@ class GpuPool:
         """The GPUs `entry`'s host holds, None if it is unreachable. A recent "too few" answer for the same free GPUs
         stands in for asking; one that left enough is never reused (the GPUs went to another job of ours since)."""
         name, last, now = entry["host"]["name"], self.answers.get(entry["host"]["name"]), time.monotonic()
-        if (last is not None and last.down is None and last.free == free and now - last.at < self.recheck
-                and len(set(free) - last.held) < count):
+        if (_login(entry["host"]) and last is not None and last.down is None and last.free == free
+                and now - last.at < self.recheck and len(set(free) - last.held) < count):
             return last.held
         try:
             busy = held(entry["host"], entry["gpus"]) if held is not None else set()

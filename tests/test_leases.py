@@ -61,3 +61,24 @@ def test_two_parallel_sweeps_on_two_gpus_never_share_one(tmp_path):
     for gpu in ("0", "1"):
         mine = sorted((s, e) for g, s, e in spans if g == gpu)
         assert all(prev_end <= start for (_, prev_end), (start, _) in zip(mine, mine[1:])), mine
+
+
+def test_a_gpu_held_on_this_machine_is_taken_at_the_first_try_after_its_runner_ends(tmp_path):
+    """A runner of ours holds GPU 0 on the host (launch.sh's lease, as `held` reports it). Asking this machine costs
+    no login: the try after the runner ended takes the GPU. An SSH host's "held" answer stands for RECHECK_S (a login
+    a poll would be too many), so a second try there within it does not ask again."""
+    holding: set[int] = {0}
+    asked: list[str] = []
+
+    def held(host: dict, gpus: list[int]) -> set[int]:
+        asked.append(host["name"])
+        return set(holding)
+
+    here = GpuPool([{"host": {"name": "lh", "kind": "local"}, "gpus": [0]}], tmp_path / "here")
+    there = GpuPool([{"host": {"name": "gpu1", "kind": "ssh"}, "gpus": [0]}], tmp_path / "there")
+    assert here.try_acquire(1, held) is None and there.try_acquire(1, held) is None
+    holding.clear()   # the runner ended: its lease went with it
+    assert there.try_acquire(1, held) is None   # the answer of the first try stands, for RECHECK_S
+    lease = here.try_acquire(1, held)
+    assert lease is not None and lease.gpus == [0]
+    assert asked == ["lh", "gpu1", "lh"]
