@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+from concurrent.futures import ThreadPoolExecutor
 
 from mlflow.tracking import MlflowClient
 
@@ -19,20 +20,30 @@ def test_reap_warns_once_per_run_it_cannot_reach_and_follows_sync(tmp_path):
     """Two runs kept locally (their MLflow refused), then synced: one to a server that is gone by the time `reap`
     runs, one to a database that answers. Reap must say one line about the first, carry on, and look for the
     second where sync put it, not where the run started."""
-    refused = f"tracking.uri=http://127.0.0.1:{free_port()}"
-    for _ in range(2):
-        ran = cli(*TINY, refused)
-        assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
-    gone, kept = sorted(f.parent for f in (tmp_path / "runs").rglob("job.json"))
-    server = MlflowServer(tmp_path / "server")
+    refused_port = free_port()
+    port = free_port()
+    while port == refused_port:   # the server must not come up where the runs find nothing
+        port = free_port()
+    refused = f"tracking.uri=http://127.0.0.1:{refused_port}"
+    # Neither run needs the other, nor the server (started meanwhile): all three at once.
+    with ThreadPoolExecutor(3) as pool:
+        starting = pool.submit(MlflowServer, tmp_path / "server", port)
+        runs = [pool.submit(cli, *TINY, refused) for _ in range(2)]
+    server = starting.result()
     try:
-        synced = cli("sync", str(gone), "--tracking-uri", server.url)
-        assert synced.returncode == 0, synced.stdout + synced.stderr
+        for run in runs:
+            ran = run.result()
+            assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+        gone, kept = sorted(f.parent for f in (tmp_path / "runs").rglob("job.json"))
+        database = f"sqlite:///{tmp_path / 'kept.db'}"
+        with ThreadPoolExecutor(2) as pool:   # two runs, two stores: the syncs at once too
+            syncs = [pool.submit(cli, "sync", str(gone), "--tracking-uri", server.url),
+                     pool.submit(cli, "sync", str(kept), "--tracking-uri", database)]
+        for sync in syncs:
+            synced = sync.result()
+            assert synced.returncode == 0, synced.stdout + synced.stderr
     finally:
         server.stop()
-    database = f"sqlite:///{tmp_path / 'kept.db'}"
-    synced = cli("sync", str(kept), "--tracking-uri", database)
-    assert synced.returncode == 0, synced.stdout + synced.stderr
 
     reaped = cli("reap")
     out = reaped.stdout + reaped.stderr
