@@ -366,15 +366,21 @@ class Tracker:
     def replay(self) -> None:
         """Bring MLflow up to the record: find or create the run, log its params, then the final payload and
         status. Raises on the first failure. Every step may be repeated: params keep their values, metric points
-        their timestamps (MLflow skips identical ones), tags and artifacts overwrite."""
+        their timestamps (MLflow skips identical ones), tags and artifacts overwrite. A run the record says is
+        fully in MLflow (a sweep's parent whose summary is on it, synced again) asks MLflow nothing: its import and
+        a database's opening alone took seconds."""
+        start, final = self.record["start"], self.record["final"]
+        params_due = start is not None and Step.PARAMS.value not in self.record["logged"]
+        final_due = final is not None and not self.logged
+        if self.logged and self.run_id is not None and not params_due:
+            return
         client = mlflow_client(self.uri)
         if self.run_id is None:
             self._update(mlflow_run_id=self._find_or_create(client))
-        start, final = self.record["start"], self.record["final"]
-        if start is not None and Step.PARAMS.value not in self.record["logged"]:
+        if params_due:
             self._log_params(client, start["params"])
             self._mark(Step.PARAMS)
-        if final is not None and not self.logged:
+        if final_due:
             self._log_final(client, final)
             self._mark(Step.FINAL)
             self._update(error=None)
