@@ -205,6 +205,9 @@ def _sshd_config(root: Path, address: str, port: int, sftp: bool = True) -> str:
         "MaxSessions 64",
         "MaxStartups 64",
         "LogLevel VERBOSE",
+        # sessions start from a fresh environment: runners over SSH get the one torch thread tests/conftest.py gives
+        # local ones (two contend on a busy 2-core box: a decode took several times longer)
+        "SetEnv OMP_NUM_THREADS=1",
         *(["Subsystem sftp internal-sftp"] if sftp else []),
         "",
     ])

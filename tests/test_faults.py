@@ -69,9 +69,7 @@ def finish(proc: subprocess.Popen, timeout: float) -> str:
 def host_overrides(kind: str, workdir: Path, request) -> list[str]:
     if kind == "local":
         return ["host=local", f"host.workdir={workdir}"]
-    # A runner over SSH gets sshd's environment, not this one: one torch thread, as a local runner inherits from
-    # tests/conftest.py (with two, contending on a busy 2-core box, its decode took several times longer).
-    return [*request.getfixturevalue("sshd").overrides(workdir=str(workdir)), "+host.env.OMP_NUM_THREADS=1"]
+    return request.getfixturevalue("sshd").overrides(workdir=str(workdir))
 
 
 @pytest.mark.parametrize("kind", ["local", "ssh"])
