@@ -39,7 +39,7 @@ from .paths import CONF_DIR, PROJECT_ROOT, SOURCE_CHECKOUT
 from .locks import try_following
 from .progress import StageLine
 from .runspec import build_spec
-from .signals import describe, handling, sweep_stopped
+from .signals import JobInterrupted, describe, handling, sweep_stopped
 from .stall import StallLimits
 from .sweep import PARENT_ENV, job_tracker
 from .tracking import RECORD, Status, Tracker, flatten
@@ -303,15 +303,39 @@ def hydra_main(cfg: DictConfig) -> float | None:
     """One job; returns `cfg.objective` of its results as a plain float, which is what sweepers optimise."""
     if threading.current_thread() is not threading.main_thread():   # signals reach the main thread only
         return _job(cfg)
-    with handling():     # in a parallel sweep's worker process too: SIGTERM there stops this job's runner
-        return _job(cfg)
+    try:
+        with handling():     # in a parallel sweep's worker process too: SIGTERM there stops this job's runner
+            return _job(cfg)
+    except JobInterrupted as exc:
+        return _interrupted(exc)
+
+
+def _interrupted(exc: JobInterrupted) -> None:
+    """A joblib worker's job that a signal reached outside its run (signals.handling). A scored sweep's trial fails
+    saying so (Optuna's plugin logs `Failed experiment: job N interrupted ...` and tells the trial FAIL; None made
+    it refuse the value as not float-castable); where the signal stopped the sweep, the sweep ends, as for a job
+    stopped in its run. Raised from here it is a job's result, which leaves joblib's pool running."""
+    hydra_cfg = HydraConfig.get()
+    what = f"job {hydra_cfg.job.num} interrupted by {exc.how} outside its run"
+    if not _scored(hydra_cfg):
+        Console().print(f"[yellow]{what}[/]")
+        return None
+    if stopped_by := sweep_stopped(Path(str(hydra_cfg.sweep.dir))):
+        raise SweepStopped(f"sweep stopped ({stopped_by}): {what}")
+    raise JobFailed(what)
+
+
+def _scored(hydra_cfg) -> bool:
+    """A sweeper that optimises the jobs' objective (Optuna, Nevergrad), not Hydra's basic grid."""
+    return hydra_cfg.mode.name == "MULTIRUN" and \
+        "BasicSweeper" not in str(OmegaConf.select(hydra_cfg, "sweeper._target_", default=""))
 
 
 def _job(cfg: DictConfig) -> float | None:
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
     multirun = hydra_cfg.mode.name == "MULTIRUN"
-    scored = multirun and "BasicSweeper" not in str(OmegaConf.select(hydra_cfg, "sweeper._target_", default=""))
+    scored = _scored(hydra_cfg)
     sweep_dir = Path(str(hydra_cfg.sweep.dir))
     if multirun and (stopped_by := sweep_stopped(sweep_dir)):
         # the sweep was stopped before this job started: it does not run (no runner, no host contact)

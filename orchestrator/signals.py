@@ -16,8 +16,8 @@ shares the sweep's process group) and the main process passes signals on to ever
 joblib's pool, which killed the workers still stopping their runners (their runs left RUNNING) and ended the sweep in
 a traceback. So `quiet_idle_workers()` (a joblib sweep's main process) starts loky's workers ignoring the three
 signals, and `handling()` spans a job: handled within it, ignored again after it in a worker (the next job's start
-finds the sweep stopped, below); a signal that reaches a worker's job outside its run's handling ends the job
-quietly.
+finds the sweep stopped, below); a signal that reaches a worker's job outside its run's handling raises
+`JobInterrupted` there, an ordinary exception that Hydra keeps as the job's failed result (the app says so).
 
 A sweep's main process also writes STOP_MARKER in the sweep dir (`stop_sweep_at`) on the first signal, before
 passing it on: the launcher would otherwise go on starting the jobs it has not started yet (joblib in new or idle
@@ -55,6 +55,21 @@ class Interrupted(KeyboardInterrupt):
         return type(self), (self.signum,)
 
 
+class JobInterrupted(Exception):
+    """A worker's job that a signal reached outside its run's own handling (before its runner launched, after its
+    report). An Exception, unlike the Interrupted it replaces: Hydra's run_job keeps what the job raises of it as
+    the job's failed result, where a KeyboardInterrupt would pass through run_job and end joblib's pool, killing the
+    workers still stopping their runners."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+    @property
+    def how(self) -> str:
+        return describe(Interrupted(self.signum))
+
+
 def _raise(signum, frame) -> None:
     first = not pending
     if first and _marker:   # before the workers hear of it: no job starts after this
@@ -78,15 +93,15 @@ def install() -> None:
 @contextlib.contextmanager
 def handling():
     """One job: signals handled (`install`) while it runs; in a worker, ignored again once it ended. A worker's
-    job that a signal reached outside its run's own handling (before its runner launched, after its report) ends
-    quietly: raised on, it would end joblib's pool, killing the workers still stopping their runners."""
+    job that a signal reached outside its run's own handling raises JobInterrupted."""
     install()
     _busy[0] = True
     try:
         yield
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         if not _worker[0]:
             raise
+        raise JobInterrupted(exc.signum if isinstance(exc, Interrupted) else signal.SIGINT) from None
     finally:
         _busy[0] = False
         if _worker[0]:

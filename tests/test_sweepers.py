@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -74,3 +75,45 @@ def test_sigterm_stops_an_optuna_sweep_killed_with_its_summary(tmp_path):
     (parent,) = [r for r in runs if r.data.tags.get("sweep") == "parent"]
     assert parent.info.status == "KILLED" and "sweep: " in out, out[-3000:]
     assert {r.info.status for r in runs if r is not parent} == {"KILLED"}, out[-3000:]
+
+
+def test_a_signal_to_a_trials_worker_after_its_run_fails_the_trial_saying_so(tmp_path):
+    """SIGTERM to the joblib worker of trial 0 while its run's end waits on MLflow (the sqlite store held by this
+    test): outside the run's own handling. The trial fails with a line saying it was interrupted (it used to
+    return None, which the plugin refused with 'Return value must be float-castable'), and joblib's pool is not
+    broken: the launch returns, and the plugin tells the trial."""
+    from tests.test_faults import _loky_workers_of, finish, start_cli, wait_for
+
+    workdir, runs, sweep_dir = tmp_path / "work", tmp_path / "runs", tmp_path / "sweep"
+    proc = start_cli(["-m", "hydra/sweeper=optuna", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
+                      "hydra.sweeper.n_jobs=1", "hydra.sweeper.n_trials=1", "tree_budget=int(interval(2,8))",
+                      "objective=tokens_per_s", f"hydra.sweep.dir={sweep_dir}", *SMALL, "host=local",
+                      f"host.workdir={workdir}"],
+                     cwd=tmp_path, env={"SPECBENCH_RUNS_DIR": str(runs), "COLUMNS": "1000"})
+    store = None
+    try:
+        pid_file = wait_for(lambda: next(workdir.glob("runs/*/pid"), None), "trial 0's runner launched")
+        group = int(pid_file.read_text())
+        os.killpg(group, signal.SIGSTOP)   # it ends only once MLflow has its run and the store is held
+        try:
+            wait_for(lambda: _record(sweep_dir / "0" / "job.json").get("mlflow_run_id"), "trial 0's MLflow run")
+            store = sqlite3.connect(runs / "mlflow.db", isolation_level=None)
+            store.execute("BEGIN EXCLUSIVE")   # the run's final logging waits on it (sqlite's 20 s busy timeout)
+        finally:
+            os.killpg(group, signal.SIGCONT)
+        wait_for(lambda: _record(sweep_dir / "0" / "tracking.json").get("final"), "trial 0's run reported")
+        for worker in _loky_workers_of(proc.pid):   # an idle one ignores it
+            os.kill(worker, signal.SIGTERM)
+        store.execute("ROLLBACK")
+        out = finish(proc, timeout=300)
+    finally:
+        if store is not None:
+            store.close()
+        finish(proc, timeout=1)
+    assert "Failed experiment: job 0 interrupted by SIGTERM outside its run" in out, out[-3000:]
+    assert "float-castable" not in out, out[-3000:]
+
+
+def _record(path: Path) -> dict:
+    """A JSON record written atomically (never half of one); empty until it exists."""
+    return json.loads(path.read_text()) if path.exists() else {}
