@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 import json
 import os
+import threading
 import time
 from typing import Any
 
@@ -26,10 +27,13 @@ class RunnerStage(enum.Enum):
 class EventWriter:
     def __init__(self, path: str):
         self._f = open(path, "a", encoding="utf-8")
+        self._lock = threading.Lock()     # remote.downloads' watch thread emits beside the main thread
 
     def emit(self, event: str, **fields: Any) -> None:
-        self._f.write(json.dumps({"event": event, "time": time.time(), **fields}, default=str) + "\n")
-        self._f.flush()
+        line = json.dumps({"event": event, "time": time.time(), **fields}, default=str) + "\n"
+        with self._lock:
+            self._f.write(line)
+            self._f.flush()
 
     def stage(self, stage: RunnerStage, detail: str | None = None) -> None:
         self.emit("stage", stage=stage.value, **({"detail": detail} if detail else {}))

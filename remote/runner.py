@@ -17,6 +17,7 @@ import json
 import os
 import platform
 import resource
+import sys
 import time
 from dataclasses import dataclass
 
@@ -29,6 +30,7 @@ from .decoding.graph import graph_decoder, graph_support
 from .decoding.loop import Generation, generate_ar, generate_spec
 from .decoding.phase_split import split_step
 from .decoding.sampling import make_generator
+from .downloads import gigabytes, watching
 from .errors import SpecError, first_line
 from .events import EventWriter, RunnerStage, write_json_atomic
 from .fairness import PathLog, verdict
@@ -345,7 +347,12 @@ def graphed_split(run: Run, method: str, warn, budget: int) -> dict[str, float]:
 def _run(spec: RunSpec, files: RunFiles, events: EventWriter) -> dict:
     started = time.time()
     events.stage(RunnerStage.LOADING, detail=spec.model.path or "(random weights)")
-    r = Run(spec)
+    sources = (spec.model.path, spec.model.tokenizer, spec.drafter.path)
+    with watching(sources, lambda line: events.stage(RunnerStage.LOADING, detail=line)) as hub:
+        r = Run(spec)
+    if hub is not None and hub.downloaded:
+        print(f"hub: downloaded {gigabytes(hub.downloaded)} for {hub.label}; loading took {time.time() - started:.0f} s",
+              file=sys.stderr, flush=True)
     d = spec.decoding
     env = environment(r)
     events.emit("start", run_id=spec.run_id, method=d.method, num_prompts=len(r.inputs), **env)
