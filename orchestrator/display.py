@@ -18,6 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.spinner import Spinner
 from rich.text import Text
 
+from .failures import shorten
 from .progress import STAGE_STYLE, EtaColumn, Pace, RunElapsedColumn, RunnerStages, clock
 
 class _Bars(Progress):
@@ -77,7 +78,7 @@ class LiveDisplay:
     def feed(self, log_lines: list[str], event_lines: list[str]) -> None:
         if self.show_log:
             for line in log_lines:
-                self.console.print(f"[dim]{escape(line)}[/]", highlight=False)
+                self.console.print(f"[dim]{escape(shorten(line))}[/]", highlight=False)
         for line in event_lines:
             try:
                 event = json.loads(line)

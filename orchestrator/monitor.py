@@ -29,7 +29,7 @@ from remote.events import read_json
 
 from .commands import program
 from .display import LiveDisplay
-from .failures import Detector, Finding, Severity
+from .failures import Detector, Finding, Severity, shorten
 from .lifecycle import Job
 from .results_table import fairness_of, results_table
 from .signals import describe, exit_code
@@ -240,10 +240,12 @@ def _summary(outcome, found, metrics, tracker, run_dir, console, title, fairness
         if found.primary is not None:
             console.print(f"[red]{found.primary.id}: {escape(found.primary.message)}\n  fix: "
                           f"{escape(found.primary.hint)}[/]")
+        quoted = found.primary.details.get("last_line") if found.primary is not None else None
         if found.traceback:
             console.print(escape(str(found.traceback)))
-        elif (run_dir / "runner.log").exists():
-            console.print(f"[red]runner log tail:[/]\n{escape(_tail(run_dir / 'runner.log'))}")
+        elif (tail := _tail(run_dir / "runner.log")) and tail != [quoted]:   # not the line just quoted, again
+            text = "\n".join(tail)
+            console.print(f"[red]runner log tail:[/]\n{escape(text)}")
 
 
 
@@ -255,8 +257,10 @@ def _by_id(warnings) -> dict[str, list]:
     return groups
 
 
-def _tail(path: Path, lines: int = 20) -> str:
+def _tail(path: Path, lines: int = 20) -> list[str]:
+    """The log's last `lines` lines, each shortened as a finding's text is; none where there is no log."""
     try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+        text = path.read_text(errors="replace")
     except OSError:
-        return "(no log)"
+        return []
+    return [shorten(line.rstrip()) for line in text.rstrip().splitlines()[-lines:]]

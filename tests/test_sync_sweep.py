@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import signal
 import time
 
@@ -36,6 +37,13 @@ def test_a_sweep_without_mlflow_fails_as_its_jobs_did_and_sync_logs_it_under_one
     (sweep_dir,) = (tmp_path / "runs" / "multirun").glob("*/*")
     with open(sweep_dir / "summary" / "summary.csv") as f:
         assert sorted(r["status"] for r in csv.DictReader(f)) == ["FAILED", "FINISHED"]
+    # transformers' refusal names every model type it knows (~10 KB): said as the runner said it and in the
+    # failure's line, each with the list cut; no log tail that only repeats it; runner.log keeps it whole
+    out = " ".join(proc.stdout.split())
+    said = out.count("Unrecognized model identifier: no_such_model_type. Should contain one of")
+    cut = re.findall(r"Should contain one of (?:[^\s,]+, ){5}… and \d+ more", out)
+    assert said == len(cut) == 2 and "runner log tail:" not in out, proc.stdout[-3000:]
+    assert (sweep_dir / "1" / "runner.log").read_text().count(", ") > 100
 
     for name in ("first.db", "moved.db"):   # logged later, then moved to another store
         uri = f"sqlite:///{tmp_path / name}"

@@ -22,9 +22,9 @@ is a catalog entry).
 from .catalog import DEFAULT_WINDOW, UNKNOWN_ID, CatalogError, Severity, default_catalog_path, load_catalog
 from .exit_codes import classify_exit_code, exit_signal
 from .findings import Finding, Report, WarningSummary
-from .scanner import Detector, scan_file, scan_text
+from .scanner import Detector, scan_file, scan_text, shorten
 from .tracebacks import extract_traceback
 
 __all__ = ["DEFAULT_WINDOW", "UNKNOWN_ID", "CatalogError", "Detector", "Finding", "Report", "Severity",
            "WarningSummary", "classify_exit_code", "default_catalog_path", "exit_signal", "extract_traceback",
-           "load_catalog", "scan_file", "scan_text"]
+           "load_catalog", "scan_file", "scan_text", "shorten"]

@@ -20,6 +20,7 @@ Non-goals: keeping the output (only its last 256 KiB stay, for the traceback exc
 from __future__ import annotations
 
 import collections
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Iterable
@@ -34,6 +35,8 @@ _TAIL_BYTES = 262_144                   # bytes kept for the final traceback exc
 _MAX_PENDING = 1 << 20                  # an unterminated "line" (a progress bar) is scanned past this size
 _MAX_TEXT = 500                         # characters of a matched line kept in a finding
 _MAX_WARNING_VARIANTS = 16              # distinct warning details kept per entry; more are counted together
+_LIST_KEEP = 5                          # words of a long comma list kept by `shorten`
+_LIST = re.compile(r"[^\s,]+(?:, [^\s,]+){%d,}" % (_LIST_KEEP + 2))
 
 
 class Detector:
@@ -235,5 +238,15 @@ def _clip(line: str, offset: int) -> str:
     """The part of `line` that was printed last around the match: progress bars redraw with \\r."""
     start = line.rfind("\r", 0, offset) + 1
     end = line.find("\r", offset)
-    text = line[start:end if end >= 0 else len(line)].rstrip()
-    return text if len(text) <= _MAX_TEXT else text[:_MAX_TEXT - 3] + "..."
+    return shorten(line[start:end if end >= 0 else len(line)].rstrip())
+
+
+def shorten(line: str, limit: int = _MAX_TEXT) -> str:
+    """`line` to show or keep in a finding: as it is up to `limit` characters, else with each long comma list of
+    words cut to its first few and how many more, then clipped. transformers names every model type it knows
+    when it refuses one (~10 KB on one line); the log keeps the whole line."""
+    if len(line) <= limit:
+        return line
+    line = _LIST.sub(lambda m: ", ".join(m[0].split(", ")[:_LIST_KEEP]) +
+                     f", … and {m[0].count(', ') + 1 - _LIST_KEEP} more", line)
+    return line if len(line) <= limit else line[:limit - 3] + "..."
