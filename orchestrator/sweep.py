@@ -24,6 +24,7 @@ them).
 """
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import Any
@@ -65,8 +66,9 @@ class SweepCallback(Callback):
                              tags={"sweep": "parent", "sweep_dir": str(sweep_dir), "run_id_local": sweep_id(sweep_dir),
                                    **({PLANNED_TAG: str(planned)} if planned else {})})
         # Bounded as a run's logging is: a server that is away now would cost every job that bound at its end.
+        # Quiet: the line below says the outage, and what it means for the jobs (Hydra's log said it a second time).
         within = close_within(tracker.uri)
-        if tracker.open_async(tracker.send).wait(within) and tracker.run_id:
+        if tracker.open_async(functools.partial(tracker.send, quiet=True)).wait(within) and tracker.run_id:
             os.environ[PARENT_ENV] = tracker.run_id
             return
         why = tracker.warning or f"MLflow at {tracker.uri} did not answer within {within:g} s"

@@ -247,8 +247,9 @@ class Tracker:
         self._update(start={"run_name": run_name, "start_time": _now_ms(), "params": dict(params),
                             "tags": dict(tags), "parent_run_id": parent_run_id})
 
-    def send(self, tags: Mapping[str, str] | None = None) -> None:
-        """Open the recorded run in MLflow, with `tags` added to the recorded ones. Never raises (as `start`)."""
+    def send(self, tags: Mapping[str, str] | None = None, quiet: bool = False) -> None:
+        """Open the recorded run in MLflow, with `tags` added to the recorded ones. Never raises (as `start`).
+        `quiet`: an outage is left to the caller to say (`warning` has it), once, with what it means there."""
         if tags:
             with self._lock:
                 start = self.record["start"]
@@ -260,7 +261,8 @@ class Tracker:
             self.replay()
         except Exception as exc:
             self.warning = f"MLflow at {self.uri} unavailable ({mlflow_error(exc)})"
-            log.warning("%s; results kept locally", self.warning)
+            if not quiet:
+                log.warning("%s; results kept locally", self.warning)
             self._update(error=self.warning)
 
     def open_async(self, opener: Callable[[], None]) -> threading.Event:

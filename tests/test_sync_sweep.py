@@ -34,6 +34,8 @@ def test_a_sweep_without_mlflow_fails_as_its_jobs_did_and_sync_logs_it_under_one
     proc = sweep(tmp_path, "method=ar", "model.random.model_type=qwen3,no_such_model_type", f"tracking.uri={refused}")
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]   # a job failed, MLflow or not
     assert "sweep: 2 jobs, 1 not finished" in proc.stdout and "sweep not in MLflow" in proc.stdout
+    at_start = proc.stdout.split("Launching 2 jobs")[0]   # the refused parent, said once (not by Hydra's log too)
+    assert at_start.count(f"MLflow at {refused} unavailable") == 1, at_start
     (sweep_dir,) = (tmp_path / "runs" / "multirun").glob("*/*")
     with open(sweep_dir / "summary" / "summary.csv") as f:
         assert sorted(r["status"] for r in csv.DictReader(f)) == ["FAILED", "FINISHED"]
