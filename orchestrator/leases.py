@@ -13,8 +13,10 @@ answer of the same try. This machine (kind local) costs no login and is asked at
 is taken at the next poll, not up to `recheck` seconds later. A host that cannot be asked (`held` raises
 Unreachable) is skipped, said once per outage, and asked again after `recheck` seconds; when every host that could
 take the job is unreachable, `acquire` raises NoHostReachable rather than wait for hosts that may never come back.
-Hosts merely busy are waited for. Non-goal: remembering a dead host across jobs or processes (each job finds out for
-itself, once).
+Hosts merely busy are waited for. A host found unreachable goes last in the order for every job of this machine for
+DOWN_MEMORY_S (a `<host>.down` file beside the lock files, gone at its next answer): the jobs after the first do not
+each pay its connect timeout (10 s a try where it drops packets) and say it again while another host can take them,
+and it is still asked where none can.
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ from filelock import FileLock, Timeout
 
 Held = Callable[[dict[str, Any], list[int]], set[int]]   # (host config, its pool GPUs) -> GPUs held there now
 RECHECK_S = 10.0   # a GPU held on an SSH host freed by a runner ending, or a host back up, is seen this late at most
+DOWN_MEMORY_S = 600.0   # a host found unreachable is asked last this long (placement prefers the listed order again)
 
 
 class Unreachable(Exception):
@@ -100,7 +103,7 @@ class GpuPool:
     def try_acquire(self, count: int, held: Held | None = None,
                     tell: Callable[[str], None] = lambda message: None) -> Lease | None:
         """A lease of `count` GPUs of one host, or None; `tell(message)`: a host skipped as unreachable, or back."""
-        for entry in self.entries:
+        for entry in sorted(self.entries, key=lambda e: self._recently_down(e["host"]["name"])):
             name = entry["host"]["name"]
             if len(entry["gpus"]) < count or self._down(name):
                 continue
@@ -121,6 +124,14 @@ class GpuPool:
         count: the host is asked again, or, where our jobs lease its GPUs since, is not asked and may well be up."""
         answer = self.answers.get(name)
         return answer is not None and answer.down is not None and time.monotonic() - answer.at < self.recheck
+
+    def _recently_down(self, name: str) -> bool:
+        """Whether a job of this machine found `name` unreachable less than DOWN_MEMORY_S ago, and nothing since
+        heard it answer."""
+        try:
+            return time.time() - (self.lock_dir / f"{name}.down").stat().st_mtime < DOWN_MEMORY_S
+        except OSError:
+            return False
 
     def _free_here(self, host_name: str, gpu: int) -> bool:
         """Whether no job of this machine leases `gpu` now (the lock is taken and dropped at once)."""
@@ -146,10 +157,12 @@ class GpuPool:
             if last is None or last.down is None:
                 tell(f"skipping pool host {name}: {exc}")
             self.answers[name] = _Answer(time.monotonic(), free, down=str(exc))
+            (self.lock_dir / f"{name}.down").write_text(f"{exc}\n")
             return None
         if last is not None and last.down is not None:
             tell(f"pool host {name} answers again: it can take jobs")
         self.answers[name] = _Answer(time.monotonic(), free, held=busy)
+        (self.lock_dir / f"{name}.down").unlink(missing_ok=True)
         return busy
 
     def _take(self, entry: dict, candidates: list[int], count: int) -> Lease | None:

@@ -162,3 +162,30 @@ def test_a_dead_host_is_skipped_once_while_a_busy_one_is_waited_for_then_used_wh
     got[0].release()
     assert [re.sub(r":.*", "", m) for m in told] == [
         "skipping pool host ssh-a", "waiting for 1 free GPU(s) of the pool", "pool host ssh-a answers again"], told
+
+
+def test_a_host_one_job_found_dead_is_asked_last_by_the_jobs_after_it(servers, tmp_path):
+    """Each job (a new GpuPool on the same lock dir, as the next job of a sweep or another orchestrator here) used
+    to ask the dead host first and pay its connect timeout again. Now the jobs after the first take the live host
+    without asking the dead one, still ask it when no other host can take them, and go back to the listed order
+    once it answers. The real probe (`_held_on_host`, over SSH) decides; a counter only tells when it was asked."""
+    server_a, a = servers("ssh-a", dead=True)
+    _, b = servers("ssh-b")
+    asked: dict[str, int] = {"ssh-a": 0, "ssh-b": 0}
+
+    def held(host: dict, gpus: list[int]) -> set[int]:
+        asked[host["name"]] += 1
+        return _held_on_host(host, gpus)
+
+    def job() -> str:
+        pool = GpuPool([{"host": a, "gpus": [0]}, {"host": b, "gpus": [0]}], tmp_path / "leases")
+        lease = pool.acquire(1, timeout=120, poll=0.05, held=held)
+        lease.release()
+        return lease.host["name"]
+
+    assert job() == "ssh-b" and asked == {"ssh-a": 1, "ssh-b": 1}
+    assert job() == "ssh-b" and asked == {"ssh-a": 1, "ssh-b": 2}      # the dead host not asked again
+    server_a.restart()
+    with FileLock(str(tmp_path / "leases" / "ssh-b.gpu0.lock")):        # b leased here: only a can take the job
+        assert job() == "ssh-a" and asked["ssh-a"] == 2
+    assert job() == "ssh-a" and asked == {"ssh-a": 3, "ssh-b": 2}      # it answered: first in the order again
