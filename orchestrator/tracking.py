@@ -9,7 +9,8 @@ run is found by the record or by its `run_id_local` tag, never made twice, and a
 Every MLflow wait is bounded: HTTP requests get short timeouts and few retries (HTTP_DEFAULTS, unless the user
 set them), a fresh run opens in the background so that the tail never waits for it, and `finish` gives up
 CLOSE_WITHIN_S after it was called (the runner has ended; LOCAL_CLOSE_WITHIN_S for a local sqlite database), then
-tries once, within TERMINATE_WITHIN_S, to close the MLflow run FAILED so that the server does not keep it RUNNING.
+tries once, within TERMINATE_WITHIN_S, to close the MLflow run FAILED so that the server does not keep it RUNNING
+(not where the server could not be connected to: `sync` closes it later).
 A tracker made `away` (a sweep's job whose parent MLflow could not open) keeps the record and tries nothing.
 What a reader sees first: the headline metrics, rounded and logged before the others (orchestrator.run_note), the
 run's description (its headline table and the metric definitions of results.json) and `definitions.md`; the `gpu`
@@ -137,6 +138,20 @@ def mlflow_error(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     found = re.search(r"\[Errno -?\d+\] [^'\")]+|Read timed out", text)
     return f"{type(exc).__name__}: {found.group(0) if found else text[:300]}"
+
+
+def _no_connection(exc: BaseException) -> bool:
+    """Whether `exc` is a connection to the server that could not be made (refused, no route, unknown name): MLflow
+    raises its own exception in the handler of requests' ConnectionError, which is thus its context."""
+    from requests.exceptions import ConnectionError as NoConnection
+
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, NoConnection):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 class _Call:
@@ -323,7 +338,8 @@ class Tracker:
         if not upload.wait(deadline - time.monotonic()):
             return self._give_up(late)
         if upload.error is not None:
-            return self._give_up(f"MLflow at {self.uri} unavailable ({mlflow_error(upload.error)})")
+            return self._give_up(f"MLflow at {self.uri} unavailable ({mlflow_error(upload.error)})",
+                                 server_down=_no_connection(upload.error))
         self.warning = None
 
     def _described(self, metrics: Mapping[str, float], tags: dict[str, str],
@@ -356,11 +372,13 @@ class Tracker:
         count = int(tags["gpu_count"]) if str(tags.get("gpu_count", "")).isdigit() else 1
         return {"gpu": tags["gpu_name"] if count <= 1 else f"{count}x {tags['gpu_name']}"}
 
-    def _give_up(self, why: str) -> None:
-        """Keep the reason in the record; close a half-logged MLflow run FAILED (once, bounded), not RUNNING."""
+    def _give_up(self, why: str, server_down: bool = False) -> None:
+        """Keep the reason in the record; close a half-logged MLflow run FAILED (once, bounded), not RUNNING. Not
+        where the server could not be connected to just now (`server_down`): the try would be refused as surely,
+        after MLflow's retries (~2.5 s at each run's end of an outage); `sync` closes the run from the record."""
         self.warning = why
         self._update(error=why)
-        if self.run_id is not None:
+        if self.run_id is not None and not server_down:
             run_id = self.run_id
             _Call(lambda: mlflow_client(self.uri).set_terminated(run_id, Status.FAILED.value),
                   "mlflow-terminate").wait(TERMINATE_WITHIN_S)

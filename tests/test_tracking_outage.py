@@ -15,9 +15,10 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
 from mlflow.tracking import MlflowClient
 
-from orchestrator.tracking import RECORD, Status, Tracker
+from orchestrator.tracking import RECORD, Status, Tracker, mlflow_client
 
 SMALL = ["method=ddtree", "device=cpu", "num_prompts=2", "max_new_tokens=8"]
 TAIL_WITHIN_S = 10   # from the runner's launch to the run line (the tail starts right after it)
@@ -251,6 +252,31 @@ def test_a_server_stopped_mid_run_ends_the_run_and_sync_completes_it(tmp_path):
         assert [r.info.run_id for r in server.runs(run_id_local)] == [run.info.run_id]
     finally:
         server.stop()
+
+
+def test_a_refused_final_upload_keeps_the_run_for_sync_without_a_second_try(tmp_path, monkeypatch):
+    """The server went away during the run, which it had opened: `finish` meets a refused port and keeps the final
+    payload for `sync` (the test above syncs such a run), without trying again to close the run FAILED there: that
+    try cost MLflow's retries once more (~2.5 s at each run's end of an outage) and was refused as surely."""
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_BACKOFF_JITTER", "0")   # each refused request the same backoff (~2 s)
+    refused = f"http://127.0.0.1:{free_port()}"
+    tracker = Tracker(refused, "specbench", run_dir=tmp_path)
+    tracker.resume("0123456789abcdef0123456789abcdef")   # its MLflow run, opened while the server was there
+    tracker.record_start(run_name="ar", params={"method.name": "ar"}, tags={"run_id_local": "ar-abcdef"})
+    client = mlflow_client(refused)   # (its import is not the request's time)
+    started = time.monotonic()
+    with pytest.raises(Exception, match="Connection refused"):
+        client.get_run(tracker.run_id)
+    one_request = time.monotonic() - started
+    started = time.monotonic()
+    tracker.finish(Status.FINISHED, {"tau": 1.5}, {"status": "FINISHED"}, [])
+    took = time.monotonic() - started
+    print(f"refused: one request {one_request:.2f} s, finish {took:.2f} s")
+    assert took < one_request + 1.0, f"finish took {took:.2f} s; one refused request {one_request:.2f} s"
+    record = json.loads((tmp_path / RECORD).read_text())
+    assert record["mlflow_run_id"] == tracker.run_id and record["final"]["status"] == "FINISHED"
+    assert ["tau", 1.5] in [m[:2] for m in record["final"]["metrics"]] and record["logged"] == []
+    assert "Connection refused" in record["error"] and "sync" in tracker.closing_note()
 
 
 def test_an_orchestrator_killed_before_mlflow_had_its_run_is_reaped_and_synced(tmp_path):
