@@ -2,6 +2,7 @@
 exit codes. Texts are cut from the recorded real samples in tests/data/failures/ where a real one exists."""
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -165,6 +166,19 @@ def test_a_progress_bar_that_never_ends_its_line_is_still_scanned():
     bar = "Generating: 50%|█████     | 50/100\r"
     detector.feed(bar * (_MAX_PENDING // len(bar) + 10) + OOM_LINE + "\r")
     assert [f.id for f in detector.fatal] == ["cuda_oom"]
+
+
+def test_a_long_line_keeps_the_first_words_of_its_lists_and_is_shortened_in_linear_time():
+    """transformers' refusal of a model type names all it knows (~830) on one line: five are kept, and a count. A
+    line of one long word (a bar of '=', base64) is clipped as fast: the list search once took 8 s on 20 KB of it."""
+    head = "error: ValueError: Unrecognized model identifier: nope. Should contain one of "
+    assert F.shorten(head + ", ".join(f"t{i}" for i in range(900)) + ".") == \
+        head + "t0, t1, t2, t3, t4, … and 895 more."
+    short = "method must be one of ar, dflash, ddtree, and a, list, of, more, than, seven, words"
+    assert F.shorten(short) == short   # what fits is left alone
+    started = time.perf_counter()
+    assert F.shorten("=" * 20_000) == "=" * 497 + "..."
+    assert time.perf_counter() - started < 1.0
 
 
 # ------------------------------------------------------------------------------------------------ multi-line context

@@ -36,7 +36,8 @@ _MAX_PENDING = 1 << 20                  # an unterminated "line" (a progress bar
 _MAX_TEXT = 500                         # characters of a matched line kept in a finding
 _MAX_WARNING_VARIANTS = 16              # distinct warning details kept per entry; more are counted together
 _LIST_KEEP = 5                          # words of a long comma list kept by `shorten`
-_LIST = re.compile(r"[^\s,]+(?:, [^\s,]+){%d,}" % (_LIST_KEEP + 2))
+# (a list starts where a word does: tried at every character of a long word, it took quadratic time on one)
+_LIST = re.compile(r"(?<![^\s,])[^\s,]+(?:, [^\s,]+){%d,}" % (_LIST_KEEP + 2))
 
 
 class Detector:
@@ -247,6 +248,12 @@ def shorten(line: str, limit: int = _MAX_TEXT) -> str:
     when it refuses one (~10 KB on one line); the log keeps the whole line."""
     if len(line) <= limit:
         return line
-    line = _LIST.sub(lambda m: ", ".join(m[0].split(", ")[:_LIST_KEEP]) +
-                     f", … and {m[0].count(', ') + 1 - _LIST_KEEP} more", line)
+    line = _LIST.sub(_cut_list, line)
     return line if len(line) <= limit else line[:limit - 3] + "..."
+
+
+def _cut_list(match: re.Match) -> str:
+    words = match[0].split(", ")
+    last = words[-1]
+    closing = last[len(last.rstrip(".;:!?)]}'\"")):]   # the list's own end, as "(one of a, b)." has it
+    return f"{', '.join(words[:_LIST_KEEP])}, … and {len(words) - _LIST_KEEP} more{closing}"
