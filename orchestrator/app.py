@@ -287,9 +287,11 @@ def _save_job(run_dir: Path, host_cfg, run_id: str, tracker: Tracker, needs_resu
     })
 
 
-class JobFailed(Exception):
+class JobFailed(CompactHydraException):
     """A sweep job that did not produce its objective: raised for sweepers that score jobs (Optuna marks the
-    trial failed, Nevergrad scores it +inf), never for the basic sweeper, which would stop the sweep."""
+    trial failed, Nevergrad scores it +inf), never for the basic sweeper, which would stop the sweep. Compact:
+    where the sweeper ends the sweep on it (Optuna past max_failure_rate, 0 by default) Hydra prints its one line,
+    not a traceback of our code for a job that failed as jobs do."""
 
 
 class SweepStopped(CompactHydraException):

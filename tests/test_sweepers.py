@@ -50,6 +50,7 @@ def test_a_failed_job_is_a_failed_trial(tmp_path):
                  "dataset=jsonl", f"dataset.path={bad}")
     output = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "Failed experiment: job 0 ended FAILED" in output, output[-3000:]
+    assert "Traceback" not in output and "\njob 0 ended FAILED: " in output, output[-3000:]   # its one line
     client = MlflowClient(f"sqlite:///{Path(os.environ['SPECBENCH_RUNS_DIR']) / 'mlflow.db'}")
     runs = client.search_runs([client.get_experiment_by_name("specbench").experiment_id])
     assert runs and all(r.info.status == "FAILED" for r in runs if "mlflow.parentRunId" in r.data.tags)
