@@ -20,8 +20,12 @@ from orchestrator.paths import PROJECT_ROOT
 from tests.sshd import SSHD
 from tests.test_ssh_e2e import group_alive
 
-# Long enough to be interrupted mid-decode on any machine; never paid in full.
-LONG = ["device=cpu", "method=ar", "baseline=none", "num_prompts=24", "max_new_tokens=256"]
+# Long enough to be interrupted mid-decode on any machine; never paid in full. A runner that sends our runner's
+# `start` and progress events and idles: what a runner computes does not matter to these faults, and ours cost ~5 s
+# of imports and a core while it decoded beside the test (test_a_sweep_killed_with_kill_9...'s first sweep and
+# tests/test_ssh_e2e.py stop ours).
+SCRIPT = Path(__file__).parent / "scripts" / "decoding_runner.py"
+LONG = ["runner=script", f"runner.path={SCRIPT}"]
 LEASES = "+host.env.SPECBENCH_GPU_LEASES=1"   # held on this GPU-less machine too (auto: where GPUs are)
 
 
@@ -144,6 +148,9 @@ def test_a_held_gpu_refuses_a_run_on_it(tmp_path):
     holder = start_cli(["host=local", f"host.workdir={workdir}", LEASES, "gpus=[1]", *LONG])
     try:
         wait_for(lambda: started_runs(workdir), "the first runner starting")
+        # two commands creating one new MLflow database at once race in its migrations (seen here: "Online
+        # migration expected to match one row"); that is not this test's business
+        wait_for(lambda: _in_mlflow(tmp_path / "runs"), "the first run in MLflow")
         second = subprocess.run([sys.executable, "-m", "orchestrator", "host=local", f"host.workdir={workdir}",
                                  LEASES, "gpus=[1]", *LONG], cwd=PROJECT_ROOT, capture_output=True, text=True,
                                 timeout=180)
@@ -158,12 +165,16 @@ def test_a_held_gpu_refuses_a_run_on_it(tmp_path):
     assert statuses["gpu_busy"] == "FAILED"
 
 
-def _sweep(tmp_path: Path, name: str, seeds: str) -> subprocess.Popen:
+# Our runner's few tokens: a run that ends by itself with results.
+SHORT = ["device=cpu", "method=ar", "baseline=none", "num_prompts=2", "max_new_tokens=24"]
+
+
+def _sweep(tmp_path: Path, name: str, jobs: str, runner: list[str]) -> subprocess.Popen:
+    """A 2-worker sweep over a local pool of GPUs 0 and 1; `jobs`: a sweep over seed (ours) or runner.args."""
     pool = (f"pool.hosts=[{{host:{{name:lh,kind:local,workdir:{tmp_path / 'hostwork'},"
             f"env:{{SPECBENCH_GPU_LEASES:1}}}},gpus:[0,1]}}]")
     return start_cli(["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", pool,
-                      f"pool.lock_dir={tmp_path / name / 'leases'}", "device=cpu", "method=ar", "baseline=none",
-                      "num_prompts=2", "max_new_tokens=24", f"seed={seeds}"],
+                      f"pool.lock_dir={tmp_path / name / 'leases'}", *runner, jobs],
                      cwd=tmp_path, env={"SPECBENCH_RUNS_DIR": str(tmp_path / name), "COLUMNS": "1000"})   # unwrapped
 
 
@@ -192,7 +203,7 @@ def test_a_sweep_killed_with_kill_9_never_shares_its_gpus_with_the_next(tmp_path
     """Separate local lease dirs, as two sweeps of two machines (or a lock dir wiped) would have: only the leases
     held on the host by the first sweep's runners can keep the second one off their GPUs."""
     workdir = tmp_path / "hostwork"
-    first = _sweep(tmp_path, "first", "0,1")
+    first = _sweep(tmp_path, "first", "seed=0,1", SHORT)   # ours: reap logs their results at the end
     runners: list[int] = []
 
     def both_stopped() -> bool:
@@ -211,7 +222,7 @@ def test_a_sweep_killed_with_kill_9_never_shares_its_gpus_with_the_next(tmp_path
         wait_for(lambda: len(_in_mlflow(tmp_path / "first")) == 2, "both runs of the first sweep in MLflow")
         os.killpg(first.pid, signal.SIGKILL)   # the sweep, its joblib workers and nothing else (runners: setsid)
         first.wait()
-        second = _sweep(tmp_path, "second", "2,3")
+        second = _sweep(tmp_path, "second", "runner.args=[--steps,5],[--steps,6]", LONG)
         waited: list[str] = []
 
         def second_waits_or_starts():
@@ -246,7 +257,8 @@ def test_sigterm_to_a_sweeps_main_process_stops_every_job(tmp_path):
     """`timeout` (and a scheduler that signals one process) TERMs the sweep's main process only, not its joblib
     workers: every runner must still be stopped, every run closed KILLED (the parent too), and the sweep exit 143."""
     workdir = tmp_path / "hostwork"
-    sweep = _sweep(tmp_path, "first", "0,1,2,3")   # 4 jobs, 2 workers: jobs 2 and 3 must never start
+    sweep = _sweep(tmp_path, "first", "runner.args=[--steps,3000],[--steps,3001],[--steps,3002],[--steps,3003]",
+                   LONG)   # 4 jobs, 2 workers: jobs 2 and 3 must never start
     runners: list[int] = []
     try:
         runners = _sweep_runners(workdir)
@@ -356,12 +368,12 @@ def test_a_signal_to_a_parallel_sweep_with_idle_workers_stops_the_busy_one_clean
     runner (its run left RUNNING, not in MLflow) and the sweep ended in tracebacks."""
     workdir = tmp_path / "work"
     proc = start_cli(["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=3", "host=local", f"host.workdir={workdir}",
-                      *[a for a in LONG if not a.startswith("max_new_tokens")], "max_new_tokens=8,256"],
+                      *LONG, "runner.args=[--steps,1],[--steps,3000]"],
                      cwd=tmp_path, env={"SPECBENCH_RUNS_DIR": str(tmp_path / "runs"), "COLUMNS": "1000"})
     seen: list[str] = []
     pgids: list[int] = []
     try:
-        _read_until(proc, "FINISHED run dir", seen)     # job 0 (8 tokens a prompt) reported: its worker idles
+        _read_until(proc, "FINISHED run dir", seen)     # job 0 (one step) reported: its worker idles
         runs = wait_for(lambda: len(started := started_runs(workdir)) == 2 and started, "job 1's runner starting")
         pgids = [int((d / "pid").read_text()) for d in runs]
         os.killpg(proc.pid, sig) if to_group else proc.send_signal(sig)
@@ -373,9 +385,9 @@ def test_a_signal_to_a_parallel_sweep_with_idle_workers_stops_the_busy_one_clean
     assert proc.returncode == code and "Traceback" not in out, out[-3000:]
     assert not any(group_alive(pgid) for pgid in pgids)
     runs = runs_of(tmp_path / "runs")
-    statuses = sorted((r.data.tags.get("sweep") == "parent", r.data.params.get("max_new_tokens"), r.info.status)
+    statuses = sorted((r.data.tags.get("sweep") == "parent", r.data.params.get("runner.args.1"), r.info.status)
                       for r in runs)
-    assert statuses == [(False, "256", "KILLED"), (False, "8", "FINISHED"), (True, None, "KILLED")], out[-3000:]
+    assert statuses == [(False, "1", "FINISHED"), (False, "3000", "KILLED"), (True, None, "KILLED")], out[-3000:]
 
 
 def _loky_workers_of(pid: int) -> list[int]:
@@ -460,8 +472,9 @@ def test_a_parallel_sweeps_workers_leave_once_its_main_process_is_killed(tmp_pat
     """`kill -9` of a joblib sweep's main process: the worker running job 1 finishes it (its run logged), and every
     worker then exits; they ignore SIGINT/SIGTERM between jobs, and an idle one used to wait for work for ever."""
     workdir = tmp_path / "work"
+    go = tmp_path / "go"     # job 1's runner ends once this exists: after the main process is killed
     proc = start_cli(["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=3", "host=local", f"host.workdir={workdir}",
-                      "device=cpu", "method=ar", "baseline=none", "num_prompts=2", "max_new_tokens=8,48"],
+                      *LONG, f"runner.args=[--steps,1],[--until,{go}]"],
                      cwd=tmp_path, env={"SPECBENCH_RUNS_DIR": str(tmp_path / "runs"), "COLUMNS": "1000"})
     seen: list[str] = []
     try:
@@ -471,12 +484,13 @@ def test_a_parallel_sweeps_workers_leave_once_its_main_process_is_killed(tmp_pat
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
+        go.touch()
     assert len(workers) == 4, workers
     wait_for(lambda: not any(Path(f"/proc/{pid}").exists() and b"loky" in Path(f"/proc/{pid}/cmdline").read_bytes()
                              for pid in workers), "every worker (and the tracker) leaving", timeout=300)
-    finished = sorted(r.data.params.get("max_new_tokens") for r in runs_of(tmp_path / "runs")
+    finished = sorted(r.data.params.get("runner.args.0") for r in runs_of(tmp_path / "runs")
                       if r.data.tags.get("sweep") != "parent" and r.info.status == "FINISHED")
-    assert finished == ["48", "8"]
+    assert finished == ["--steps", "--until"]
 
 
 def _caught_interrupt(signum: int) -> BaseException:
