@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from orchestrator.leases import GpuPool
+from tests.test_faults import LONG
 
 POOL = "pool.hosts=[{host:{name:lh,kind:local},gpus:[0,1]}]"
 
@@ -47,8 +48,9 @@ def _intervals(runs_dir: Path) -> list[tuple[str, float, float]]:
 
 
 def test_two_parallel_sweeps_on_two_gpus_never_share_one(tmp_path):
+    # a runner that sends our start and progress events for a second or so (what it computes does not matter)
     common = ["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", POOL, f"pool.lock_dir={tmp_path / 'locks'}",
-              "method=ar", "baseline=none", "num_prompts=2", "max_new_tokens=8", "seed=0,1"]
+              *LONG, "runner.args=[--steps,10],[--steps,11]"]
     procs = [subprocess.Popen([sys.executable, "-m", "orchestrator", *common], cwd=tmp_path,
                               env={**os.environ, "SPECBENCH_RUNS_DIR": str(tmp_path / f"runs{i}")},
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for i in range(2)]

@@ -18,10 +18,11 @@ from filelock import FileLock
 from orchestrator.app import _held_on_host
 from orchestrator.leases import RECHECK_S, GpuPool
 from tests.sshd import SSHD, SSHD_BIN, _hydra_value
-from tests.test_faults import _read_until as read_until, finish, start_cli, wait_for
+from tests.test_faults import LONG, _read_until as read_until, finish, start_cli, wait_for
 
 pytestmark = pytest.mark.skipif(not Path(SSHD_BIN).exists(), reason="sshd not installed (.ci/run installs it)")
-JOB = ["model=tiny-qwen3", "device=cpu", "method=ar", "baseline=none", "num_prompts=1", "max_new_tokens=4"]
+# A runner that sends our start event and ends (what a runner computes does not matter where a job is placed)
+JOB = [*LONG, "runner.args=[--steps,1]"]
 
 
 @pytest.fixture
