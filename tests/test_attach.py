@@ -79,8 +79,8 @@ def test_stop_from_another_terminal_ends_the_followed_run_killed_by_the_user(tmp
 
 
 def test_stop_of_a_finished_run_touches_nothing_and_an_ambiguous_reference_is_refused(tmp_path):
-    for _ in range(2):   # two sweeps: each has a job dir named 0
-        ran = cli("-m", "num_prompts=1", "max_new_tokens=4")
+    for _ in range(2):   # two sweeps: each has a job dir named 0 (a runner that ends at once: its work is not this)
+        ran = cli("-m", *LONG, "runner.args=[--steps,1]")
         assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
     first, second = sorted(f.parent for f in (tmp_path / "runs").rglob("job.json"))
     assert first.name == second.name == "0"

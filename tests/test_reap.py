@@ -10,10 +10,12 @@ from concurrent.futures import ThreadPoolExecutor
 from mlflow.tracking import MlflowClient
 
 from tests.sshd import free_port
-from tests.test_faults import cli, runs_of, start_cli, started_runs, wait_for
+from tests.test_faults import LONG, cli, runs_of, start_cli, started_runs, wait_for
 from tests.test_tracking_outage import MlflowServer
 
-TINY = ["num_prompts=1", "max_new_tokens=4"]
+# A runner that sends our start event and ends: what reap settles does not depend on what it computed (test_faults'
+# kill -9 sweep test reaps runs of ours, with their results)
+TINY = [*LONG, "runner.args=[--steps,1]"]
 
 
 def test_reap_warns_once_per_run_it_cannot_reach_and_follows_sync(tmp_path):
@@ -58,8 +60,7 @@ def test_reap_warns_once_per_run_it_cannot_reach_and_follows_sync(tmp_path):
 
 def test_a_sweep_killed_before_its_last_job_is_reaped_killed_with_the_jobs_that_ran(tmp_path):
     workdir = tmp_path / "work"
-    sweep = start_cli(["-m", "method=dflash,ddtree", "num_prompts=4", "max_new_tokens=32", "host=local",
-                       f"host.workdir={workdir}"])
+    sweep = start_cli(["-m", *LONG, "runner.args=[--steps,5],[--steps,6]", "host=local", f"host.workdir={workdir}"])
     group = None
     try:
         (run_dir,) = wait_for(lambda: started_runs(workdir), "job 0's runner starting")
