@@ -138,10 +138,9 @@ def _acquire_in_background(pool: GpuPool, told: list[str], held) -> tuple[thread
     return thread, got
 
 
-def test_a_dead_host_is_skipped_once_while_a_busy_one_is_waited_for_then_used_when_back(servers, tmp_path):
-    """Host a is down, host b's GPU leased by another job here: the job waits (a dead host is no reason to give up
-    while a live one will free up), says once that a is skipped, asks a again now and then and takes it once its
-    sshd is back. The real probe (`_held_on_host`, over SSH) decides; a counter only tells when it was asked."""
+def _dead_a_live_b(servers):
+    """Pool hosts ssh-a (down) and ssh-b, and the real probe (`_held_on_host`, over SSH) with a counter of the times
+    each was asked."""
     server_a, a = servers("ssh-a", dead=True)
     _, b = servers("ssh-b")
     asked: dict[str, int] = {"ssh-a": 0, "ssh-b": 0}
@@ -150,6 +149,14 @@ def test_a_dead_host_is_skipped_once_while_a_busy_one_is_waited_for_then_used_wh
         asked[host["name"]] += 1
         return _held_on_host(host, gpus)
 
+    return server_a, a, b, asked, held
+
+
+def test_a_dead_host_is_skipped_once_while_a_busy_one_is_waited_for_then_used_when_back(servers, tmp_path):
+    """Host a is down, host b's GPU leased by another job here: the job waits (a dead host is no reason to give up
+    while a live one will free up), says once that a is skipped, asks a again now and then and takes it once its
+    sshd is back. The real probe (`_held_on_host`, over SSH) decides; a counter only tells when it was asked."""
+    server_a, a, b, asked, held = _dead_a_live_b(servers)
     pool = GpuPool([{"host": a, "gpus": [0]}, {"host": b, "gpus": [0]}], tmp_path / "leases", recheck=0.3)
     told: list[str] = []
     with FileLock(str(tmp_path / "leases" / "ssh-b.gpu0.lock")):
@@ -170,13 +177,7 @@ def test_a_host_one_job_found_dead_is_asked_last_by_the_jobs_after_it(servers, t
     to ask the dead host first and pay its connect timeout again. Now the jobs after the first take the live host
     without asking the dead one, still ask it when no other host can take them, and go back to the listed order
     once it answers. The real probe (`_held_on_host`, over SSH) decides; a counter only tells when it was asked."""
-    server_a, a = servers("ssh-a", dead=True)
-    _, b = servers("ssh-b")
-    asked: dict[str, int] = {"ssh-a": 0, "ssh-b": 0}
-
-    def held(host: dict, gpus: list[int]) -> set[int]:
-        asked[host["name"]] += 1
-        return _held_on_host(host, gpus)
+    server_a, a, b, asked, held = _dead_a_live_b(servers)
 
     def job() -> str:
         pool = GpuPool([{"host": a, "gpus": [0]}, {"host": b, "gpus": [0]}], tmp_path / "leases")
