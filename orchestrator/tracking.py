@@ -117,7 +117,17 @@ def mlflow_client(uri: str):
     logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
     from mlflow.tracking import MlflowClient
 
-    return MlflowClient(tracking_uri=uri)
+    database = uri.removeprefix("sqlite:///") if uri.startswith("sqlite:///") else ""
+    if not os.path.isabs(database) or not os.path.isdir(os.path.dirname(database)):
+        return MlflowClient(tracking_uri=uri)
+    # The client makes and migrates a new database: two commands doing so at once raced in MLflow's migrations
+    # ("Online migration expected to match one row"), and one lost its run. One at a time, the second finds it
+    # made. (The store's module is imported first: its import is most of a client's making, and needs no lock.)
+    from filelock import FileLock
+    from mlflow.store.tracking import sqlalchemy_store  # noqa: F401
+
+    with FileLock(f"{database}.lock"):
+        return MlflowClient(tracking_uri=uri)
 
 
 def close_within(uri: str) -> float:
