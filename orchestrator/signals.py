@@ -71,6 +71,9 @@ class JobInterrupted(Exception):
 
 
 def _raise(signum, frame) -> None:
+    if _worker[0] and not _busy[0]:   # a worker's job just ended (or has not begun): nothing of ours to stop
+        _ignore()
+        return
     first = not pending
     if first and _marker:   # before the workers hear of it: no job starts after this
         _marker[0].write_text("user" if signum == signal.SIGINT else signal.Signals(signum).name)
@@ -94,15 +97,18 @@ def install() -> None:
 def handling():
     """One job: signals handled (`install`) while it runs; in a worker, ignored again once it ended. A worker's
     job that a signal reached outside its run's own handling raises JobInterrupted."""
-    install()
     _busy[0] = True
     try:
+        install()
         yield
     except KeyboardInterrupt as exc:
         if not _worker[0]:
             raise
         raise JobInterrupted(exc.signum if isinstance(exc, Interrupted) else signal.SIGINT) from None
     finally:
+        # Not busy first: a signal whose handler runs from here on (Python runs it at its next check, which may
+        # be in this block) finds the job ended and is dropped, where it used to raise out of the job: joblib
+        # then took the worker's KeyboardInterrupt for the sweep's and killed the workers stopping their runners.
         _busy[0] = False
         if _worker[0]:
             _ignore()
