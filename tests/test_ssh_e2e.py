@@ -3,6 +3,7 @@ a finished run (with a forwarded secret that lands nowhere), an unknown host key
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -308,14 +309,15 @@ def _silent_then_attached(server, facts, tmp_path) -> None:
         group = int((run_dir / "pid").read_text())
         os.killpg(group, signal.SIGSTOP)            # it cannot finish before the host goes silent
         output.wait_for(lambda line: line.startswith("run ") and " on " in line, 300, "the CLI's run line")
-        silent = _descendants(server.proc.pid) - _descendants(group)   # sshd, its sessions: not the runner
-        for pid in silent:
-            os.kill(pid, signal.SIGSTOP)           # the host says nothing more on any connection
+        # sshd and its sessions (not the runner) stop: the host says nothing more on any connection. Again until
+        # none is new: a session's command may end, or start a process, between the listing and the stop.
+        while fresh := _descendants(server.proc.pid) - _descendants(group) - silent:
+            _signal_each(fresh, signal.SIGSTOP)
+            silent |= fresh
         proc.wait(timeout=300)
         out = " ".join(output.close().split())
     finally:
-        for pid in silent:
-            os.kill(pid, signal.SIGCONT)
+        _signal_each(silent, signal.SIGCONT)
         if group is not None:
             os.killpg(group, signal.SIGCONT)
         if proc.poll() is None:
@@ -333,6 +335,12 @@ def _silent_then_attached(server, facts, tmp_path) -> None:
     (run,) = mlflow_runs(tmp_path / "runs")
     assert run.info.status == "FINISHED" and run.data.metrics.get("tokens_per_s"), run.data
     assert not [tag for tag in run.data.tags if tag.startswith("failure.")], run.data.tags
+
+def _signal_each(pids: set[int], sig: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):   # it ended meanwhile
+            os.kill(pid, sig)
+
 
 def _descendants(pid: int) -> set[int]:
     """`pid` and every process below it, through /proc."""
