@@ -32,9 +32,9 @@ from .display import LiveDisplay
 from .failures import Detector, Finding, Severity, shorten
 from .lifecycle import Job
 from .results_table import fairness_of, results_table
-from .signals import describe, exit_code
+from .signals import deferred, describe, exit_code
 from .stall import Say, StallLimits, StallWatch, TIMEOUT_KEY, diagnosis, resumed, runner_state, warning
-from .tracking import Status, Tracker
+from .tracking import Status, Tracker, close_within, sync_command
 
 STOP_BOUND = 8.0     # seconds to stop the runner and collect after Ctrl-C / SIGTERM before saying we could not
 
@@ -216,9 +216,15 @@ def report(outcome: Outcome, tracker: Tracker, run_dir: Path, console: Console, 
     fairness = fairness_of(results)
     if fairness:
         tags["fairness"] = fairness
-    tracker.finish(outcome.status, metrics, {**tags, "status": outcome.status.value},
-                   [run_dir / name for name in ARTIFACTS], history=outcome.history)
-    _summary(outcome, found, metrics, tracker, run_dir, console, title, fairness)
+    def held(how: str) -> None:
+        console.print(f"[yellow]{how}: the run has ended; logging it to MLflow first (within "
+                      f"{close_within(tracker.uri):g} s; {how} again leaves now, and `{escape(sync_command(run_dir))}` "
+                      f"logs it later)[/]", soft_wrap=True)
+
+    with deferred(held):   # cut off, the upload left the MLflow run RUNNING
+        tracker.finish(outcome.status, metrics, {**tags, "status": outcome.status.value},
+                       [run_dir / name for name in ARTIFACTS], history=outcome.history)
+        _summary(outcome, found, metrics, tracker, run_dir, console, title, fairness)
 
 
 def _summary(outcome, found, metrics, tracker, run_dir, console, title, fairness=None) -> None:

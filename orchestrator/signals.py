@@ -3,7 +3,8 @@
 Contract: `install()` (main thread, once) makes both, and SIGINT unless it was ignored, raise `Interrupted`, a
 KeyboardInterrupt, so every place that stops the runner on Ctrl-C does so for them too; `exit_code(exc)` is what the
 CLI then exits with (128 + the signal: 130, 143, 129). A second signal while the first is handled is ignored: stopping
-the runner is bounded (monitor.STOP_BOUND), and breaking it off halfway would leave the run RUNNING.
+the runner is bounded (monitor.STOP_BOUND), and breaking it off halfway would leave the run RUNNING. For the same
+reason a first signal during a run's final report (`deferred`, bounded too) waits for the report's end.
 
 A parallel sweep's main process (`forward_to_workers()`) runs no job itself: its joblib workers do. `timeout` and many
 schedulers signal that one process, and a worker killed by a default SIGTERM would leave its runner going. So the
@@ -34,6 +35,7 @@ import signal
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 HANDLED = (signal.SIGTERM, signal.SIGHUP)
 _SIGNALS = (*HANDLED, signal.SIGINT)
@@ -112,6 +114,36 @@ def handling():
         _busy[0] = False
         if _worker[0]:
             _ignore()
+
+
+@contextlib.contextmanager
+def deferred(note: Callable[[str], None]):
+    """The block runs to its end: bounded work that a signal must not cut off (a run's final MLflow upload, cut,
+    left the run RUNNING). A first signal waits for the block's end (`note` gets its name, to say so) and then
+    acts as it would have; a second leaves at once."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+
+    def hold(signum, frame) -> None:
+        if held:
+            _ignore()
+            raise Interrupted(signum)
+        held.append(signum)
+        note(describe(Interrupted(signum)))
+
+    ours = [sig for sig in _SIGNALS if signal.getsignal(sig) is _raise]
+    for sig in ours:
+        signal.signal(sig, hold)
+    try:
+        yield
+    finally:
+        for sig in ours:
+            if signal.getsignal(sig) is hold:
+                signal.signal(sig, _raise)
+    if held:
+        _raise(held[0], None)
 
 
 def _ignore() -> None:

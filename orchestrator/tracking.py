@@ -46,11 +46,14 @@ log = logging.getLogger(__name__)
 RECORD = "tracking.json"
 # MLflow's own (7 retries, backoff factor 2, 120 s a request) hold one call ~4 min on a refused port and ~20 min
 # on a black hole; these hold it ~3 s and ~34 s (3 tries, 10 s each, backoff 0 + 2 s + jitter). Read by MLflow
-# on every request, so setting them before the first call is enough.
+# on every request, so setting them before the first call is enough. Each only where the user set none.
 HTTP_DEFAULTS = {
     "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
     "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
     "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
+    # closing a run on a server printed two lines of its own ("View run ... at", "View experiment at") after asking
+    # the server for the run once more: our closing line names the run and its address
+    "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",
 }
 CLOSE_WITHIN_S = 15.0      # finish, with a tracking server: waiting for the opening, then the final logging
 TERMINATE_WITHIN_S = 5.0   # then one try to close an incomplete MLflow run (FAILED)

@@ -80,10 +80,11 @@ def test_sigterm_stops_an_optuna_sweep_killed_with_its_summary(tmp_path):
 
 def test_a_signal_to_a_trials_worker_after_its_run_fails_the_trial_saying_so(tmp_path):
     """SIGTERM to the joblib worker of trial 0 while its run's end waits on MLflow (the sqlite store held by this
-    test): outside the run's own handling. The trial fails with a line saying it was interrupted (it used to
-    return None, which the plugin refused with 'Return value must be float-castable'), and joblib's pool is not
-    broken: the launch returns, and the plugin tells the trial."""
-    from tests.test_faults import _loky_workers_of, finish, start_cli, wait_for
+    test): the run is logged whole first (cut off, it stayed RUNNING), then the signal acts, outside the run's own
+    handling. The trial fails with a line saying it was interrupted (it used to return None, which the plugin
+    refused with 'Return value must be float-castable'), and joblib's pool is not broken: the launch returns, and
+    the plugin tells the trial."""
+    from tests.test_faults import _loky_workers_of, finish, runs_of, start_cli, wait_for
 
     workdir, runs, sweep_dir = tmp_path / "work", tmp_path / "runs", tmp_path / "sweep"
     proc = start_cli(["-m", "hydra/sweeper=optuna", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
@@ -113,6 +114,9 @@ def test_a_signal_to_a_trials_worker_after_its_run_fails_the_trial_saying_so(tmp
         finish(proc, timeout=1)
     assert "Failed experiment: job 0 interrupted by SIGTERM outside its run" in out, out[-3000:]
     assert "float-castable" not in out, out[-3000:]
+    assert "SIGTERM: the run has ended; logging it to MLflow first" in out, out[-3000:]
+    (trial,) = [run for run in runs_of(runs) if run.data.tags.get("sweep") != "parent"]
+    assert trial.info.status == "FINISHED" and "tokens_per_s" in trial.data.metrics, out[-3000:]
 
 
 def _record(path: Path) -> dict:

@@ -102,9 +102,9 @@ def black_hole(accepted: threading.Event | None = None):
 class Cli:
     """`python -m orchestrator ARGS` with each line of its output timestamped as it arrives."""
 
-    def __init__(self, args: list[str], cwd: Path):
+    def __init__(self, args: list[str], cwd: Path, env: dict[str, str] | None = None):
         self.proc = subprocess.Popen([sys.executable, "-m", "orchestrator", *args], cwd=cwd, text=True,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=os.environ.copy())
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
         self.lines: list[tuple[float, str]] = []
         self._arrived = threading.Condition()
         threading.Thread(target=self._read, daemon=True).start()
@@ -361,3 +361,55 @@ def test_ctrl_c_during_a_sync_that_waits_on_the_server_says_so_in_one_line(tmp_p
     assert proc.returncode == 130 and "Traceback" not in out, out[-3000:]
     assert out.strip().splitlines()[-1] == "Ctrl-C: interrupted", out[-3000:]
     assert (run_dir / RECORD).read_text() == record
+
+
+def test_a_signal_during_the_final_upload_waits_for_it_and_a_second_leaves_at_once(tmp_path):
+    """SIGTERM while the run's final upload waits on a slow server (stopped with SIGSTOP, resumed once the CLI says
+    it waits): the CLI finishes the upload, says so in one line, and exits as signalled (143); MLflow holds the run
+    FINISHED. Cut off, the upload used to leave the run RUNNING. A second signal there leaves at once."""
+    server = MlflowServer(tmp_path / "server")
+    script = Path(__file__).parent / "scripts" / "decoding_runner.py"
+    codes, statuses = [], []
+    try:
+        for signals in (1, 2):
+            until = tmp_path / f"end{signals}"
+            runs = tmp_path / f"runs{signals}"
+            cli = Cli(["host=local", f"host.workdir={tmp_path / 'work'}", "runner=script", f"runner.path={script}",
+                       f"runner.args=[--until,{until}]", f"tracking.uri={server.url}"], cwd=tmp_path,
+                      env={"SPECBENCH_RUNS_DIR": str(runs)})
+            slow = False
+            try:
+                job_file = wait_opened(runs, within=300)     # the run is open on the server
+                os.killpg(server.proc.pid, signal.SIGSTOP)   # which is slow from here on
+                slow = True
+                until.touch()                                # the runner ends: the final upload waits
+                record = job_file.parent / RECORD
+                deadline = time.monotonic() + 120
+                while not json.loads(record.read_text()).get("final"):   # written as the upload begins
+                    assert time.monotonic() < deadline, cli.output[-3000:]
+                    time.sleep(0.02)
+                cli.proc.send_signal(signal.SIGTERM)
+                cli.wait_line("SIGTERM: the run has ended; logging it to MLflow first", time.monotonic() + 60)
+                if signals == 2:
+                    cli.proc.send_signal(signal.SIGTERM)
+                    codes.append(cli.wait_exit(time.monotonic() + 30)[0])
+                os.killpg(server.proc.pid, signal.SIGCONT)
+                slow = False
+                if signals == 1:
+                    codes.append(cli.wait_exit(time.monotonic() + 120)[0])
+                if signals == 2:   # the note said how to log it later
+                    assert f"`python -m orchestrator sync {job_file.parent}` logs it later" in cli.output
+                    assert "FINISHED run dir" not in cli.output, cli.output[-3000:]
+                    synced = sync(str(job_file.parent))
+                    assert synced.returncode == 0, synced.stdout + synced.stderr
+                else:   # and only ours names the run: MLflow's own "View run ... at" lines are off
+                    assert "FINISHED run dir" in cli.output and "View run" not in cli.output, cli.output[-3000:]
+                run_id = json.loads(job_file.read_text())["mlflow_run_id"]
+                statuses.append(MlflowClient(server.url).get_run(run_id).info.status)
+            finally:
+                if slow:
+                    os.killpg(server.proc.pid, signal.SIGCONT)
+                cli.close()
+    finally:
+        server.stop()
+    assert codes == [143, 143] and statuses == ["FINISHED", "FINISHED"], (codes, statuses)
