@@ -127,8 +127,8 @@ def mlflow_client(uri: str):
     # ("Online migration expected to match one row"), and one lost its run. One at a time, the second finds it
     # made. (The store's module is imported first: its import is most of a client's making, and needs no lock.)
     from filelock import FileLock
-    from mlflow.store.tracking import sqlalchemy_store  # noqa: F401
 
+    importlib.import_module("mlflow.store.tracking.sqlalchemy_store")
     with FileLock(f"{database}.lock"):
         return MlflowClient(tracking_uri=uri)
 
