@@ -11,7 +11,8 @@ The files travel as one tar on the installing command's stdin, unpacked as they 
 bundle's size on the host (not twice that); a failed install removes its staging dir, and a full disk is one
 HostError line naming the path, the room needed and what is free (orchestrator.room). A link lost mid-install
 sends it once more (both steps are safe to repeat: a new staging dir each time, and an install that did complete
-leaves the target complete, which the repeat keeps).
+leaves the target complete, which the repeat keeps). A new bundle's install also removes old ones (`_prune`: all
+but the KEEP_BUNDLES newest and those unfinished runs were launched from) and staging dirs of killed installs.
 """
 from __future__ import annotations
 
@@ -30,6 +31,8 @@ from .room import NO_SPACE, no_room
 MANIFEST = "MANIFEST.sha256"   # `sha256sum -c` format, paths relative to the bundle root
 COMPLETE = ".complete"
 PROBE_MARKER = "SPECBENCH_BUNDLE "
+KEEP_BUNDLES = 5          # the newest bundles kept on a host at each new one's install (_prune)
+STALE_STAGING_MIN = 60    # a staging dir this old belongs to no install still going
 # In a bundle's directory: exit 0 when every file matches MANIFEST, else print `sha256sum -c`'s FAILED lines.
 # openssl (SHA-NI) hashes the 38 MB bundle in ~0.03 s where coreutils' sha256sum takes ~0.25 s; it answers only
 # "all match", and where it says otherwise (or is missing) sha256sum decides and names the files.
@@ -205,8 +208,24 @@ def _upload(host: Host, bundle: Bundle, changed: list[str], target: str, previou
         f"{{ mv -T {q(staging)} {q(target)} 2>/dev/null || rm -rf {q(staging)}; }} && "
         # LATEST only names the copy source of the next new bundle: a full disk that refuses it is no failure
         f"if [ -f {q(target)}/{COMPLETE} ]; then echo {q(bundle.digest)} > LATEST 2>/dev/null; true; "
-        f"else echo {q(f'no complete bundle at {target} after the rename (seen from {staging}/..)')} >&2; exit 1; fi"
+        f"else echo {q(f'no complete bundle at {target} after the rename (seen from {staging}/..)')} >&2; exit 1; fi; "
+        f"{_prune(host.workdir, bundle.digest)}"
     )), stdin=_tar(bundle, changed))
+
+
+def _prune(workdir: str, keep: str) -> str:
+    """Shell, run in the bundles dir after a new bundle's install: each code version's bundle (38 MB) used to stay
+    for good. Bundles beyond the KEEP_BUNDLES newest go, except `keep` and those an unfinished run of `workdir` was
+    launched from (its launch.sh names its bundle; a run without exit_code may still import from it), and so do
+    staging dirs an install killed midway left (older than STALE_STAGING_MIN; an install takes seconds). A bundle
+    gone is sent again when asked for. Never fails the install."""
+    q = shlex.quote
+    hex16 = "[0-9a-f]\\{16\\}"
+    return (f"( used=$(for f in {q(workdir)}/runs/*/launch.sh; do [ -f \"${{f%/launch.sh}}/exit_code\" ] || "
+            f"grep -o 'bundles/{hex16}' \"$f\"; done | sed 's|^bundles/||'); "
+            f"ls -dt -- */ | sed 's|/$||' | grep -x '{hex16}' | tail -n +{KEEP_BUNDLES + 1} | "
+            f"grep -vxF -e {q(keep)} -e \"$used\" | xargs -r rm -rf --; "
+            f"find . -maxdepth 1 -name '*.tmp-*' -mmin +{STALE_STAGING_MIN} -exec rm -rf {{}} +; ) 2>/dev/null; true")
 
 
 def _repair(host: Host, bundle: Bundle, damaged: list[str], target: str) -> None:
