@@ -8,7 +8,8 @@ runner.log and events.jsonl, appending the exact bytes to the local mirror (so t
 one byte for byte); `attach()` resumes the tail where the mirror ends, and its first poll hands out the events
 mirrored so far once more (not the log), so whatever follows the events (the display) starts from the run's whole
 story. `started_at` is when the runner started, in local epoch seconds: the launch, or for `attach` the host's own
-word (its clock now less the mtime of the pid file launch.sh wrote as it started; None if the host did not say).
+word (its clock now less the mtime of the pid file launch.sh wrote as it started; None if the host did not say);
+`quiet_at_attach` how long the runner had then written nothing, by the host's clock too (orchestrator.stall).
 `finished()` is true once the launch wrapper wrote `exit_code`, or once the host says the runner's process group
 is gone without one (`lost`: killed with its wrapper, the OOM killer, a reboot); `cancel()` stops the whole process
 group (TERM, then KILL after a grace period), first recording who asked (`stopped_by`, read by whoever follows).
@@ -183,9 +184,12 @@ def held_gpus(host: Host, gpus: list[int]) -> set[int]:
 
 def age_command(files: RunFiles) -> str:
     """Prints `age SECONDS`: how long ago the runner started, all on the host's clock (its pid file's mtime, written
-    by launch.sh as it started); nothing when there is no pid file."""
-    pid = shlex.quote(files.pid)
-    return f"t=$(stat -c %Y {pid} 2>/dev/null) && echo age $(( $(date +%s) - t )); true"
+    by launch.sh as it started); nothing when there is no pid file. Then `quiet SECONDS`: how long ago it last wrote
+    to runner.log or events.jsonl (nothing when neither exists)."""
+    q = shlex.quote
+    return (f"now=$(date +%s); t=$(stat -c %Y {q(files.pid)} 2>/dev/null) && echo age $(( now - t )); "
+            f"w=$(stat -c %Y {q(files.log)} {q(files.events)} 2>/dev/null | sort -n | tail -n 1) && [ -n \"$w\" ] && "
+            f"echo quiet $(( now - w )); true")
 
 
 def liveness_command(files: RunFiles) -> str:
@@ -231,6 +235,7 @@ class Job:
     lost: str | None = None          # why the runner is gone without an exit code (the host said so)
     pgid: int | None = None          # the runner's process group on the host, once read
     started_at: float | None = None  # when the runner started (local epoch seconds), once known
+    quiet_at_attach: float = 0.0     # attach: seconds the runner had written nothing, by the host's clock
     _streams: dict[str, _Stream] = field(default_factory=dict)
     _asked_at: float = 0.0           # monotonic time of the last liveness ask
     _launched_at: float = field(default_factory=time.monotonic)
@@ -308,12 +313,11 @@ class Job:
         """Resume tailing a job launched earlier (by another orchestrator process), where the mirror ends, and
         ask the host when its runner started: HostError at once if it does not answer."""
         self._open_streams(resume=True)
-        self.started_at = self._ask_start()
-
-    def _ask_start(self) -> float | None:
         answer = self.host.run(age_command(self.files), check=False, timeout=30).stdout.split()
-        age = answer[1] if answer[:1] == ["age"] and len(answer) > 1 else ""
-        return time.time() - int(age) if age.lstrip("-").isdigit() else None
+        said = {key: int(value) for key, value in zip(answer, answer[1:])
+                if key in ("age", "quiet") and value.lstrip("-").isdigit()}
+        self.started_at = time.time() - said["age"] if "age" in said else None
+        self.quiet_at_attach = max(said.get("quiet", 0), 0)
 
     def poll(self) -> tuple[list[str], list[str]]:
         """New complete lines of (runner.log, events.jsonl) since the last poll. Checks for the exit code first,

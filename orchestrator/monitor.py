@@ -114,7 +114,7 @@ def follow(job: Job, outcome: Outcome, console: Console, fail_fast: bool = True,
     runner does; a user's script need not). `stall`: the run's stall limits (default: conf/config.yaml's)."""
     shown: set[str] = set()
     stall = stall or StallLimits.of(None)
-    watch = StallWatch(stall)
+    watch = StallWatch(stall, silent_for=job.quiet_at_attach)
 
     def on_lines(log_lines: list[str], event_lines: list[str]) -> None:
         display.feed(log_lines, event_lines)

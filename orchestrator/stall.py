@@ -7,7 +7,9 @@ Contract:
   (Job.received: any byte counts, a progress bar redrawn with \\r too), returns what to tell, or None:
   WARN once the runner has been silent `stall_warning` s, again only at AGAIN times that silence (4x, 16x, ...);
   RESUMED when bytes come after a warning; STOP once silent `stall_timeout` s. Silence is measured on this
-  machine's clock from the last byte this follower saw (after `attach`: from the attach at the earliest).
+  machine's clock from the last byte this follower saw; the bytes of the first check are what was there already
+  (after `attach`, the log written while nobody followed), and the silence then is `silent_for` (after `attach`,
+  how long the host says the runner had written nothing: a run hung for an hour is said to be at once).
 - `runner_state(job)`: what `ps` on the host says of the runner's processes (a RunnerState: "stopped (T in ps)"), None
   where it cannot tell; the texts (`warning`, `resumed`, `diagnosis`) are built here too.
 Why silence, not a heartbeat: a heartbeat thread in the runner beats on while its main thread hangs in an NCCL
@@ -67,11 +69,11 @@ class Say(enum.Enum):
 class StallWatch:
     """The silence of one followed run, and what to say about it (see the module's contract)."""
 
-    def __init__(self, limits: StallLimits, clock=time.monotonic):
+    def __init__(self, limits: StallLimits, clock=time.monotonic, silent_for: float = 0.0):
         self.limits = limits
         self._clock = clock
         self._received = -1                  # bytes at the last advance; -1: none seen yet
-        self._since = clock()                # when output last advanced (or the watch began)
+        self._since = clock() - silent_for   # when output last advanced (or the watch began, less silent_for)
         self._next = limits.warning          # silence at which the next warning is due
         self._warned = False
         self.silent = 0.0                    # seconds of silence, as of the last check
@@ -79,6 +81,8 @@ class StallWatch:
     def check(self, received: int) -> Say | None:
         now = self._clock()
         self.silent = now - self._since
+        if self._received < 0:   # what was there when the watch began: no sign of life now
+            self._received = received
         if received != self._received:   # self.silent is then the silence that just ended
             self._received, self._since, self._next = received, now, self.limits.warning
             if self._warned:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -128,20 +129,28 @@ def test_a_stopped_runner_is_reported_silent_once_then_resumed_and_finishes(kind
 
 
 def test_attach_warns_with_the_runs_own_stall_warning(tmp_path):
-    """`attach` to a run whose orchestrator died and whose runner is stopped: the limit is the run's config's."""
+    """`attach` to a run whose orchestrator died and whose runner is stopped: the limit is the run's config's, and
+    the silence is the runner's own, by the host's clock: one silent longer than the limit before the attach is
+    said to be at once, with that silence (it was counted from the attach, the log's catch-up counting as output)."""
     workdir = tmp_path / "work"
     proc = start_cli(["host=local", f"host.workdir={workdir}", *QUICK, f"stall_warning={WARN}"])
     attached, pgid = None, None
     try:
-        pgid = int((_decoding(workdir, proc) / "pid").read_text())
+        host_dir = _decoding(workdir, proc)
+        pgid = int((host_dir / "pid").read_text())
         os.killpg(pgid, signal.SIGSTOP)
         job_file = _waiting(proc, lambda: next((f for f in (tmp_path / "runs").rglob("job.json")
                                                 if json.loads(f.read_text()).get("mlflow_run_id")), None), "MLflow")
         os.killpg(proc.pid, signal.SIGKILL)   # the orchestrator, as a closed laptop; the runner lives on, stopped
         proc.wait()
+        quiet = WARN + 3
+        wait_for(lambda: time.time() - max((host_dir / name).stat().st_mtime for name in ("runner.log", "events.jsonl"))
+                 >= quiet, f"the runner silent {quiet} s")
         attached = start_cli(["attach", str(job_file.parent)], env={"COLUMNS": "1000"})
         out = Output(attached)
         warning, _ = out.until(STOPPED, timeout=WARN + 60)
+        silent = int(re.search(r"has written nothing for (\d+) s", out.lines[warning]).group(1))
+        assert silent >= quiet, out.lines[warning]
         os.killpg(pgid, signal.SIGCONT)
         out.until("the runner resumed after", after=warning)
         text = out.end(timeout=300)
