@@ -208,7 +208,7 @@ def _upload(host: Host, bundle: Bundle, changed: list[str], target: str, previou
         f"{{ mv -T {q(staging)} {q(target)} 2>/dev/null || rm -rf {q(staging)}; }} && "
         # LATEST only names the copy source of the next new bundle: a full disk that refuses it is no failure
         f"if [ -f {q(target)}/{COMPLETE} ]; then echo {q(bundle.digest)} > LATEST 2>/dev/null; true; "
-        f"else echo {q(f'no complete bundle at {target} after the rename (seen from {staging}/..)')} >&2; exit 1; fi; "
+        f"else echo {q(f'no complete bundle at {target} after the rename (seen from {staging}/..)')} >&2; exit 1; fi && "
         f"{_prune(host.workdir, bundle.digest)}"
     )), stdin=_tar(bundle, changed))
 
@@ -218,14 +218,15 @@ def _prune(workdir: str, keep: str) -> str:
     for good. Bundles beyond the KEEP_BUNDLES newest go, except `keep` and those an unfinished run of `workdir` was
     launched from (its launch.sh names its bundle; a run without exit_code may still import from it), and so do
     staging dirs an install killed midway left (older than STALE_STAGING_MIN; an install takes seconds). A bundle
-    gone is sent again when asked for. Never fails the install."""
+    gone is sent again when asked for. A `{ }` group whose status is 0: it never fails the install, and after `&&`
+    it runs only when the install succeeded."""
     q = shlex.quote
     hex16 = "[0-9a-f]\\{16\\}"
-    return (f"( used=$(for f in {q(workdir)}/runs/*/launch.sh; do [ -f \"${{f%/launch.sh}}/exit_code\" ] || "
+    return (f"{{ ( used=$(for f in {q(workdir)}/runs/*/launch.sh; do [ -f \"${{f%/launch.sh}}/exit_code\" ] || "
             f"grep -o 'bundles/{hex16}' \"$f\"; done | sed 's|^bundles/||'); "
             f"ls -dt -- */ | sed 's|/$||' | grep -x '{hex16}' | tail -n +{KEEP_BUNDLES + 1} | "
             f"grep -vxF -e {q(keep)} -e \"$used\" | xargs -r rm -rf --; "
-            f"find . -maxdepth 1 -name '*.tmp-*' -mmin +{STALE_STAGING_MIN} -exec rm -rf {{}} +; ) 2>/dev/null; true")
+            f"find . -maxdepth 1 -name '*.tmp-*' -mmin +{STALE_STAGING_MIN} -exec rm -rf {{}} +; ) 2>/dev/null; true; }}")
 
 
 def _repair(host: Host, bundle: Bundle, damaged: list[str], target: str) -> None:
