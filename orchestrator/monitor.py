@@ -216,6 +216,7 @@ def report(outcome: Outcome, tracker: Tracker, run_dir: Path, console: Console, 
     fairness = fairness_of(results)
     if fairness:
         tags["fairness"] = fairness
+
     def held(how: str) -> None:
         console.print(f"[yellow]{how}: the run has ended; logging it to MLflow first (within "
                       f"{close_within(tracker.uri):g} s; {how} again leaves now, and `{escape(sync_command(run_dir))}` "
