@@ -146,11 +146,13 @@ def test_attach_warns_with_the_runs_own_stall_warning(tmp_path):
         quiet = WARN + 3
         wait_for(lambda: time.time() - max((host_dir / name).stat().st_mtime for name in ("runner.log", "events.jsonl"))
                  >= quiet, f"the runner silent {quiet} s")
+        attaching = time.monotonic()
         attached = start_cli(["attach", str(job_file.parent)], env={"COLUMNS": "1000"})
         out = Output(attached)
-        warning, _ = out.until(STOPPED, timeout=WARN + 60)
+        warning, warned = out.until(STOPPED, timeout=WARN + 60)
         silent = int(re.search(r"has written nothing for (\d+) s", out.lines[warning]).group(1))
         assert silent >= quiet, out.lines[warning]
+        print(f"attach to a runner silent {silent} s: its warning {warned - attaching:.1f} s after the attach began")
         os.killpg(pgid, signal.SIGCONT)
         out.until("the runner resumed after", after=warning)
         text = out.end(timeout=300)
