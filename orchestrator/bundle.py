@@ -218,7 +218,8 @@ def _prune(workdir: str, keep: str) -> str:
     for good. Bundles beyond the KEEP_BUNDLES newest go, except `keep` and those an unfinished run of `workdir` was
     launched from (its launch.sh names its bundle; a run without exit_code may still import from it), and so do
     staging dirs an install killed midway left (older than STALE_STAGING_MIN; an install takes seconds). A bundle
-    gone is sent again when asked for. A `{ }` group whose status is 0: it never fails the install, and after `&&`
+    gone is sent again when asked for. (A job between its probe and its launch is not seen here: its bundle would
+    go only if five newer ones were installed in those seconds.) A `{ }` group whose status is 0: it never fails the install, and after `&&`
     it runs only when the install succeeded."""
     q = shlex.quote
     hex16 = "[0-9a-f]\\{16\\}"
