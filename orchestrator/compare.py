@@ -26,7 +26,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from .tracking import resolve_uri
+from .tracking import resolve_uri, sqlite_file
 
 METRICS = ("tau", "tau_ci_low", "tau_ci_high", "tpot_ms", "speedup_vs_ar", "speedup_vs_ar_ci_low",
            "speedup_vs_ar_ci_high", "exact_match_vs_ar", "tokens_per_s", "ar_tokens_per_s")
@@ -406,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 1
     uri = resolve_uri(args.tracking_uri)
-    database = Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None
+    database = sqlite_file(uri)
     if database and not database.exists():   # MLflow would create it (and say so) just to find it empty
         print(f"compare: no runs yet ({database} does not exist)", file=sys.stderr)
         return 1

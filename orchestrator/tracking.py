@@ -109,6 +109,11 @@ def resolve_uri(uri: str | None) -> str:
     return uri
 
 
+def sqlite_file(uri: str) -> Path | None:
+    """The database file of a `sqlite:///PATH` store, None for any other."""
+    return Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None
+
+
 def mlflow_client(uri: str):
     """An MlflowClient for `uri` whose HTTP waits are bounded (HTTP_DEFAULTS, where the user set none)."""
     for name, value in HTTP_DEFAULTS.items():
@@ -120,8 +125,8 @@ def mlflow_client(uri: str):
     logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
     from mlflow.tracking import MlflowClient
 
-    database = uri.removeprefix("sqlite:///") if uri.startswith("sqlite:///") else ""
-    if not os.path.isabs(database) or not os.path.isdir(os.path.dirname(database)):
+    database = sqlite_file(uri)
+    if database is None or not database.is_absolute() or not database.parent.is_dir():
         return MlflowClient(tracking_uri=uri)
     # The client makes and migrates a new database: two commands doing so at once raced in MLflow's migrations
     # ("Online migration expected to match one row"), and one lost its run. One at a time, the second finds it
@@ -436,8 +441,8 @@ class Tracker:
                                  run_name=start["run_name"]).info.run_id
 
     def _experiment_id(self, client) -> str:
-        if self.uri.startswith("sqlite:///"):
-            Path(self.uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        if (database := sqlite_file(self.uri)) is not None:
+            database.parent.mkdir(parents=True, exist_ok=True)
         exp = client.get_experiment_by_name(self.experiment)
         if exp is not None:
             self._update(experiment_id=exp.experiment_id)

@@ -367,14 +367,15 @@ def test_a_signal_during_the_final_upload_waits_for_it_and_a_second_leaves_at_on
     """SIGTERM while the run's final upload waits on a slow server (stopped with SIGSTOP, resumed once the CLI says
     it waits): the CLI finishes the upload, says so in one line, and exits as signalled (143); MLflow holds the run
     FINISHED. Cut off, the upload used to leave the run RUNNING. A second signal there leaves at once."""
+    from tests.test_faults import SCRIPT, wait_for
+
     server = MlflowServer(tmp_path / "server")
-    script = Path(__file__).parent / "scripts" / "decoding_runner.py"
     codes, statuses = [], []
     try:
         for signals in (1, 2):
             until = tmp_path / f"end{signals}"
             runs = tmp_path / f"runs{signals}"
-            cli = Cli(["host=local", f"host.workdir={tmp_path / 'work'}", "runner=script", f"runner.path={script}",
+            cli = Cli(["host=local", f"host.workdir={tmp_path / 'work'}", "runner=script", f"runner.path={SCRIPT}",
                        f"runner.args=[--until,{until}]", f"tracking.uri={server.url}"], cwd=tmp_path,
                       env={"SPECBENCH_RUNS_DIR": str(runs)})
             slow = False
@@ -383,11 +384,8 @@ def test_a_signal_during_the_final_upload_waits_for_it_and_a_second_leaves_at_on
                 os.killpg(server.proc.pid, signal.SIGSTOP)   # which is slow from here on
                 slow = True
                 until.touch()                                # the runner ends: the final upload waits
-                record = job_file.parent / RECORD
-                deadline = time.monotonic() + 120
-                while not json.loads(record.read_text()).get("final"):   # written as the upload begins
-                    assert time.monotonic() < deadline, cli.output[-3000:]
-                    time.sleep(0.02)
+                wait_for(lambda: json.loads((job_file.parent / RECORD).read_text()).get("final"),
+                         "the final payload recorded (as the upload begins)", timeout=120)
                 cli.proc.send_signal(signal.SIGTERM)
                 cli.wait_line("SIGTERM: the run has ended; logging it to MLflow first", time.monotonic() + 60)
                 if signals == 2:
