@@ -3,7 +3,7 @@ when it dies (`kill -9`, a closed laptop), so a free lock means nobody does it a
 
 Contract: `take(path)` holds a lock or returns None; `try_following(run_dir)` is the lock run_job and attach hold
 while they follow a run (FOLLOW_LOCK); a sweep process holds SWEEP_LOCK in its sweep dir; `free(path)` says
-whether nobody holds one. orchestrator.reap reads them to find what was left behind.
+whether nobody holds one. orchestrator.run.reap reads them to find what was left behind.
 """
 from __future__ import annotations
 

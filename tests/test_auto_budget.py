@@ -10,8 +10,8 @@ from remote.decoding.auto_budget import AutoBudget, buckets
 from remote.decoding.graph import GraphDecoder, HybridGraphDecoder
 from remote.decoding.loop import generate_ar, generate_spec
 from remote.decoding.tree_build import best_first_tree, build_tree
-from remote.timing import PhaseTimer
 from remote.runner import run
+from remote.timing import PhaseTimer
 from tests.runner_fixtures import prompts, tiny_pair, tiny_spec
 from tests.test_runner_e2e import _defined
 
@@ -246,10 +246,11 @@ def test_a_run_reports_its_choices_and_its_cost_model(tmp_path):
 def test_the_orchestrator_sends_auto_names_it_and_dedupes_the_max():
     from hydra import compose, initialize_config_dir
 
-    from orchestrator import dedupe, naming
+    from orchestrator.config.runspec import build_spec
+    from orchestrator.config.validate import validate
     from orchestrator.paths import CONF_DIR
-    from orchestrator.runspec import build_spec
-    from orchestrator.validate import validate
+    from orchestrator.sweep import dedupe
+    from orchestrator.tracking import names as naming
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         auto = compose(config_name="config", overrides=["tree_budget=auto", "tree_budget_max=63"])

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.bundle import BundleSync, sync_bundle
 from orchestrator.hosts.base import Result
+from orchestrator.run.bundle import BundleSync, sync_bundle
 
 FILES = {"__init__.py": "", "a.py": "A = 1\n" * 50, "sub/b.py": "B = 2\n", "c.py": "C = 3\n"}
 
@@ -66,7 +66,7 @@ def test_a_damaged_file_in_the_hosts_bundle_is_replaced(host, tmp_path, damage, 
     host.run(f"cd {shlex.quote(target)} && {DAMAGE[damage]}")
     recording = RecordingHost(host)
 
-    with caplog.at_level(logging.WARNING, logger="orchestrator.bundle"):
+    with caplog.at_level(logging.WARNING, logger="orchestrator.run.bundle"):
         again, bundle = sync(recording, pkg)
     assert again == target
     rel = DAMAGED_FILE[damage]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import shlex
 
-from orchestrator.bundle import KEEP_BUNDLES, STALE_STAGING_MIN
+from orchestrator.run.bundle import KEEP_BUNDLES, STALE_STAGING_MIN
 from tests.test_bundle_integrity import FILES, make_package, sync
 
 

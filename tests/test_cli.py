@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.commands import COMMANDS
-from orchestrator.knob_docs import describe
+from orchestrator.cli.commands import COMMANDS
+from orchestrator.config.yaml_docs import describe
 from orchestrator.paths import CONF_DIR
 
 # The console script pip installed: beside this python (venvs, pyenv), else on PATH.

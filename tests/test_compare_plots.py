@@ -1,4 +1,4 @@
-"""orchestrator.compare on runs logged to a real MLflow database: the terminal table fits 80 columns with nothing
+"""orchestrator.tracking.compare on runs logged to a real MLflow database: the terminal table fits 80 columns with nothing
 cut, summary.csv has host and GPU, every plot title says model, host, GPU and date, the speedup plot has its
 speedup = 1 line and the Pareto plot labels each budget and draws the front. The sweep that makes these from real
 runs: tests/test_sweep.py."""
@@ -18,7 +18,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 from rich.console import Console
 
-from orchestrator import compare
+from orchestrator.tracking import compare
 
 HOST, GPU, MODEL = "gpu-node-17.cluster.example.org", "NVIDIA H200", "demo-qwen3"
 

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.bundle import local_bundle, sync_bundle
 from orchestrator.hosts.base import HostError
 from orchestrator.hosts.local import LocalHost
 from orchestrator.hosts.ssh import SSHHost
 from orchestrator.paths import PROJECT_ROOT
+from orchestrator.run.bundle import local_bundle, sync_bundle
 from tests.test_faults import host_overrides, runs_of
 
 FILL = Path(__file__).parent / "scripts" / "fill_disk.py"

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator import failures as F
-from orchestrator.failures import (CatalogError, Detector, Severity, classify_exit_code, exit_signal,
-                                   extract_traceback, load_catalog, prefilter, scan_file, scan_text)
+from orchestrator.failures import (CatalogError, Detector, Severity, classify_exit_code, exit_signal, extract_traceback,
+                                   load_catalog, prefilter, scan_file, scan_text)
 from orchestrator.failures.scanner import _MAX_PENDING
 
 DATA = Path(__file__).parent / "data" / "failures"
@@ -322,8 +322,8 @@ def test_the_variants_of_a_warning_are_one_line_each_live_and_one_in_the_summary
     and causal-conv1d printed the explanation and fix four times live and four identical summary lines."""
     from rich.console import Console
 
-    from orchestrator.monitor import _show, _summary, Outcome
-    from orchestrator.tracking import Status
+    from orchestrator.run.monitor import Outcome, _show, _summary
+    from orchestrator.tracking.tracker import Status
 
     lines = [FAST_PATH.replace("causal_conv1d_fn", name).replace("`causal_conv1d`", f"`{package}`")
              for name, package in (("causal_conv1d_fn", "causal_conv1d"), ("chunk_gated_delta_rule",

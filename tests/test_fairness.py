@@ -18,9 +18,9 @@ import pytest
 from mlflow.tracking import MlflowClient
 from rich.console import Console
 
-from orchestrator.monitor import Outcome, report
-from orchestrator.results_table import UNFAIR, fairness_of
-from orchestrator.tracking import Status, Tracker
+from orchestrator.run.monitor import Outcome, report
+from orchestrator.tracking.results_table import UNFAIR, fairness_of
+from orchestrator.tracking.tracker import Status, Tracker
 from remote.fairness import FACTS, PathLog, mismatches, verdict
 from remote.runner import run
 from tests.runner_fixtures import tiny_spec

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from orchestrator.leases import GpuPool
+from orchestrator.hosts.leases import GpuPool
 from tests.test_faults import LONG
 
 POOL = "pool.hosts=[{host:{name:lh,kind:local},gpus:[0,1]}]"
@@ -25,7 +25,7 @@ def test_pool_hands_out_distinct_gpus_and_takes_them_back(tmp_path):
 
 def test_a_killed_holder_frees_its_gpu(tmp_path):
     code = (f"import sys, time; sys.path.insert(0, {str(Path(__file__).parent.parent)!r}); "
-            "from orchestrator.leases import GpuPool; "
+            "from orchestrator.hosts.leases import GpuPool; "
             f"l = GpuPool([{{'host': {{'name': 'h'}}, 'gpus': [0]}}], {str(tmp_path)!r}).acquire(1); "
             "print('held', flush=True); time.sleep(60)")
     holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.bundle import BundleSync, local_bundle, sync_bundle
 from orchestrator.hosts.base import HostError, Result
-from orchestrator.lifecycle import CANCELLED_EXIT, Job, pack, render_launch_script, unpack_command
+from orchestrator.run.bundle import BundleSync, local_bundle, sync_bundle
+from orchestrator.run.job import CANCELLED_EXIT, Job, pack, render_launch_script, unpack_command
 from remote.files import RunFiles
 
 GOLDEN = Path(__file__).parent / "golden"

@@ -15,7 +15,7 @@ import pytest
 from rich.console import Console
 from scipy import stats as scipy_stats
 
-from orchestrator.results_table import NOT_SIGNIFICANT, results_table
+from orchestrator.tracking.results_table import NOT_SIGNIFICANT, results_table
 from remote.errors import SpecError
 from remote.runner import run
 from remote.stats import percentile, ratio_interval

@@ -12,13 +12,15 @@ import sys
 import pytest
 from mlflow.tracking import MlflowClient
 
-from orchestrator import naming, run_note, ui_links
+from orchestrator.tracking import names as naming
+from orchestrator.tracking import run_note, ui_links
 
 TINY = ["model=tiny-qwen3", "num_prompts=2", "max_new_tokens=4", "host=local"]
 
 
 def compose(*overrides):
-    from hydra import compose as hydra_compose, initialize_config_dir
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
 
     from orchestrator.paths import CONF_DIR
 
@@ -75,7 +77,7 @@ def test_names_within_a_sweep_stay_distinct():
 
 
 def test_gpu_label_from_preflight_tags():
-    from orchestrator.preflight import GPU, Preflight
+    from orchestrator.hosts.preflight import GPU, Preflight
 
     def facts(*names):
         gpus = [GPU(index=i, name=n, memory_used_mib=3, memory_total_mib=143771) for i, n in enumerate(names)]
@@ -172,7 +174,7 @@ def test_the_closing_line_links_the_run_and_says_how_to_serve_it(one_run):
 _DIRS_AT_NOON = """
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
-import orchestrator.naming
+import orchestrator.tracking.names
 from orchestrator.paths import CONF_DIR
 OmegaConf.register_new_resolver("runs_dir", lambda: "/runs", replace=True)
 with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):

@@ -78,7 +78,7 @@ def test_ui_shows_sweep_children_with_metrics(mlflow_server, tmp_path):
     assert sweep.returncode == 0, sweep.stderr[-2000:]
     from mlflow.tracking import MlflowClient
 
-    from orchestrator.run_note import HEADLINE, headline_name
+    from orchestrator.tracking.run_note import HEADLINE, headline_name
 
     client = MlflowClient(mlflow_server)
     exp = client.get_experiment_by_name("ui-check")

@@ -15,10 +15,12 @@ import pytest
 import yaml
 from filelock import FileLock
 
-from orchestrator.app import _held_on_host
-from orchestrator.leases import RECHECK_S, GpuPool
+from orchestrator.hosts.leases import RECHECK_S, GpuPool
+from orchestrator.run.pipeline import _held_on_host
 from tests.sshd import SSHD, SSHD_BIN, _hydra_value
-from tests.test_faults import LONG, _read_until as read_until, finish, start_cli, wait_for
+from tests.test_faults import LONG
+from tests.test_faults import _read_until as read_until
+from tests.test_faults import finish, start_cli, wait_for
 
 pytestmark = pytest.mark.skipif(not Path(SSHD_BIN).exists(), reason="sshd not installed (.ci/run installs it)")
 # A runner that sends our start event and ends (what a runner computes does not matter where a job is placed)

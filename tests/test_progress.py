@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from orchestrator.display import LiveDisplay
-from orchestrator.lifecycle import Job
-from orchestrator.progress import LABELS
+from orchestrator.run.display import LiveDisplay
+from orchestrator.run.job import Job
+from orchestrator.run.progress import LABELS
 from remote.events import RunnerStage
 
 SMALL = ["model=tiny-qwen3", "num_prompts=3", "max_new_tokens=8", "host=local"]

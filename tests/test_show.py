@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from orchestrator.show import MARK, printable
+from orchestrator.tracking.show import MARK, printable
 
 SMALL = ["method=ddtree", "model=tiny-qwen3", "dataset=code", "num_prompts=3", "max_new_tokens=8", "host=local"]
 
@@ -25,7 +25,7 @@ def env_for(runs: Path) -> dict[str, str]:
 
 
 def show(ref: str, runs: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "orchestrator.show", ref, *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "orchestrator", "show", ref, *args], capture_output=True, text=True,
                           env=env_for(runs), timeout=300)
 
 

@@ -159,7 +159,7 @@ def test_a_bundle_upload_cut_mid_way_is_sent_again_once_the_link_returns(sshd_ne
     """The bundle travels on its install command's input, and a command once sent is never repeated by the host
     layer: the install is safe to repeat, so it is sent again after the reconnect, and the bundle ends complete.
     The link is slowed (tc) so that the cut, made once the host has begun to unpack, lands mid-stream."""
-    from orchestrator.bundle import BundleSync, sync_bundle
+    from orchestrator.run.bundle import BundleSync, sync_bundle
 
     host = _host(sshd_netns)
     host.run("true")

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.bundle import BundleSync, sync_bundle
 from orchestrator.hosts import HostError
 from orchestrator.hosts.local import LocalHost
+from orchestrator.hosts.preflight import preflight, survey
 from orchestrator.hosts.ssh import SSHHost
-from orchestrator.preflight import preflight, survey
+from orchestrator.run.bundle import BundleSync, sync_bundle
 
 FAKE_SMI = """#!/bin/bash
 case "$*" in

@@ -9,9 +9,9 @@ import json
 import uuid
 from pathlib import Path
 
-from orchestrator.bundle import sync_bundle
 from orchestrator.hosts.ssh import SSHHost
-from orchestrator.lifecycle import Job
+from orchestrator.run.bundle import sync_bundle
+from orchestrator.run.job import Job
 from remote.spec import DatasetSpec, DecodingSpec, DrafterSpec, ModelSpec, RunSpec
 
 

@@ -9,7 +9,7 @@ import uuid
 from pathlib import Path
 
 from orchestrator.hosts.ssh import SSHHost
-from orchestrator.lifecycle import Job
+from orchestrator.run.job import Job
 from remote.spec import DatasetSpec, DecodingSpec, DrafterSpec, ModelSpec, RunSpec
 
 # The runner stand-in: proves it has the secret by printing its hash, and says whether the secret file is gone.

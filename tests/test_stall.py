@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from orchestrator.stall import Say, StallLimits, StallWatch
+from orchestrator.run.stall import Say, StallLimits, StallWatch
 from tests.test_faults import host_overrides, runs_of, start_cli, started_runs, wait_for
 from tests.test_ssh_e2e import group_alive
 

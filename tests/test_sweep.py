@@ -8,7 +8,7 @@ import sys
 
 from mlflow.tracking import MlflowClient
 
-from orchestrator import compare
+from orchestrator.tracking import compare
 from tests.test_faults import LONG
 
 FAST = ["model=tiny-qwen3", "num_prompts=1", "max_new_tokens=4", "baseline=none", "host=local"]   # plumbing: the random pair

@@ -6,8 +6,8 @@ from __future__ import annotations
 import multiprocessing
 import os
 
-from orchestrator.dedupe import claim, effective_config, key_of
-from orchestrator.runspec import build_spec
+from orchestrator.config.runspec import build_spec
+from orchestrator.sweep.dedupe import claim, effective_config, key_of
 from tests.test_mlflow_names import compose
 
 

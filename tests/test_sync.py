@@ -40,7 +40,7 @@ def test_a_run_that_never_reached_mlflow_is_logged_once_by_sync(tmp_path):
 
 def _kept_run(run_dir: Path, run_id_local: str, parent: str | None = None):
     """A run whose MLflow server refused every call: what the orchestrator kept locally (its record and results)."""
-    from orchestrator.tracking import Status, Tracker
+    from orchestrator.tracking.tracker import Status, Tracker
 
     run_dir.mkdir(parents=True)
     (run_dir / "results.json").write_text(json.dumps({"metrics": {"tau": 2.5}}))
@@ -54,7 +54,7 @@ def _kept_run(run_dir: Path, run_id_local: str, parent: str | None = None):
 
 
 def _sync_in_process(run_dir: Path, uri: str) -> int:
-    from orchestrator.sync import main
+    from orchestrator.tracking.sync import main
 
     return main([str(run_dir), "--tracking-uri", uri])
 
@@ -99,7 +99,7 @@ def test_sync_logs_a_sweep_child_under_its_parent(tmp_path, monkeypatch):
 
 
 def test_sync_refuses_a_dir_without_a_record(tmp_path, capsys):
-    from orchestrator.sync import main
+    from orchestrator.tracking.sync import main
 
     (tmp_path / "empty").mkdir()
     assert main([str(tmp_path / "empty")]) == 1

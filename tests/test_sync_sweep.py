@@ -13,13 +13,13 @@ import time
 
 from mlflow.tracking import MlflowClient
 
-from orchestrator.sweep import SWEEP_RECORD, sweep_id
-from orchestrator.sync import main as sync_main
-from orchestrator.tracking import Status, Tracker
+from orchestrator.tracking.sweeps import SWEEP_RECORD, sweep_id
+from orchestrator.tracking.sync import main as sync_main
+from orchestrator.tracking.tracker import Status, Tracker
 from tests.test_faults import LONG
 from tests.test_sweep import sweep
 from tests.test_tracking_outage import (END_WITHIN_S, Cli, MlflowServer, black_hole, free_port, stop_group, sync,
-                                       wait_file)
+                                        wait_file)
 
 
 def _parent_and_children(uri: str):

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from orchestrator.tracking import RECORD, Status, Tracker, mlflow_client
+from orchestrator.tracking.tracker import RECORD, Status, Tracker, mlflow_client
 
 SMALL = ["method=ddtree", "device=cpu", "num_prompts=2", "max_new_tokens=8"]
 TAIL_WITHIN_S = 10   # from the runner's launch to the run line (the tail starts right after it)

@@ -11,7 +11,7 @@ from orchestrator.paths import PROJECT_ROOT
 
 MAKE_CLIENT = """
 import os, pathlib, sys, time
-from orchestrator.tracking import mlflow_client
+from orchestrator.tracking.tracker import mlflow_client
 from mlflow.store.tracking import sqlalchemy_store   # imported before the start: the race is in the making
 ready, go, uri = sys.argv[1:]
 pathlib.Path(ready).touch()

@@ -1,6 +1,6 @@
 """A user's own config files (a box, a pool, a model in the per-user dir) are checked like the command line: a
 misspelt key is refused in one line that names the file and the key meant, before anything starts; a key a file
-leaves out takes its default, and can still be set from the command line (orchestrator.schemas)."""
+leaves out takes its default, and can still be set from the command line (orchestrator.config.sections)."""
 from __future__ import annotations
 
 import os

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
-from orchestrator import compare
+from orchestrator.tracking import compare
 
 SCRIPT = Path(__file__).parent / "scripts" / "user_hybrid_script.py"
 STALE_STAGE = re.compile(r"…  \d+:\d\d:\d\d")   # a stage line's spinner frame: "⠋ starting runner…  0:00:00"

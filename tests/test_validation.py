@@ -5,13 +5,12 @@ import json
 import os
 import subprocess
 import sys
-
 from pathlib import Path
 
 import pytest
 import yaml
 
-from orchestrator.validate import group_options
+from orchestrator.config.validate import group_options
 from remote import assets
 from tests.test_faults import LONG
 
@@ -120,8 +119,8 @@ def test_sweep_checks_every_job_before_the_first_starts(tmp_path):
 def test_several_gpus_for_an_unspread_target_are_noted(overrides, noted):
     from hydra import compose, initialize_config_dir
 
-    from orchestrator.app import unused_gpus_note
     from orchestrator.paths import CONF_DIR
+    from orchestrator.run.pipeline import unused_gpus_note
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose(config_name="config", overrides=overrides)
@@ -225,7 +224,8 @@ def _compose(overrides):
     (["warmup=100"], "an integer from 0 to 100"),
 ], ids=["tree_budget", "max_new_tokens demo-qwen3", "max_new_tokens tiny-qwen3", "max_new_tokens hub id", "warmup"])
 def test_a_bound_is_allowed_and_named_one_past_it(overrides, allowed):
-    from orchestrator.validate import ConfigError, validate
+    from orchestrator.config.errors import ConfigError
+    from orchestrator.config.validate import validate
 
     validate(_compose(overrides))
     key, _, bound = overrides[-1].partition("=")
@@ -235,10 +235,10 @@ def test_a_bound_is_allowed_and_named_one_past_it(overrides, allowed):
 
 
 def test_every_knob_the_runner_and_the_ssh_settings_read_has_a_rule():
-    """A field added to the run spec or to SSHSettings without a rule in orchestrator.knobs fails here."""
+    """A field added to the run spec or to SSHSettings without a rule in orchestrator.config.knobs fails here."""
     from dataclasses import fields
 
-    from orchestrator import knobs
+    from orchestrator.config import knobs
     from orchestrator.hosts.ssh import SSHSettings
     from remote.spec import DatasetSpec, DecodingSpec, DrafterSpec, ModelSpec
 
@@ -308,7 +308,7 @@ def test_mlflows_credentials_in_the_environment_are_not_recorded(tmp_path):
 
 
 def test_a_username_alone_in_the_tracking_uri_is_allowed():
-    from orchestrator.validate import validate
+    from orchestrator.config.validate import validate
 
     validate(_compose(["tracking.uri=http://alice@127.0.0.1:1"]))
 
@@ -345,9 +345,9 @@ def test_a_relative_sqlite_uri_is_the_callers_for_every_later_command(tmp_path):
 
 def test_a_failed_bundle_install_says_why(tmp_path, monkeypatch):
     """Behind the workdir rule: the install's last step used to fail silently, leaving "...installed in DIR: "."""
-    from orchestrator.bundle import sync_bundle
     from orchestrator.hosts.base import HostError
     from orchestrator.hosts.local import LocalHost
+    from orchestrator.run.bundle import sync_bundle
 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(HostError) as err:

@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from ..commands import program
+    from ..program import program
 
     parser = argparse.ArgumentParser(prog=f"{program()} diagnose",
                                      description="Match the failure catalog against a runner log.")

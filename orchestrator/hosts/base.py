@@ -2,7 +2,7 @@
 
 Contract: a Host runs shell commands (one string, already quoted by the caller), moves files both ways and
 reads a file from a byte offset. Everything above that (bundle sync, launch, tail, collect, cancel) lives in
-`orchestrator.lifecycle` and is written once for every host. Non-goal: any knowledge of runs or runners.
+`orchestrator.run.job` and is written once for every host. Non-goal: any knowledge of runs or runners.
 """
 from __future__ import annotations
 

@@ -10,8 +10,8 @@ import sys
 import uuid
 
 from ..paths import runs_dir
-from ..room import no_room
 from .base import CommandFailed, Host, HostError, Result
+from .room import no_room
 
 
 class LocalHost(Host):

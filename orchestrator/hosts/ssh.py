@@ -47,8 +47,8 @@ from typing import Any, Callable, Iterator, Mapping, TypeVar
 import paramiko
 from fabric import Config, Connection
 
-from ..room import free_space, no_room
 from .base import CommandFailed, Host, HostError, LinkLost, Result
+from .room import free_space, no_room
 from .settings import SSHSettings
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,273 @@
+"""Following a launched job to its end: live display, live failure detection, cancel, and the final report.
+
+Contract: `follow(job, outcome, ...)` tails the job until it exits, shows progress and the runner's log, and
+matches every log line against the failure catalog as it arrives: a fatal finding is shown at once with its
+fix and, with `fail_fast`, stops the job. Ctrl-C stops the job's process group on the host (KILLED).
+A runner that the host reports gone without an exit code ends the follow as FAILED (`runner_vanished`).
+A runner alive but silent for `stall_warning` s gets one warning (orchestrator.run.stall: its state on the host and
+what to do), repeated only after a much longer silence, and a line when it resumes; silent `stall_timeout` s, it
+is stopped like a Ctrl-C would and the run ends FAILED (`runner_stalled`, stopped_by=stall_timeout).
+Ctrl-C, SIGTERM and SIGHUP stop the job's process group on the host (KILLED), bounded: if the host does not
+answer within STOP_BOUND seconds (a cut link), the user is told the runner may still be running and how to stop
+or re-attach to it.
+`report(outcome, tracker, ...)` turns what happened into the MLflow status, `failure.*` tags, a traceback
+artifact and the terminal summary; a run whose AR and method took different paths (remote.fairness) gets a
+`fairness` tag saying so, a warning and a mark in the results table (a fair one: `fairness=ok`). Used by a fresh
+run and by `attach` alike.
+"""
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+
+from remote.events import read_json
+
+from ..failures import Detector, Finding, Severity, shorten
+from ..program import program
+from ..signals import deferred, describe, exit_code
+from ..tracking.results_table import fairness_of, results_table
+from ..tracking.tracker import Status, Tracker, close_within, sync_command
+from .display import LiveDisplay
+from .job import Job
+from .stall import TIMEOUT_KEY, Say, StallLimits, StallWatch, diagnosis, resumed, runner_state, warning
+
+STOP_BOUND = 8.0     # seconds to stop the runner and collect after Ctrl-C / SIGTERM before saying we could not
+
+ARTIFACTS = ("config.yaml", "spec.json", "runner.log", "events.jsonl", "results.json", "outputs.jsonl",
+             "traceback.txt", "failure.json")
+
+
+class _FailFast(Exception):
+    def __init__(self, finding: Finding):
+        self.finding = finding
+
+
+class _Stalled(Exception):
+    def __init__(self, silent: float):
+        self.silent = silent
+
+
+@dataclass
+class Outcome:
+    """How a job ended, filled in as it goes."""
+
+    job: Job | None                  # None: stopped while it waited for GPUs of the pool, before any host
+    status: Status = Status.FAILED
+    detector: Detector = field(default_factory=Detector)
+    errors: list[str] = field(default_factory=list)
+    stopped_by: str | None = None    # "user" (Ctrl-C), "SIGTERM", "SIGHUP", "stall_timeout", or the failure id
+                                     # fail-fast stopped on
+    interrupt: BaseException | None = None   # the Ctrl-C or signal that stopped the run
+    history: list[tuple[str, float, int]] = field(default_factory=list)   # (metric, value, step) from the log
+
+    def scan_metric_lines(self, lines: list[str]) -> None:
+        """A user script reports metrics as JSON lines: {"metric": name, "value": v, "step": n}."""
+        for line in lines:
+            if line.startswith("{") and '"metric"' in line:
+                try:
+                    obj = json.loads(line)
+                    self.history.append((str(obj["metric"]), float(obj["value"]), int(obj.get("step", 0))))
+                except (ValueError, KeyError, TypeError):
+                    continue
+
+    def error(self, message: str) -> None:
+        self.errors.append(message)
+        self.status = Status.FAILED
+        self.detector.feed_lines([message])   # one the catalog knows (a full disk at install or launch) is named so
+
+    @property
+    def ok(self) -> bool:
+        return self.status is Status.FINISHED
+
+    @property
+    def exit_status(self) -> int:
+        if self.status is Status.KILLED:
+            return exit_code(self.interrupt) if self.interrupt is not None else 130
+        return 0 if self.status is Status.FINISHED else 1
+
+    def interrupted(self, exc: BaseException) -> None:
+        self.status, self.interrupt = Status.KILLED, exc
+        self.stopped_by = "user" if describe(exc) == "Ctrl-C" else describe(exc)
+
+
+def _show(console: Console, finding: Finding, shown: set[str]) -> None:
+    """A finding as it is found; another variant of a warning already shown (the same missing kernel package in
+    the next layer type) in one line, without the fix again."""
+    colour = "red" if finding.severity is Severity.FATAL else "yellow"
+    detail = finding.entry.render_detail(finding.details)
+    if finding.id in shown and finding.severity is not Severity.FATAL and detail:
+        console.print(f"[{colour}]{finding.severity.value}: {finding.id}: also {escape(detail)}[/]")
+        return
+    shown.add(finding.id)
+    console.print(f"[{colour}]{finding.severity.value}: {finding.id}: {escape(finding.message)}[/]")
+    console.print(f"[{colour}]  fix: {escape(finding.hint)}[/]")
+
+
+def follow(job: Job, outcome: Outcome, console: Console, fail_fast: bool = True,
+           needs_results: bool = True, stall: StallLimits | None = None) -> None:
+    """Tail `job` to its end. `needs_results`: a run counts as finished only if it wrote results.json (our
+    runner does; a user's script need not). `stall`: the run's stall limits (default: conf/config.yaml's)."""
+    shown: set[str] = set()
+    stall = stall or StallLimits.of(None)
+    watch = StallWatch(stall, silent_for=job.quiet_at_attach)
+
+    def on_lines(log_lines: list[str], event_lines: list[str]) -> None:
+        display.feed(log_lines, event_lines)
+        outcome.scan_metric_lines(log_lines)
+        for finding in outcome.detector.feed_lines(log_lines):
+            _show(console, finding, shown)
+            if finding.severity is Severity.FATAL and fail_fast:
+                raise _FailFast(finding)
+        said = watch.check(job.received)
+        if said is Say.STOP:
+            raise _Stalled(watch.silent)
+        if said is Say.WARN:
+            text = warning(watch.silent, runner_state(job), display.stages, stall, job.local_dir)
+            console.print(f"[yellow]{escape(text)}[/]", soft_wrap=True)   # one line, to copy the command from
+        elif said is Say.RESUMED:
+            console.print(f"[cyan]{resumed(watch.silent)}[/]")
+
+    try:
+        with LiveDisplay(console, started_at=job.started_at) as display:
+            code = job.wait(on_lines)
+        if job.lost is not None:   # the host says so: not a guess from a quiet log
+            for finding in outcome.detector.feed_lines([f"[specbench] The runner vanished: {job.lost}"]):
+                _show(console, finding, shown)
+        job.collect()
+        done = code == 0 and (not needs_results or (job.local_dir / "results.json").exists())
+        outcome.status = Status.FINISHED if done else Status.FAILED
+        if code != 0 and job.stopped_by:   # `stop` from another terminal: its TERM is why the runner ended
+            outcome.status, outcome.stopped_by = Status.KILLED, job.stopped_by
+            console.print(f"[yellow]stopped from another terminal (`{program()} stop`, stopped_by="
+                          f"{escape(job.stopped_by)}): the runner ended on its SIGTERM[/]")
+    except KeyboardInterrupt as exc:
+        console.print(f"[yellow]{describe(exc)}: stopping the runner on the host[/]")
+        stop(job, console)
+        outcome.interrupted(exc)
+    except _FailFast as fail:
+        console.print(f"[red]fail_fast: stopping the run on {fail.finding.id}[/]")
+        stop(job, console)
+        outcome.status, outcome.stopped_by = Status.FAILED, fail.finding.id
+    except _Stalled as stalled:
+        console.print(f"[red]{TIMEOUT_KEY}: no output for {stalled.silent:.0f} s, stopping the runner[/]")
+        state = runner_state(job)   # before the stop, which ends it
+        stop(job, console)
+        outcome.status, outcome.stopped_by = Status.FAILED, TIMEOUT_KEY
+        for finding in outcome.detector.feed_lines([diagnosis(stalled.silent, state, stall)]):
+            _show(console, finding, shown)
+
+
+def stop(job: Job, console: Console) -> bool:
+    """Stop the runner's process group and collect what it wrote, within STOP_BOUND seconds. False (and the
+    user told how to finish the job by hand) if the host did not answer in time, e.g. during a link cut."""
+    def stop_and_collect() -> None:
+        job.cancel()
+        try:
+            job.collect()
+        except Exception:  # what could be collected was; the local mirror has the log regardless
+            pass
+
+    errors: list[BaseException] = []
+    worker = threading.Thread(target=lambda: _catching(stop_and_collect, errors), name="stop-runner", daemon=True)
+    worker.start()
+    worker.join(STOP_BOUND)
+    if not worker.is_alive() and not errors:
+        return True
+    why = f"no answer from {job.host.name} within {STOP_BOUND:g} s" if worker.is_alive() else str(errors[0])
+    console.print(f"[red]the runner may still be running on {job.host.name} ({escape(why)}). Stop it with "
+                  f"`python -m orchestrator stop {job.local_dir}` (on the host: `{escape(job.describe_stop())}` in "
+                  f"{job.files.root}), or follow it again with `python -m orchestrator attach {job.local_dir}`[/]")
+    return False
+
+
+def _catching(fn, errors: list[BaseException]) -> None:
+    try:
+        fn()
+    except Exception as exc:  # reported by the caller, which is not in this thread
+        errors.append(exc)
+
+
+def report(outcome: Outcome, tracker: Tracker, run_dir: Path, console: Console, title: str) -> None:
+    results = read_json(run_dir / "results.json")
+    metrics = results.get("metrics", {})
+    tags = {k: str(v) for k, v in results.get("environment", {}).items()}
+    detector = outcome.detector
+    detector.close()
+    failed = outcome.status is Status.FAILED
+    found = detector.report(outcome.job.exit_code if failed else None)
+    if failed:
+        tags.update(found.tags() or {"failure.id": "orchestrator_error", "failure.category": "orchestrator",
+                                     "failure.hint": "; ".join(outcome.errors) or "see the run's log"})
+        tags.update({"failure.stage": outcome.job.stage.value, "exit_code": str(outcome.job.exit_code)})
+        # what the run is tagged with, also where no log line explains it (the host lost: orchestrator_error)
+        failure = {**found.to_dict(), "ok": False, "tags": {k: v for k, v in tags.items() if k.startswith("failure.")}}
+        (run_dir / "failure.json").write_text(json.dumps(failure, indent=2))
+        if found.traceback:
+            (run_dir / "traceback.txt").write_text(str(found.traceback))
+    if found.warnings:
+        tags["warnings"] = ",".join(sorted({w.finding.id for w in found.warnings}))
+    if outcome.stopped_by:
+        tags["stopped_by"] = outcome.stopped_by
+    fairness = fairness_of(results)
+    if fairness:
+        tags["fairness"] = fairness
+
+    def held(how: str) -> None:
+        console.print(f"[yellow]{how}: the run has ended; logging it to MLflow first (within "
+                      f"{close_within(tracker.uri):g} s; {how} again leaves now, and `{escape(sync_command(run_dir))}` "
+                      f"logs it later)[/]", soft_wrap=True)
+
+    with deferred(held):   # cut off, the upload left the MLflow run RUNNING
+        tracker.finish(outcome.status, metrics, {**tags, "status": outcome.status.value},
+                       [run_dir / name for name in ARTIFACTS], history=outcome.history)
+        _summary(outcome, found, metrics, tracker, run_dir, console, title, fairness)
+
+
+def _summary(outcome, found, metrics, tracker, run_dir, console, title, fairness=None) -> None:
+    if metrics:
+        console.print(results_table(metrics, title, fairness))
+    if fairness and fairness != "ok":
+        console.print(f"[yellow]warning: fairness: AR and the method did not run on the same path, so "
+                      f"speedup_vs_ar compares unlike things: {escape(fairness.removeprefix('mismatch: '))}[/]")
+    for id_, variants in _by_id(found.warnings).items():
+        details = "; ".join(dict.fromkeys(filter(None, (w.finding.entry.render_detail(w.finding.details)
+                                                         for w in variants))))
+        console.print(f"[yellow]warning x{sum(w.count for w in variants)}: {id_}"
+                      f"{escape(f' ({details})') if details else ''}: {escape(variants[0].finding.hint)}[/]")
+    colour = {Status.FINISHED: "green", Status.FAILED: "red", Status.KILLED: "yellow"}[outcome.status]
+    note = tracker.closing_note()   # "mlflow run: <id>" only if all of it got there, else why not and `sync`
+    console.print(f"[{colour}]{outcome.status.value}[/] run dir: {escape(str(run_dir))}"
+                  + (f"  {escape(note)}" if note else ""), soft_wrap=True)   # one line, to copy the command from
+    if outcome.status is Status.FAILED:
+        if found.primary is not None:
+            console.print(f"[red]{found.primary.id}: {escape(found.primary.message)}\n  fix: "
+                          f"{escape(found.primary.hint)}[/]")
+        quoted = found.primary.details.get("last_line") if found.primary is not None else None
+        if found.traceback:
+            console.print(escape(str(found.traceback)))
+        elif (tail := _tail(run_dir / "runner.log")) and tail != [quoted]:   # not the line just quoted, again
+            text = "\n".join(tail)
+            console.print(f"[red]runner log tail:[/]\n{escape(text)}")
+
+
+
+def _by_id(warnings) -> dict[str, list]:
+    """Warning summaries grouped by catalog entry, in the order first seen."""
+    groups: dict[str, list] = {}
+    for w in warnings:
+        groups.setdefault(w.finding.id, []).append(w)
+    return groups
+
+
+def _tail(path: Path, lines: int = 20) -> list[str]:
+    """The log's last `lines` lines, each shortened as a finding's text is; none where there is no log."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return []
+    return [shorten(line.rstrip()) for line in text.rstrip().splitlines()[-lines:]]
