@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from orchestrator.bundle import sync_bundle  # noqa: E402
+from orchestrator.run.bundle import sync_bundle  # noqa: E402
 from orchestrator.hosts.ssh import SSHHost  # noqa: E402
 from orchestrator.paths import REMOTE_PACKAGE  # noqa: E402
 from tests.sshd import SSHD  # noqa: E402
