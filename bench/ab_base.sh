@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # An older commit's code beside the working tree, for gpu_suite.sh's BASE: the old and the new code measured in one
-# device call, since timings compare only as ratios within one run (session 26 had to build this by hand). Writes
-# .ab/base (git-ignored: carry it to the device): REV's runner, benches, orchestrator and configs, without the model
-# assets (gpu_suite.sh links the working tree's there).
+# device call, since timings compare only as ratios within one run. Writes .ab/base (git-ignored: carry it to the
+# device): REV's runner, benches, orchestrator and configs, without the model assets (gpu_suite.sh links the working
+# tree's there).
 #
 #   bash bench/ab_base.sh 91937b8
 #   (on the device, carrying .ab and .whl) OUT=/tmp/o WHEELS=.whl BASE=.ab/base STEPS=q35 bash bench/gpu_suite.sh

@@ -17,9 +17,9 @@ a step observed once two more are queued, its predictions up to its own size, it
 The costs are ms a step per budget as measured on a GPU (bench_methods.py's step_ms of each fixed budget, or auto's
 `auto_cost_ms_<b>`). `--extras` adds what a step costs more right after a smaller and right after a larger budget's
 step (bench_methods' `cycle...` rows, `after_ms_<prev>_<b>`, less the step in a row): on the demo hybrid a small
-step after a large one costs 5-10% more (docs/performance-history.md, sessions 17 and 20), and a policy that switches often
-pays it. `--policy module:Class` replays another AutoBudget subclass beside auto (bench/ on the path). Non-goal:
-wall time (a policy's host costs are not priced).
+step after a large one costs 5-10% more (one H200, 2026-12-03, bench/gpu_suite.sh's q35_cycle step;
+docs/performance-history.md), and a policy that switches often pays it. `--policy module:Class` replays another
+AutoBudget subclass beside auto (bench/ on the path). Non-goal: wall time (a policy's host costs are not priced).
 """
 from __future__ import annotations
 

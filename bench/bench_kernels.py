@@ -251,7 +251,8 @@ def gdn_fns(preset: str, nodes: int, draft: str = "spine") -> dict:
     commit = lambda: gdn_chunked.node_state(k, solved, state, visible, deepest)                    # noqa: E731
     fns = {f"node-v{bv}-w{w}": variant(gdn_tree, per_node, BLOCK_V=bv, NUM_WARPS=w)
            for bv, w in ((4, 1), (8, 1), (16, 1), (16, 2), (32, 1))}
-    # slower at 27B widths: TF32x3 and 8 warps (session 18); 16 columns, 2 warps, blocks of 32 nodes (session 25)
+    # slower at 27B widths on one H200 with --kinds gdn --gdn-preset qwen3.6-27b: TF32x3 and 8 warps (2026-12-03);
+    # 16 columns, 2 warps, blocks of 32 nodes (2026-12-04)
     shapes = [(16, 32, 4, "ieee"), (16, 64, 4, "ieee")]
     fns.update({f"chunk-n{bn}-v{bv}-w{w}-{dot}": variant(gdn_chunked, chunked, BLOCK_N=bn, BLOCK_V=bv, NUM_WARPS=w,
                                                           DOT=dot) for bn, bv, w, dot in shapes if bv <= dv})

@@ -140,7 +140,8 @@ def metrics_of(run: Run, method: str, gens: list, peak, waited_s: float) -> dict
 def measure_interleaved(run: Run, configs: list[tuple[str, int]]) -> dict[tuple[str, int], tuple[list, dict]]:
     """`measure` for every (method, budget) of `configs` at once: the methods take turns prompt by prompt, in
     reverse order on every other prompt (as remote.runner.run_methods), so that a drift of the GPU over the run
-    (clocks, heat: two AR rows of one process differed by up to 5% on an H200, session 29) falls on each alike.
+    (clocks, heat: the two AR rows of one `--ar-again` run differed by up to 5% on an H200, 2026-12-04; see
+    docs/PERFORMANCE.md, "Order drift") falls on each alike.
     The static caches have one size, the widest config's: a method that writes fewer rows a step attends over a
     few rows more than when `measure` sizes them for it alone. Each config is warmed up first, and decodes one
     more prompt after the timed ones (untimed), so that its phase split replays a state of its own."""
@@ -177,8 +178,8 @@ def measure_interleaved(run: Run, configs: list[tuple[str, int]]) -> dict[tuple[
 
 
 def auto_verdicts(rows: list[dict], temperature: float) -> list[str]:
-    """A line per tree_budget=auto row of `temperature` against that temperature's fixed DDTree budgets (issue 27's
-    bar: at least 97% of the best one's tokens a second, and above the median), by decode time a token."""
+    """A line per tree_budget=auto row of `temperature` against that temperature's fixed DDTree budgets (the bar auto
+    is held to: at least 97% of the best one's tokens a second, and above the median), by decode time a token."""
     ddtree = [r for r in rows if r["method"] == "ddtree" and r["temperature"] == temperature and r.get("tpot_ms")]
     fixed = {r["tree_budget"]: r["tpot_ms"] for r in ddtree if isinstance(r["tree_budget"], int)}
     if len(fixed) < 2:
@@ -191,8 +192,9 @@ def auto_verdicts(rows: list[dict], temperature: float) -> list[str]:
 
 def bracket(rows: list[dict], temperature: float, out: Path) -> None:
     """With --ar-again: every speculative row of `temperature` also against the mean of the two AR rows that
-    bracket it (`speedup_vs_ar_both`), which a drift of AR between them (up to 9% on an H200, session 28) moves
-    half as much as the first row alone; rows.json is rewritten with it."""
+    bracket it (`speedup_vs_ar_both`), which a drift of AR between them (up to 9% on an H200 in a demo-qwen3 run with
+    `--budgets 31,63 --ar-again`, 2026-12-04) moves half as much as the first row alone; rows.json is rewritten with
+    it."""
     ar = [r["tpot_ms"] for r in rows if r["method"] == "ar" and r["temperature"] == temperature and r.get("tpot_ms")]
     if len(ar) < 2:
         return
@@ -213,7 +215,8 @@ def parse_budgets(text: str, auto_max: int) -> list[int | str]:
 def phase_kernels(run: Run, method: str, budget: int, out: Path, top: int = 12) -> None:
     """Print the slowest kernels of each phase of a replayed step (remote.decoding.phase_split.split_kernels) and
     add them to out/phase_kernels.json. Runs after every timed run: the profiler left methods timed after it up to 4%
-    slower (the hybrid demo's DDTree, session 10). One generation first leaves a real committed state to split."""
+    slower (the hybrid demo's DDTree with `--budgets 31 --phase-kernels` on an H200, 2026-11-30: 1.274x DFlash
+    against 1.309-1.315x without). One generation first leaves a real committed state to split."""
     if not (run.graphed and run.graphed.graphs) or run.graphed.compiled:
         return
     prepare(run, method, budget)

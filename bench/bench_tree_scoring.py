@@ -10,7 +10,9 @@ remote.kernels.tree_search, which this does not rescore). Each variant rescales 
 remote.kernels.tree_search.torch_top_k, the torch path's: log_softmax(logits / temperature) + penalty x depth, so a
 negative penalty makes bushier trees. Verification is untouched, so every variant is lossless and only tau moves.
 Prints one JSON line per variant (tau, steps, seconds); the last line is all of them as compact JSON.
-Session 31 found the untempered, unpenalised product of marginals the best on the demo hybrid (docs/performance-history.md).
+On the demo hybrid (dev machine, 2026-12-04, `--budget 15 --num-prompts 24 --temperatures 0.7,1,1.4,2` and
+`--depth-penalties -0.3,-0.1`) the untempered, unpenalised product of marginals built the best trees: tau 3.256
+against 2.655-3.229 (docs/performance-history.md).
 """
 from __future__ import annotations
 

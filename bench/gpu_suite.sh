@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The GPU measurements behind docs/PERFORMANCE.md, over 30 minutes on one H200 if every step runs (pick STEPS for each
-# 10-minute call; session 16 ran "tests_graph q35_auto q3_auto", "q35_diag q3_diag" and "q35_auto q3_auto q27b"): the
+# 10-minute call: "tests_graph q35_auto q3_auto", "q35_diag q3_diag" and "q35_auto q3_auto q27b" each fit one): the
 # CUDA tests, the step building blocks (projections fused or not, attention at head size 128), demo-qwen3 (graphs,
 # graphs + torch.compile), the hybrid demo pair (graphs), tree_budget=auto beside every fixed budget, T=1 beside T=0,
 # steps at Qwen3-8B and Qwen3.6-27B widths against the floor, the op-class profiles, the hybrid verify at Qwen3.6-27B
 # widths; graphed rows carry the phase split of a replayed step (remote.decoding.phase_split). Each step has its own
 # time limit, so a slow one cannot starve the rest; every log and result lands under OUT. The hybrid CUDA tests come
-# last: on a fresh host fla autotunes its kernels for every new shape, and they took over 100 s (session 5).
+# last: on a fresh host fla autotunes its kernels for every new shape, and they took over 100 s (one H200, 2026-11-29).
 #
 #   OUT=/tmp/out WHEELS=/path/to/wheels bash bench/gpu_suite.sh
 #
@@ -19,7 +19,8 @@
 # autotuning too), unpacked before anything compiles; CACHE_OUT (optional): where to pack them at the end, for the
 # next call to carry (e.g. CACHE_OUT=$OUT/cache.tgz, then cp it to .ab/ and CACHE=.ab/cache.tgz; keep it out of a
 # results tarball: a file over 16 MiB does not come back from the device). A call's compiles were minutes of its ten
-# (the CUDA tests 198 s, a demo bench_methods step past 90 s, session 27). Stale entries are keys nothing asks for.
+# (the CUDA tests 198 s, a demo bench_methods step past 90 s, one H200, 2026-12-04). Stale entries are keys nothing
+# asks for.
 # STEPS (optional): the names of the steps to run, e.g. "tests kernels tree q3_graph q3_compile" and then
 # "q35 q8b verify_27b hybrid_tests" (default: all). On a host with two or more GPUs, "split_tests split_27b"
 # (a target spread over two GPUs with model.device_map: the split tests, and Qwen3.6-27B widths, ~4 min) run too.
@@ -97,7 +98,7 @@ methods q3_graph 90 $Q3 --temperatures 0 --num-prompts 6 --budgets 32,64,128 --s
 methods q3_graph24 150 $Q3 --temperatures 0 --num-prompts 24 --budgets 31,63 --ar-again
 # the same and the hybrid with the methods taking turns prompt by prompt (one cache size): the ratios the goals
 # (DDTree >= 2.0x AR, hybrid DDTree >= 1.3x DFlash) are read from, without the +-5% drift between AR rows (a BASE
-# from before --interleave, session 29, fails their _base steps at once)
+# whose bench_methods has no --interleave fails their _base steps at once)
 methods q3_turns 150 $Q3 --temperatures 0 --num-prompts 24 --budgets 31,63 --interleave
 methods q35_turns 150 $Q35 --temperatures 0 --num-prompts 24 --budgets 15,31 --interleave
 methods q3_compile 150 $Q3 --temperatures 0 --num-prompts 6 --budgets 128,64 --compile --ar-again
@@ -107,7 +108,7 @@ methods q3_kernels 90 $Q3 --temperatures 0 --num-prompts 4 --budgets 31 --phase-
 # where the replayed steps of real generations leave the device idle, and each kernel's mean time a step
 # (bench/step_timeline.py; traces and timeline.json under the step's out dir)
 methods q35_timeline 150 $Q35 --temperatures 0 --num-prompts 6 --budgets 15,31 --timeline "$OUT/q35_timeline/traces"
-# tree_budget=auto beside every fixed budget (issue 27's acceptance: >= 97% of the best, above the median)
+# tree_budget=auto beside every fixed budget (its goal: >= 97% of the best one's speed, above the median)
 methods q3_auto 150 $Q3 --temperatures 0 --num-prompts 24 --budgets 15,31,63,127,255,auto,auto127
 methods q35_auto 260 $Q35 --temperatures 0 --num-prompts 24 --budgets 15,31,63,127,255,auto,auto127
 # a fixed budget's steps run as auto runs them (its steps, timing, caches for 127: only<b>@127), against its own
@@ -121,16 +122,17 @@ methods q35_trace 120 $Q35 --temperatures 0 --num-prompts 24 --methods ddtree --
 # what a step costs right after another budget's (after_ms_<prev>_<b>): 31 after 31, after 127 and after 15
 methods q35_cycle 200 $Q35 --temperatures 0 --num-prompts 24 --methods ddtree \
   --budgets 31,only31@127,cycle31.31.31.127,cycle31.31.31.15,cycle15.15.15.127
-# T=1 beside T=0 (issue 26: sampled steps graphed, each within 1.15x of its T=0 step); q35_temp is also the
+# T=1 beside T=0 (the goal: sampled steps graphed, each within 1.15x of its T=0 step); q35_temp is also the
 # heldout command that once died after the DFlash row (a phase split indexing past the reserved cache)
 # one draw per row at Qwen's vocabulary, the torch ops against remote.kernels.sample_rows (rows: AR, DFlash, DDTree)
 step sample 60 python3 bench/bench_kernels.py --kinds sample --queries 1,16,32,64 --vocab 151936 --out "$OUT/sample.json"
 methods q3_temp 120 $Q3 --temperatures 0,1 --num-prompts 12 --budgets 63
 methods q35_temp 240 --model $M/demo-qwen3_5 --drafter $M/demo-qwen3_5-dflash \
   --dataset jsonl:$M/heldout_prompts.jsonl --num-prompts 24 --budgets 31,63 --temperatures 0,1 --ar-again
-# The widths users deploy (issue 26): AR, DFlash, DDTree 32/64, every step against the floor (weights / the copy
-# bandwidth, both measured in the run); Qwen3.6-27B with flash-linear-attention (from WHEELS) and without it; then
-# the kernel-level profile by op class of one AR step and verifies of 33 and 65 rows at both widths
+# The widths users deploy: AR, DFlash, DDTree 32/64, every step against the floor (weights / the copy bandwidth, both
+# measured in the run; the goals: AR within 1.25x / 1.3x of the floor at 27B / 8B, DDTree 32 / 64 within 1.15x /
+# 1.25x of AR at 27B, DDTree 64 within 1.2x at 8B); Qwen3.6-27B with flash-linear-attention (from WHEELS) and without
+# it; then the kernel-level profile by op class of one AR step and verifies of 33 and 65 rows at both widths
 RANDOM_DRAFTER='{"num_hidden_layers":5,"block_size":16}'
 SHARP_DRAFTER='{"num_hidden_layers":5,"block_size":16,"dflash_config":{"output_multiplier":30}}'
 methods q8b 120 --random "$Q8" --dataset builtin --num-prompts 2 --max-new-tokens 48 --budgets 32,64 --temperatures 0 \

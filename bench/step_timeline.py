@@ -2,13 +2,14 @@
 torch.profiler chrome trace.
 
 Why: a captured step's kernel time (remote.decoding.phase_split.split_kernels) sums to less than its wall time,
-by 40-54 us a step on the demo hybrid (session 30), more for DDTree than for DFlash although DDTree launches fewer
-kernels. The difference is idle device time: between the kernels of one replay (each kernel waits for its
-predecessor to drain and for its own launch) and between replays (the device waits for the host to queue the next
-one, and for the step's read to be copied out). Only timestamps show which. Session 31 (H200, demo hybrid, real
-generations under the profiler): 0.25-0.45 us before every kernel alike, no position standing out, and ~15 us
-between two replays that the host had queued in time; the steps' busy time (DFlash 419 us, DDTree 15 ~410 with the
-landed top-k) is what differs.
+by 40-54 us a step on the demo hybrid (one H200, 2026-12-04), more for DDTree than for DFlash although DDTree
+launches fewer kernels. The difference is idle device time: between the kernels of one replay (each kernel waits
+for its predecessor to drain and for its own launch) and between replays (the device waits for the host to queue
+the next one, and for the step's read to be copied out). Only timestamps show which. Measured 2026-12-04 on one
+H200 with `bench_methods.py $Q35 --temperatures 0 --num-prompts 6 --budgets 15,31 --timeline DIR`
+(bench/gpu_suite.sh's q35_timeline step; real generations under the profiler): 0.25-0.45 us before every kernel
+alike, no position standing out, and ~15 us between two replays that the host had queued in time; the steps' busy
+time (DFlash 419 us, DDTree 15 ~410 with the top-k in two launches) is what differs.
 
 Contract: `step_timeline(trace)` takes a chrome trace's dict (torch.profiler `export_chrome_trace`, CUDA activity;
 the CPU's runtime calls come along) and returns, over every graph replay in it (device events grouped by the
