@@ -9,11 +9,13 @@ lists what differs, and any fact that changed during either's generations; `verd
 "ok" or "mismatch: <what>", None where there is nothing to compare (no AR, or the method is AR). The runner
 records one path per method in results.json (`paths`) and the verdict (`fairness`); the orchestrator warns, tags
 and marks the results table from it, and can compare paths taken from two runs' results.json alike.
-Non-goal: imports beyond the standard library (the orchestrator imports this).
+Non-goal: imports beyond the standard library and remote.spec (the orchestrator imports this).
 """
 from __future__ import annotations
 
 from typing import Mapping
+
+from .spec import Method
 
 FACTS = ("device", "gpu_name", "dtype", "attn_implementation", "decode", "compile", "kernel_path")
 
@@ -57,7 +59,7 @@ def _values(value) -> list[str]:
 
 
 def verdict(paths: Mapping[str, Mapping], method: str) -> str | None:
-    if method == "ar" or "ar" not in paths or method not in paths:
+    if method == Method.AR or Method.AR not in paths or method not in paths:
         return None
-    found = mismatches(paths["ar"], paths[method], method)
+    found = mismatches(paths[Method.AR], paths[method], method)
     return "mismatch: " + "; ".join(found) if found else "ok"

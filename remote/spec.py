@@ -9,10 +9,47 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
+from .errors import SpecError
+
 SPEC_VERSION = 1
-METHODS = ("ar", "dflash", "ddtree")
+
+
+class Method(str, Enum):
+    """A decoding method. Every decision that depends on the method asks this type; spec.json carries its value
+    (`"method": "ddtree"`), and a member equals and hashes as that string."""
+
+    AR = "ar"            # plain KV-cached decoding: one target forward per token
+    DFLASH = "dflash"    # the drafter's block, its argmax at every position, verified as a chain
+    DDTREE = "ddtree"    # a best-first tree of the drafter's candidates verified in one forward
+
+    __str__ = str.__str__           # "ddtree" in messages and f-strings, on every Python version
+    __format__ = str.__format__
+    __hash__ = str.__hash__          # a dict keyed by names finds a member, and the other way round
+
+    @classmethod
+    def parse(cls, name: "str | Method") -> "Method":
+        """The member named `name`; a SpecError naming the valid choices for anything else."""
+        try:
+            return cls(name)
+        except ValueError:
+            raise SpecError(f"method must be one of {', '.join(METHODS)}; got {name!r}") from None
+
+    @property
+    def uses_drafter(self) -> bool:
+        """Speculative: a drafter proposes, the target verifies (a step emits up to a block of tokens)."""
+        return self is not Method.AR
+
+    @property
+    def builds_tree(self) -> bool:
+        """Verifies a tree of a node budget (`tree_budget`, or tree_budget=auto's choice), not a chain."""
+        return self is Method.DDTREE
+
+
+METHODS = tuple(m.value for m in Method)
+BASELINES = (Method.AR.value, "none")    # decoding.baseline: also run AR on the same prompts, or not
 DEVICE_MAP_PRESETS = ("auto", "balanced", "balanced_low_0", "sequential")   # accelerate's, as in from_pretrained
 # The names the runner accepts, here so that the orchestrator checks them without importing torch or transformers:
 # dtype name -> torch attribute (remote.models.loading.DTYPES), dataset names (remote.prompts.NAMES), and the
@@ -50,7 +87,7 @@ class DrafterSpec:
 
 @dataclass
 class DecodingSpec:
-    method: str = "ar"
+    method: str = "ar"                     # a Method's value
     tree_budget: int | str = 63            # ddtree's node budget, or "auto": chosen per step (decoding.auto_budget)
     tree_budget_max: int = 63              # tree_budget=auto: the largest budget it may choose (README says why)
     max_new_tokens: int = 64
@@ -64,7 +101,15 @@ class DecodingSpec:
 
     @property
     def auto_budget(self) -> bool:
-        return self.method == "ddtree" and self.tree_budget == "auto"
+        return self.method == Method.DDTREE and self.tree_budget == "auto"
+
+    @property
+    def methods(self) -> list[Method]:
+        """What a run decodes, taking turns: AR unless baseline=none (method=ar: one AR pass serves as both), then
+        the method. A SpecError for an unknown method."""
+        method = Method.parse(self.method)
+        ar = [Method.AR] if self.baseline == Method.AR or not method.uses_drafter else []
+        return ar + ([method] if method.uses_drafter else [])
 
     @property
     def widest_budget(self) -> int:
