@@ -27,7 +27,7 @@ import transformers
 from .assets import with_assets
 from .decoding.auto_budget import AutoBudget, buckets
 from .decoding.graph import graph_decoder, graph_support
-from .decoding.loop import Generation, generate_ar, generate_spec
+from .decoding.loop import EagerAR, EagerSpec, Generation, Steps, decode
 from .decoding.phase_split import split_step
 from .decoding.sampling import make_generator
 from .downloads import gigabytes, watching
@@ -44,32 +44,33 @@ from .models.drafter_io import check_pair
 from .models.loading import load_drafter_for, load_target, load_tokenizer, pick_device
 from .models.placement import describe
 from .prompts import encode, load_prompts
-from .spec import METHODS, RunSpec
+from .spec import BASELINES, Method, RunSpec
 from .timing import PhaseTimer
 
 WARMUP_TOKENS = 32
 AUTO_WARMUPS = 16      # most extra warm-up generations for tree_budget=auto's cost model (a few suffice)
 
 
-def check_decoding(spec: RunSpec) -> None:
+def check_decoding(spec: RunSpec) -> Method:
+    """The spec's method, once its decoding values are checked (a SpecError names what is wrong)."""
     d = spec.decoding
-    if d.method not in METHODS:
-        raise SpecError(f"method must be one of {', '.join(METHODS)}; got {d.method!r}")
-    if d.baseline not in ("ar", "none"):
-        raise SpecError(f"baseline must be one of ar, none; got {d.baseline!r}")
+    method = Method.parse(d.method)
+    if d.baseline not in BASELINES:
+        raise SpecError(f"baseline must be one of {', '.join(BASELINES)}; got {d.baseline!r}")
     if d.tree_budget != "auto" and not isinstance(d.tree_budget, int):
         raise SpecError(f"tree_budget must be an integer or 'auto'; got {d.tree_budget!r}")
     if d.widest_budget < 1 or d.max_new_tokens < 1 or d.temperature < 0 or d.warmup < 0 or d.repeats < 1:
         raise SpecError(f"need tree_budget (or tree_budget_max) >= 1, max_new_tokens >= 1, temperature >= 0, "
                         f"warmup >= 0, repeats >= 1; got {d.widest_budget}, {d.max_new_tokens}, {d.temperature}, "
                         f"{d.warmup}, {d.repeats}")
+    return method
 
 
 class Run:
     """Loaded models and prompts for one spec; `generate(method, i)` decodes prompt i."""
 
     def __init__(self, spec: RunSpec):
-        check_decoding(spec)
+        self.method = check_decoding(spec)
         self.spec = spec
         spec = with_assets(spec)
         self.device = pick_device(spec.device)
@@ -80,7 +81,7 @@ class Run:
         if spec.model.random and len(self.tokenizer) > vocab:
             raise SpecError(f"tokenizer has {len(self.tokenizer)} tokens but the random model's vocab_size is {vocab}")
         self.drafter = None
-        if spec.decoding.method != "ar":
+        if self.method.uses_drafter:
             self.drafter = load_drafter_for(spec.drafter, self.model, self.tokenizer, spec.seed)
             check_pair(self.drafter, self.model, self.tokenizer)
         self.prompts = load_prompts(spec.dataset)
@@ -93,7 +94,7 @@ class Run:
             compiled=spec.decoding.compile_steps, compiled_drafter=spec.decoding.compile_drafter)
         if self.graphed:     # sized once for every prompt: growing mid-run would re-capture inside a timing
             self.graphed.reserve(max(ids.shape[1] for ids in self.inputs), spec.decoding.max_new_tokens,
-                                 spec.decoding.method, spec.decoding.widest_budget)  # AR's rows: within any method's
+                                 self.method, spec.decoding.widest_budget)  # AR's rows: within any method's
         self._eager_because = why_not
         self.reset_auto()
         self.stop_ids = set() if spec.model.random else _stop_ids(self.model, self.tokenizer)
@@ -103,16 +104,19 @@ class Run:
         """`cuda_graph` (`+compile` with compile_steps, `+compiled_drafter` with compile_drafter), or `eager (why)`:
         graphs unsupported for this run, or a capture that failed; a failed compile is named in parentheses."""
         if not (self.graphed and self.graphed.graphs):
-            return f"eager ({self._eager_because or f'graph capture failed: {self.graphed.fallback}'})"
-        path = "cuda_graph+compile" if self.graphed.compiled else \
-            "cuda_graph+compiled_drafter" if self.graphed.compiled_drafter else "cuda_graph"
-        if self.graphed.compile_failed:
-            path += f" (torch.compile failed: {self.graphed.compile_failed})"
+            return f"eager ({self._eager_because or f'graph capture failed: {self.graphed.replays.fallback}'})"
+        compiled = self.graphed.compile
+        path = "cuda_graph+compile" if compiled.steps else \
+            "cuda_graph+compiled_drafter" if compiled.drafter else "cuda_graph"
+        if compiled.failed:
+            path += f" (torch.compile failed: {compiled.failed})"
         return path
 
-    def generate(self, method: str, index: int, max_new: int | None = None, path: PathLog | None = None) -> Generation:
+    def generate(self, method: Method | str, index: int, max_new: int | None = None,
+                 path: PathLog | None = None) -> Generation:
         """Prompt `index` decoded by `method`; `path` hears the facts of the path it took (before and after: a
         capture or compile that fails mid-generation changes them)."""
+        method = Method.parse(method)
         timer = PhaseTimer(self.device)
         ids, max_new = self.inputs[index], max_new or self.spec.decoding.max_new_tokens
         if path is not None:
@@ -137,14 +141,14 @@ class Run:
         for index in range(AUTO_WARMUPS):
             if not (self.auto and self.auto.calibrating):
                 return
-            self.generate("ddtree", index % len(self.inputs), max_new)
+            self.generate(Method.DDTREE, index % len(self.inputs), max_new)
 
-    def path_facts(self, method: str) -> dict[str, str]:
+    def path_facts(self, method: Method) -> dict[str, str]:
         """What `method`'s next generation runs on (remote.fairness.FACTS)."""
         static = self.graphed is not None           # the graph decoder serves every method, graphs on or off
         if static:
             kernels = getattr(getattr(self.graphed, "target", None), "kernel_path", "torch")
-        elif method != "ar":
+        elif method.uses_drafter:
             kernels = str(getattr(self.target, "kernel_path", "torch"))
         else:      # the model's own forward: transformers' dispatch, held to torch on the CPU (torch_gdn_path)
             kernels = "transformers" if is_hybrid(self.model) and self.device.type != "cpu" else "torch"
@@ -160,20 +164,24 @@ class Run:
         out = output_device(self.model)
         return torch.cuda.device(out) if out.type == "cuda" else contextlib.nullcontext()
 
-    def _generate(self, method, ids, max_new, seed: int, timer) -> Generation:
-        """One generation; at temperature > 0 sampled from `seed` (the run's seed + the prompt's index)."""
-        d = self.spec.decoding
-        if self.graphed and method == "ar":
-            return self.graphed.generate_ar(ids, max_new, self.stop_ids, timer, d.temperature, seed)
+    def _generate(self, method: Method, ids, max_new, seed: int, timer) -> Generation:
+        """One generation; at temperature > 0 sampled from `seed` (the run's seed + the prompt's index). The one
+        place its executor is chosen: the graph decoder's steps where it serves the run, else the eager loop's."""
+        d, auto = self.spec.decoding, self.auto if method.builds_tree else None
         if self.graphed:
-            return self.graphed.generate_spec(ids, max_new, self.stop_ids, timer, method, d.widest_budget,
-                                              self.auto, d.temperature, seed)
-        generator = make_generator(self.model.get_output_embeddings().weight.device, seed)
+            steps = self.graphed.steps(method, ids.shape[1], max_new, d.widest_budget, auto, d.temperature, seed)
+            return decode(steps, ids, max_new, self.stop_ids, timer, auto)
         with eager_attention(self.device):
-            if method == "ar":
-                return generate_ar(self.model, ids, max_new, d.temperature, generator, self.stop_ids, timer)
-            return generate_spec(self.target, self.drafter, self.model, ids, max_new, d.temperature, generator,
-                                 self.stop_ids, timer, method, d.widest_budget, self.auto)
+            return decode(self._eager_steps(method, seed), ids, max_new, self.stop_ids, timer, auto)
+
+    def _eager_steps(self, method: Method, seed: int) -> Steps:
+        """The eager loop's executor of one generation of `method`, sampling from `seed`."""
+        d, generator = self.spec.decoding, make_generator(self.model.get_output_embeddings().weight.device, seed)
+        if not method.uses_drafter:
+            return EagerAR(self.model, d.temperature, generator)
+        sizes = tuple(self.auto.sizes) if self.auto and method.builds_tree else ()
+        return EagerSpec(self.target, self.drafter, self.model, method, d.widest_budget, d.temperature, generator,
+                         sizes)
 
 
 def eager_attention(device: torch.device):
@@ -252,7 +260,7 @@ class Measured:
     warmup_s: float = 0.0      # its warm-up generations' wall time: where its compiles and graph captures fall
 
 
-def run_methods(run: Run, methods: list[str], events: EventWriter, outputs) -> dict[str, Measured]:
+def run_methods(run: Run, methods: list[Method], events: EventWriter, outputs) -> dict[str, Measured]:
     """Decode every prompt with each of `methods`, `repeats` times over all prompts.
 
     The methods take turns prompt by prompt, in reverse order on every other generation: a process that gets
@@ -265,7 +273,7 @@ def run_methods(run: Run, methods: list[str], events: EventWriter, outputs) -> d
         started = time.perf_counter()
         for _ in range(run.spec.decoding.warmup):
             run.generate(method, 0, min(WARMUP_TOKENS, run.spec.decoding.max_new_tokens))
-        if run.spec.decoding.warmup and method == "ddtree":
+        if run.spec.decoding.warmup and method.builds_tree:
             run.calibrate(min(WARMUP_TOKENS, run.spec.decoding.max_new_tokens))
         measured[method].warmup_s = time.perf_counter() - started
     events.stage(RunnerStage.DECODING)
@@ -320,18 +328,18 @@ def report_lossless_failures(method: str, gens: list[Generation], ar_gens: list[
                 events.emit("warning", message=line)
 
 
-def step_figures(run: Run, method: str, gens: list[Generation], warn) -> dict[str, float]:
+def step_figures(run: Run, method: Method | str, gens: list[Generation], warn) -> dict[str, float]:
     """What a method's steps say beyond its generations: tree_budget=auto's choices and cost model, and the phase
     split of a replayed step (graphed_split; under auto at its most chosen budget)."""
-    out, budget = {}, run.spec.decoding.widest_budget
-    if method == "ddtree" and run.auto:
+    out, budget, method = {}, run.spec.decoding.widest_budget, Method.parse(method)
+    if method.builds_tree and run.auto:
         out.update(auto_budget_metrics(gens, run.auto))
         chosen = collections.Counter(b for g in gens for b in g.budgets)
         budget = chosen.most_common(1)[0][0] if chosen else budget
     return {**out, **graphed_split(run, method, warn, budget)}
 
 
-def graphed_split(run: Run, method: str, warn, budget: int) -> dict[str, float]:
+def graphed_split(run: Run, method: Method, warn, budget: int) -> dict[str, float]:
     """A replayed step's phases (remote.decoding.phase_split) for a graphed run, whose timers see only whole steps; {}
     otherwise. `warn(message)` hears why a split failed (the run's results stand without it)."""
     decoder = run.graphed
@@ -362,7 +370,7 @@ def _run(spec: RunSpec, files: RunFiles, events: EventWriter) -> dict:
         which = os.path.basename(spec.dataset.path or spec.dataset.name)   # its file: `jsonl` names a format
         events.emit("warning", message=f"dataset {which} has only {len(r.inputs)} prompts: running {len(r.inputs)} "
                                        f"of num_prompts={asked} (the run's num_prompts metric says how many ran)")
-    methods = (["ar"] if d.baseline == "ar" or d.method == "ar" else []) + ([d.method] if d.method != "ar" else [])
+    methods = d.methods
     if d.warmup:
         events.stage(RunnerStage.WARMUP, detail=", ".join(methods))
         warm_prompt_shapes(r)
@@ -375,19 +383,19 @@ def _run(spec: RunSpec, files: RunFiles, events: EventWriter) -> dict:
         env = environment(r)
     n = len(r.inputs)
     for method, got in measured.items():
-        depth = (r.drafter.block_size - 1) if method != "ar" else 0
+        depth = (r.drafter.block_size - 1) if method.uses_drafter else 0
         method_metrics = aggregate(got.gens, got.peak, depth, spec.seed, d.repeats)
         method_metrics.update(step_figures(r, method, got.gens,
                                            lambda message: events.emit("warning", message=message)))
         method_metrics["warmup_s"] = got.warmup_s
         per_prompt += [{"method": method, "prompt_index": i % n, "repeat": i // n, **prompt_metrics(g)}
                        for i, g in enumerate(got.gens)]
-        if method == "ar":
+        if method is Method.AR:
             metrics.update({f"ar_{k}": v for k, v in method_metrics.items()})
-        if method == d.method:
+        if method is r.method:
             metrics.update(method_metrics)
-    if d.method != "ar" and "ar" in measured:
-        gens, ar_gens = measured[d.method].gens, measured["ar"].gens
+    if r.method.uses_drafter and Method.AR in measured:
+        gens, ar_gens = measured[r.method].gens, measured[Method.AR].gens
         metrics.update(versus_ar(gens, ar_gens, spec.seed, d.repeats))
         if d.temperature == 0:
             metrics.update(compare(gens, ar_gens))

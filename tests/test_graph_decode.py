@@ -168,7 +168,7 @@ def test_cuda_graph_replays_equal_eager_steps(method, budget, temperature):
         run = (lambda d: d.generate_ar(ids, 48, set(), timer, temperature, seed)) if method == "ar" else \
             (lambda d: d.generate_spec(ids, 48, set(), timer, method, budget, temperature=temperature, seed=seed))
         assert run(graphed).tokens == run(eager).tokens, seed
-    assert graphed._graphs and graphed.graphs, graphed.fallback
+    assert graphed.replays.captured and graphed.graphs, graphed.replays.fallback
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
@@ -184,12 +184,12 @@ def test_phase_split_times_every_phase_and_leaves_the_decoder_as_it_was(method, 
         (lambda d, ids: d.generate_spec(ids, 24, set(), timer, method, budget))
     first, second = (ids.cuda() for ids in prompts(model, 2, seed=6))
     assert run(split, first).tokens == run(plain, first).tokens
-    state = [t.clone() for t in (split.start, split.root, split.count, split.context, split.context_rows)]
+    state = [t.clone() for t in split.state.committed()]
     phases = split_step(split, method, budget, repeats=5)
     assert set(phases) == ({"forward_ms"} if method == "ar" else {"draft_ms", "tree_build_ms", "verify_ms",
                                                                   "commit_ms"})
     assert all(v >= 0 for v in phases.values()) and sum(phases.values()) > 0, phases
-    after = (split.start, split.root, split.count, split.context, split.context_rows)
+    after = split.state.committed()
     assert all(torch.equal(a, b) for a, b in zip(after, state))
     assert run(split, second).tokens == run(plain, second).tokens
 
@@ -199,15 +199,15 @@ def test_spec_step_stopped_after_a_phase_leaves_the_committed_state():
     decoder = GraphDecoder(model, drafter, drafter.target_layer_ids, graphs=False)
     ids = prompts(model, 1, seed=7)[0]
     decoder.generate_spec(ids, 8, set(), PhaseTimer(ids.device), "ddtree", 16)
-    state = [t.clone() for t in (decoder.start, decoder.root, decoder.context, decoder.context_rows)]
+    live = decoder.state
+    state = [t.clone() for t in live.committed()]
     with torch.inference_mode():          # as generate_spec
-        shapes = {until: decoder._spec_step(decoder.context, decoder.context_rows, "ddtree", 16, until=until).shape
+        shapes = {until: decoder._spec_step(live.context, live.context_rows, True, 16, until=until).shape
                   for until in ("draft", "tree_build", "verify")}
         assert shapes["verify"] == (17,) and shapes["draft"][0] == 7, shapes
-        assert all(torch.equal(a, b) for a, b in zip((decoder.start, decoder.root, decoder.context,
-                                                      decoder.context_rows), state))
-        decoder._spec_step(decoder.context, decoder.context_rows, "ddtree", 16)
-    assert not torch.equal(decoder.start, state[0])
+        assert all(torch.equal(a, b) for a, b in zip(live.committed(), state))
+        decoder._spec_step(live.context, live.context_rows, True, 16)
+    assert not torch.equal(live.start, state[0])
 
 
 def test_a_step_that_cannot_be_captured_turns_graphs_off(monkeypatch):
@@ -215,14 +215,15 @@ def test_a_step_that_cannot_be_captured_turns_graphs_off(monkeypatch):
     later step runs eagerly, the tokens are the eager loop's, and `fallback` says why."""
     model, drafter, target = tiny_pair("wide", block_size=8)
     decoder = GraphDecoder(model, drafter, drafter.target_layer_ids, graphs=True)
-    monkeypatch.setattr(decoder, "_warm_up", lambda step: step())           # no CUDA stream on this machine
+    monkeypatch.setattr(decoder.replays, "warm_up", lambda step: step())     # no CUDA stream on this machine
 
     def refuse(step):
         raise RuntimeError("operation not permitted when stream is capturing\nmore detail")
-    monkeypatch.setattr(decoder, "_capture", refuse)
+    monkeypatch.setattr(decoder.replays, "capture", refuse)
     ids = prompts(model, 1, seed=2)[0]                   # a prompt whose continuation does not repeat one token
     eager, static = _both(decoder, target, drafter, model, ids, 30, set(), "ddtree", 16)
-    assert not decoder.graphs and decoder.fallback == "RuntimeError: operation not permitted when stream is capturing"
+    assert not decoder.graphs
+    assert decoder.replays.fallback == "RuntimeError: operation not permitted when stream is capturing"
     assert static.tokens == eager.tokens and len(set(eager.tokens)) > 3
 
 
@@ -337,7 +338,7 @@ def test_hybrid_graph_replays_equal_eager_steps():
         for method, budget in [("dflash", 0), ("ddtree", 32)]:
             assert graphed.generate_spec(ids, 40, set(), timer, method, budget).tokens == \
                 eager.generate_spec(ids, 40, set(), timer, method, budget).tokens
-    assert len(graphed._graphs) == 3 and graphed.graphs, graphed.fallback
+    assert len(graphed.replays.captured) == 3 and graphed.graphs, graphed.replays.fallback
 
 
 def test_step_kernels_compute_the_model_norms_and_attention_and_are_undone():
@@ -365,8 +366,8 @@ def test_step_kernels_compute_the_model_norms_and_attention_and_are_undone():
     assert (fused - plain).abs().max() < 1e-5 and torch.equal(again, plain)
 
 
-@pytest.mark.parametrize("kind, graphs", [("compiled", 2), ("compiled_drafter", 1)])
-def test_compiled_steps_decode_the_eager_tokens(kind, graphs):
+@pytest.mark.parametrize("kind, part, graphs", [("compiled", "steps", 2), ("compiled_drafter", "drafter", 1)])
+def test_compiled_steps_decode_the_eager_tokens(kind, part, graphs):
     """compile_steps (the AR and DDTree steps torch.compile'd) and compile_drafter (the draft only): inductor (C++
     on a CPU) leaves the tokens and every step's acceptance as the plain steps have them."""
     model, drafter, _ = tiny_pair("narrow", block_size=8)
@@ -381,7 +382,7 @@ def test_compiled_steps_decode_the_eager_tokens(kind, graphs):
     assert compiled.generate_ar(ids, 24, set(), timer).tokens == plain.generate_ar(ids, 24, set(), timer).tokens
     spec = [d.generate_spec(ids, 24, set(), timer, "ddtree", 8) for d in (compiled, plain)]
     assert spec[0].tokens == spec[1].tokens and spec[0].accepted == spec[1].accepted
-    assert getattr(compiled, kind) and counters["stats"]["unique_graphs"] >= graphs_before + graphs
+    assert getattr(compiled.compile, part) and counters["stats"]["unique_graphs"] >= graphs_before + graphs
 
 
 def test_compiled_step_glue_equals_the_plain_ops():

@@ -17,7 +17,7 @@ from remote.decoding.phase_split import measured_state, prefix_steps, split_step
 from remote.kernels.gdn_paths import torch_gdn_path
 from remote.models.loading import load_drafter_for, load_target, load_tokenizer
 from remote.prompts import encode, load_prompts
-from remote.spec import DatasetSpec, DrafterSpec, ModelSpec
+from remote.spec import DatasetSpec, DrafterSpec, Method, ModelSpec
 from remote.timing import PhaseTimer
 from tests.runner_fixtures import prompts, tiny_pair
 
@@ -45,7 +45,7 @@ def end_without_room(decoder, inputs, method: str, budget: int):
             ids = ids.to(decoder.device)
             decoder.reserve(ids.shape[1], max_new, method, budget, exact=True)
             decoder.generate_spec(ids, max_new, set(), PhaseTimer(ids.device), method, budget)
-            past = int(decoder.start) + decoder._width(method, budget) - decoder.capacity
+            past = int(decoder.state.start) + decoder._width(Method(method), budget) - decoder.capacity
             if past > 0:
                 return past
     pytest.fail(f"no {method} generation ended past its reserved rows: the test needs one such state")
@@ -62,29 +62,31 @@ def tiny_generation(method: str, budget: int, max_new: int) -> GraphDecoder:
 
 
 def committed(decoder) -> list[torch.Tensor]:
-    return [t.clone() for t in (decoder.start, decoder.root, decoder.count, decoder.context_rows, decoder.context)]
+    return [t.clone() for t in decoder.state.committed()]
 
 
 @pytest.mark.parametrize("name,method,budget", [("demo-qwen3", "dflash", 1), ("demo-qwen3", "ddtree", 31),
                                                 ("demo-qwen3_5", "dflash", 1)])
 def test_every_prefix_step_fits_the_reserved_caches_at_the_end_of_a_generation(name, method, budget):
     decoder, inputs = demo_pair(name)
+    method, state = Method(method), decoder.state
     with torch_gdn_path():       # transformers sends hybrid layers to fla whenever installed, CPU tensors too
         end_without_room(decoder, inputs, method, budget)
         before = committed(decoder)
         with torch.inference_mode(), pytest.raises(IndexError, match="out of bounds"):
-            decoder._spec_step(decoder.context, decoder.context_rows, method, budget)   # what the split ran into
+            # what the split ran into
+            decoder._spec_step(state.context, state.context_rows, method.builds_tree, budget)
         with measured_state(decoder, method, budget) as restore:
-            assert int(decoder.start) + decoder._width(method, budget) <= decoder.capacity
-            measured = int(decoder.start)
+            assert int(state.start) + decoder._width(method, budget) <= decoder.capacity
+            measured = int(state.start)
             phases = []
             for phase, step in prefix_steps(decoder, method, budget):
                 restore()
                 step()
                 phases.append(phase)
-            assert int(decoder.start) > measured            # the whole step committed, inside the reserved rows
+            assert int(state.start) > measured            # the whole step committed, inside the reserved rows
             restore()
-            assert int(decoder.start) == measured
+            assert int(state.start) == measured
         assert phases == ["draft", "tree_build", "verify", "commit"]
         assert all(torch.equal(a, b) for a, b in zip(committed(decoder), before))
 
@@ -93,9 +95,9 @@ def test_ar_measures_where_the_last_generation_ended():
     """AR's step writes one row: a speculative generation's end state holds it, so nothing moves."""
     decoder = tiny_generation("ddtree", 16, 12)
     before = committed(decoder)
-    with measured_state(decoder, "ar", 1) as restore:
-        assert torch.equal(decoder.start, before[0])
-        (_, step), = prefix_steps(decoder, "ar", 1)
+    with measured_state(decoder, Method.AR, 1) as restore:
+        assert torch.equal(decoder.state.start, before[0])
+        (_, step), = prefix_steps(decoder, Method.AR, 1)
         restore()
         step()
     assert all(torch.equal(a, b) for a, b in zip(committed(decoder), before))
@@ -107,7 +109,7 @@ def test_caches_that_cannot_hold_one_step_are_refused_on_the_host():
     decoder = tiny_generation("dflash", 1, 8)
     before = committed(decoder)
     with pytest.raises(ValueError, match=rf"cannot hold one ddtree step of {decoder.capacity + 1} rows") as error:
-        with measured_state(decoder, "ddtree", decoder.capacity):
+        with measured_state(decoder, Method.DDTREE, decoder.capacity):
             pytest.fail("a state without room was measured")
     assert "\n" not in str(error.value) and f"{decoder.capacity} target rows" in str(error.value)
     assert all(torch.equal(a, b) for a, b in zip(committed(decoder), before))

@@ -1,40 +1,20 @@
-"""AR, DFlash and DDTree with every decoding step captured once as a CUDA graph and replayed.
+"""AR, DFlash and DDTree steps as functions of device state over preallocated caches, each captured once as a CUDA
+graph and replayed: the graphed executor of remote.decoding.loop's `decode`.
 
-Why: on small and mid-size targets a step is bound by host work (Python and hundreds of kernel launches per
-forward: ~460 top-level ops per AR token of the 6-layer demo target, ~1000 per DDTree step), not by the GPU.
-Here a step is a function of device state only: preallocated caches (remote.models.static_cache), the committed length,
-root token and drafter context as device tensors. AR's step is one forward and a token choice; a speculative step is
-draft, tree build, verify, walk and commit (the same functions as remote.decoding.loop). Each shape is captured once and
-replayed: one launch and one host read per step (the accepted tokens), and the next step is queued before that read
-(AR reads its token one step late; a speculative step's read is copied out behind it, `_Reads`), so the GPU does
-not wait for the host in between.
-
-Contract: `GraphDecoder(model, drafter, target_layer_ids, graphs)` has `generate_ar` / `generate_spec` with the
-results of remote.decoding.loop's, at temperature 0 and, from the same seed, at temperature > 0: a sampled step
-draws its uniforms inside the step (remote.decoding.sampling; on CUDA from the default generator, which each replay
-advances), so it is captured like a greedy one. With `graphs=False` the same step functions run eagerly (the CPU
-tests compare them token for token with remote.decoding.loop). The prompt's drafter context is absorbed during the
-prefill, so every step has the captured shape; a shape's first step runs eagerly: it is the warm-up before the
-capture. Caches grow (and captured graphs are dropped) when a generation needs more rows. `graph_support` says why
-a run cannot use it (None when it can): CUDA, one device, bidirectional drafter, a hybrid target only on the
-transformers versions HybridTarget supports; a step that
-fails to capture turns graphs off for the rest of the run (`fallback`). Timer phases: ttft and decode only (a
-replayed step has no inner boundaries).
-
-While a step is warmed up and captured, it uses remote.kernels.step (one-kernel RMSNorm, the attention kernel, one
-GEMM per group of projections sharing an input); with `compiled=True` each step is also torch.compile'd first
-(inductor fuses the rest), with `compiled_drafter=True` (the runner's default) only the draft (half the drafter's
-kernels) and the target's elementwise glue (rotary, MLP activation, gated norms; in every method, AR included:
-remote.kernels.glue); a compile failure falls back to the plain step and `compile_failed` says why. Hybrid targets
-get `HybridGraphDecoder`: the same steps through HybridTarget's layer loop on reserved state (a tree's GDN
-recurrence is one kernel call per layer, with no host value: remote.models.gdn). tree_budget=auto: each candidate
-budget is a captured step of its own, and the host picks the graph of each step it queues
-(remote.decoding.auto_budget); the predictions it picks from ride in the step's read.
+Contract: `GraphDecoder(model, drafter, target_layer_ids, graphs)`: `steps(method, prompt_len, max_new, budget, auto,
+temperature, seed)` is the executor of one generation (caches reserved for it, its sampling seeded), and
+`generate_ar` / `generate_spec` decode with it, with remote.decoding.loop's results at temperature 0 and, from the
+same seed, at temperature > 0. With `graphs=False` the same steps run eagerly (the CPU tests compare them token for
+token with the eager loop). A shape's first step runs eagerly, the warm-up before its capture; a step that fails to
+capture turns graphs off for the rest of the run (`fallback`), a compile that fails leaves the plain steps
+(`compile.failed`). `graph_support` says why a run cannot use it (None when it can). Hybrid targets get
+`HybridGraphDecoder`: the same steps through HybridTarget's layer loop on reserved state. Timer phases: ttft and
+decode only (a replayed step has no inner boundaries).
 """
 from __future__ import annotations
 
 import time
-from contextlib import nullcontext
+from dataclasses import dataclass
 
 import torch
 
@@ -51,10 +31,11 @@ from ..models.gdn import TreeLayout
 from ..models.hybrid_target import HybridTarget, Static, check_transformers_version
 from ..models.placement import devices
 from ..models.static_cache import StaticDrafterKV, StaticKV, visibility_mask
+from ..spec import Method
 from ..timing import PhaseTimer
 from ..tree import Ancestry
 from .auto_budget import MAX_BUCKETS, AutoBudget
-from .loop import STATS_SIZE, Generation, accept, accepted_nodes, draft, read_step, to_host
+from .loop import STATS_SIZE, Generation, Step, Steps, accept, accepted_nodes, decode, draft, read_step, to_host
 from .sampling import sample
 from .tree_build import argmax_chain, best_first_tree
 
@@ -115,29 +96,110 @@ def _compile_steps(decoder: "GraphDecoder") -> None:
     decoder._spec_step = torch.compile(decoder._spec_step, dynamic=False)
 
 
-class GraphDecoder:
-    def __init__(self, model, drafter: DFlashDrafter | None, target_layer_ids: list[int] | None,
-                 graphs: bool = True, compiled: bool = False, compiled_drafter: bool = False):
-        self.model, self.drafter, self.graphs = model, drafter, graphs
-        self.device = input_device(model)
-        self.dtype = model.get_input_embeddings().weight.dtype
-        self._targets(target_layer_ids)
-        self.capacity = self.context_capacity = 0    # target and drafter cache rows
-        self.fallback: str | None = None             # why graphs were turned off mid-run, if they were
-        self.compiled, self.compile_failed = compiled, None
-        if compiled:
-            _compile_steps(self)
-        self.compiled_drafter = compiled_drafter and not compiled and drafter is not None
-        self.compiled_glue = compiled_drafter and not compiled       # AR too: every method the same target kernels
-        self._draft = torch.compile(draft, dynamic=False) if self.compiled_drafter else draft
-        self._graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
-        self._pool = None                                # the memory pool all of them share (`_capture`)
-        as_long = dict(dtype=torch.long, device=self.device)
+class DeviceState:
+    """What a step reads and advances, all on the device: a step depends on no host value, so it can be captured."""
+
+    def __init__(self, device: torch.device):
+        as_long = dict(dtype=torch.long, device=device)
         self.start = torch.zeros((), **as_long)          # committed length: the position of `root`
         self.root = torch.zeros(1, **as_long)            # the last committed token, not yet run through the target
         self.count = torch.zeros((), **as_long)          # AR: tokens decoded after the first
         self.context_rows = torch.zeros((), **as_long)   # speculative: real rows of `context`
-        self.temperature, self.rng = 0.0, None           # this generation's sampling (`_sampling`)
+        self.context: torch.Tensor | None = None         # [1, B, F] the drafter's next context (`reserve`)
+        self.history: torch.Tensor | None = None         # [capacity] AR: history[i], the token after the i-th new one
+
+    def committed(self) -> list[torch.Tensor]:
+        """The committed state a step starts from (remote.decoding.phase_split puts it back after each replay)."""
+        return [self.start, self.root, self.count, self.context_rows] + [self.context] * (self.context is not None)
+
+
+class Sampling:
+    """A generation's token choice (remote.decoding.sampling) at its temperature, from its seed."""
+
+    def __init__(self, device: torch.device):
+        self.device, self.temperature, self.rng = device, 0.0, None
+
+    def seed(self, temperature: float, seed: int) -> None:
+        """Sample at `temperature` from `seed`: on CUDA from the device's default generator (the one a captured graph
+        advances at every replay), elsewhere from a generator of its own; as remote.decoding.loop draws from a
+        generator seeded so, the same numbers in the same order."""
+        self.temperature = temperature
+        if temperature > 0 and self.device.type == "cuda":
+            with torch.cuda.device(self.device):
+                torch.cuda.manual_seed(seed)
+            self.rng = None
+        elif temperature > 0:
+            self.rng = torch.Generator(device=self.device).manual_seed(seed)
+
+    def choose(self, logits: torch.Tensor) -> torch.Tensor:
+        """The target's token for each row of `logits` [N, V]."""
+        return sample(logits, self.temperature, self.rng)
+
+
+class Replays:
+    """Captured steps by key (method, budget, ...), each replayed; `on` False: every step runs eagerly (graphs off,
+    or a capture failed: `fallback` says why)."""
+
+    def __init__(self, on: bool):
+        self.on, self.fallback = on, None
+        self.captured: dict[tuple, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+        self._pool = None                                # the memory pool all of them share (`capture`)
+
+    @staticmethod
+    def warm_up(step) -> torch.Tensor:
+        side = torch.cuda.Stream()                   # capture wants its warm-up on a side stream
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            result = step()
+        torch.cuda.current_stream().wait_stream(side)
+        return result
+
+    def capture(self, step) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+        """`step` captured (its graph and output). The decoder's steps share one memory pool, so their intermediates
+        take one step's memory, not one per method and budget (tree_budget=auto captures five), and reuse the same
+        addresses. Safe here: steps replay one after another on one stream, and a step's output, which stays
+        allocated, is read before the next replay."""
+        if not self.captured:                        # a fresh pool with each set of graphs (`reserve` drops them)
+            self._pool = torch.cuda.graph_pool_handle()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._pool):     # records without running: the state is not advanced twice
+            out = step()
+        return graph, out
+
+
+@dataclass
+class Compiled:
+    """What of the steps runs torch.compile'd (inductor fuses the small kernels a captured step keeps)."""
+    steps: bool                  # compile_steps: the AR and speculative steps whole
+    drafter: bool                # compile_drafter (the runner's default): the draft only, half the drafter's kernels
+    glue: bool                   # the target's elementwise glue (rotary, MLP activation, gated norms), in every method
+    failed: str | None = None    # why a compile failed: the plain steps run since
+
+
+# Why capture: on small and mid-size targets a step is bound by host work (Python and hundreds of kernel launches per
+# forward: ~460 top-level ops per AR token of the 6-layer demo target, ~1000 per DDTree step), not by the GPU. Here a
+# step is a function of device state only (`DeviceState`, caches from remote.models.static_cache): AR's step is one
+# forward and a token choice; a speculative step is draft, tree build, verify, walk and commit (the same functions as
+# remote.decoding.loop). Captured once per shape and replayed, a step is one launch; while it is warmed up and
+# captured it uses remote.kernels.step (one-kernel RMSNorm, the attention kernel, one GEMM per group of projections
+# sharing an input). The prompt's drafter context is absorbed during the prefill (`_absorb`), so every step has the
+# captured shape. Caches grow (and captured graphs are dropped) when a generation needs more rows.
+class GraphDecoder:
+    def __init__(self, model, drafter: DFlashDrafter | None, target_layer_ids: list[int] | None,
+                 graphs: bool = True, compiled: bool = False, compiled_drafter: bool = False):
+        self.model, self.drafter = model, drafter
+        self.device = input_device(model)
+        self.dtype = model.get_input_embeddings().weight.dtype
+        self._targets(target_layer_ids)
+        self.capacity = self.context_capacity = 0    # target and drafter cache rows
+        self.replays = Replays(graphs)
+        # the target's glue compiled in AR too: every method runs the same target kernels
+        self.compile = Compiled(steps=compiled, drafter=compiled_drafter and not compiled and drafter is not None,
+                                glue=compiled_drafter and not compiled)
+        if compiled:
+            _compile_steps(self)
+        self._draft = torch.compile(draft, dynamic=False) if self.compile.drafter else draft
+        self.state, self.sampling = DeviceState(self.device), Sampling(self.device)
 
     def _targets(self, target_layer_ids: list[int] | None) -> None:
         # their forwards (logits, and drafter features for `featured`) run on this decoder's static cache: the prompt
@@ -146,21 +208,59 @@ class GraphDecoder:
         self.loop = None if AttentionLoop.unsupported(self.model) else AttentionLoop(self.model, target_layer_ids)
 
     @property
+    def graphs(self) -> bool:
+        """Whether steps are captured and replayed (False: graphs off, or a capture failed)."""
+        return self.replays.on
+
+    @property
+    def compiled(self) -> bool:
+        """Whether the steps are torch.compile'd whole (compile_steps)."""
+        return self.compile.steps
+
+    @property
     def read_wait_s(self) -> float:
         """Seconds the host has waited for speculative steps' reads: near zero a step where the host sets the pace."""
         return self._reads.waited
 
-    def reserve(self, prompt_len: int, max_new: int, method: str, budget: int, exact: bool = False) -> None:
+    @torch.inference_mode()
+    def steps(self, method: Method | str, prompt_len: int, max_new: int, budget: int = 0,
+              auto: AutoBudget | None = None, temperature: float = 0.0, seed: int = 0) -> Steps:
+        """The executor of one generation of `method` (remote.decoding.loop.decode): caches reserved for it (with
+        `auto`, for its largest bucket), its sampling seeded from `seed`."""
+        method = Method.parse(method)
+        sizes = tuple(auto.sizes) if auto else ()
+        budget = max(sizes) if auto else budget
+        self.sampling.seed(temperature, seed)
+        self.reserve(prompt_len, max_new, method, budget)
+        if not method.uses_drafter:
+            self.state.count.zero_()
+            return GraphedAR(self)
+        self._reads.clear()
+        return GraphedSpec(self, method, budget, sizes, prompt_len)
+
+    def generate_ar(self, input_ids: torch.Tensor, max_new: int, stop_ids: set[int], timer: PhaseTimer,
+                    temperature: float = 0.0, seed: int = 0) -> Generation:
+        steps = self.steps(Method.AR, input_ids.shape[1], max_new, temperature=temperature, seed=seed)
+        return decode(steps, input_ids, max_new, stop_ids, timer)
+
+    def generate_spec(self, input_ids: torch.Tensor, max_new: int, stop_ids: set[int], timer: PhaseTimer,
+                      method: Method | str, budget: int, auto: AutoBudget | None = None, temperature: float = 0.0,
+                      seed: int = 0) -> Generation:
+        """With `auto`, each step's budget is its choice among its buckets, each bucket a step of its own."""
+        steps = self.steps(method, input_ids.shape[1], max_new, budget, auto, temperature, seed)
+        return decode(steps, input_ids, max_new, stop_ids, timer, auto)
+
+    def reserve(self, prompt_len: int, max_new: int, method: Method | str, budget: int, exact: bool = False) -> None:
         """Caches for a generation of this size; growing them drops the graphs captured on the old ones. `exact`:
         exactly this size, also smaller (attention runs over every row, so a cache sized for a larger budget slows
         a smaller one down; bench/bench_methods.py sizes them per budget). The drafter's context cache does not
         depend on the method: a tree's width would otherwise make DDTree's draft attend over more rows than
         DFlash's (on the demo pair cuDNN's drafter attention took 6 us a step more for budget 31's 32 rows)."""
-        # A step starts at most at prompt_len + max_new - 2 (generate_spec's launch rule) and writes `width` rows
-        grown = self._grow("capacity", prompt_len + max_new + self._width(method, budget), exact)
+        # A step starts at most at prompt_len + max_new - 2 (the loop's launch rule) and writes `width` rows
+        grown = self._grow("capacity", prompt_len + max_new + self._width(Method.parse(method), budget), exact)
         if grown:
             self._cols = torch.arange(self.capacity, device=self.device)
-            self.history = torch.zeros(self.capacity, dtype=torch.long, device=self.device)
+            self.state.history = torch.zeros(self.capacity, dtype=torch.long, device=self.device)
             self._allocate()
         # drafter context rows end before the block's start + block_size
         if self.drafter is not None and self._grow("context_capacity", prompt_len + max_new + self.drafter.block_size,
@@ -168,7 +268,7 @@ class GraphDecoder:
             self._allocate_drafter()
             grown = True
         if grown:
-            self._graphs.clear()
+            self.replays.captured.clear()
 
     def _grow(self, name: str, rows: int, exact: bool) -> bool:
         """Set the capacity `name` for `rows` (doubling when it grows, unless `exact`); True if it changed."""
@@ -187,91 +287,59 @@ class GraphDecoder:
         attn, weight = self.drafter.layers[0].self_attn, self.drafter.fc.weight
         self.dkv = StaticDrafterKV(len(self.drafter.layers), attn.num_kv, attn.head_dim, self.context_capacity,
                                    weight.dtype, weight.device)
-        self.context = torch.zeros(1, self.drafter.block_size, weight.shape[1], dtype=weight.dtype,
-                                   device=weight.device)
+        self.state.context = torch.zeros(1, self.drafter.block_size, weight.shape[1], dtype=weight.dtype,
+                                         device=weight.device)
         # `accept`'s read, then tree_budget=auto's predictions (one per bucket)
         self._reads = _Reads(2 * self.drafter.block_size + 1 + STATS_SIZE + MAX_BUCKETS, weight.device)
 
-    def _width(self, method: str, budget: int) -> int:
+    def _width(self, method: Method, budget: int) -> int:
         """Cache rows one step may write at or past the committed length."""
-        if method == "ar":
+        if not method.uses_drafter:
             return 1
-        return max(self.drafter.block_size, budget + 1 if method == "ddtree" else 0)
+        return max(self.drafter.block_size, budget + 1 if method.builds_tree else 0)
 
     def _replay(self, key: tuple, step) -> torch.Tensor:
         """`step()`'s result; on the first call for `key` it runs eagerly (the warm-up) and is then captured. A
         step that cannot be captured (say a transformers version that reads a device value inside its forward)
         turns graphs off for every shape, so that all methods stay on the same path; `fallback` says why."""
-        if not self.graphs:
+        replays = self.replays
+        if not replays.on:
             return step()
-        if key in self._graphs:
-            graph, out = self._graphs[key]
+        if key in replays.captured:
+            graph, out = replays.captured[key]
             graph.replay()
             return out
         with self.kernels():                           # the captured step keeps these kernels
             try:
-                result = self._warm_up(step)
+                result = replays.warm_up(step)
             except Exception as exc:                 # noqa: BLE001 - a compile failure: the plain step instead
-                if not (self.compiled or self.compiled_drafter):
+                if not (self.compile.steps or self.compile.drafter):
                     raise
-                if self.compiled:
-                    del self._ar_step, self._spec_step   # the class's own, uncompiled
-                self.compiled = self.compiled_drafter = False
-                self.compile_failed, self._draft = first_line(exc), draft
-                result = self._warm_up(step)
+                self._uncompile(exc)
+                result = replays.warm_up(step)
             try:
-                self._graphs[key] = self._capture(step)
+                replays.captured[key] = replays.capture(step)
             except Exception as exc:                 # noqa: BLE001 - any capture failure: decode eagerly instead
-                self.graphs, self._graphs = False, {}
-                self.fallback = first_line(exc)
+                replays.on, replays.captured = False, {}
+                replays.fallback = first_line(exc)
         return result
+
+    def _uncompile(self, exc: Exception) -> None:
+        """The plain steps from now on, after a compile failed with `exc`."""
+        if self.compile.steps:
+            del self._ar_step, self._spec_step       # the class's own, uncompiled
+        self.compile.steps = self.compile.drafter = False
+        self.compile.failed, self._draft = first_line(exc), draft
 
     def kernels(self):
         """The kernels of the captured steps (remote.kernels.step)."""
-        return step_kernels(self.model, self.drafter, compiled=self.compiled_glue)
-
-    @staticmethod
-    def _warm_up(step) -> torch.Tensor:
-        side = torch.cuda.Stream()                   # capture wants its warm-up on a side stream
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            result = step()
-        torch.cuda.current_stream().wait_stream(side)
-        return result
-
-    def _capture(self, step) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
-        """`step` captured (its graph and output). The decoder's steps share one memory pool, so their intermediates
-        take one step's memory, not one per method and budget (tree_budget=auto captures five), and reuse the same
-        addresses. Safe here: steps replay one after another on one stream, and a step's output, which stays
-        allocated, is read before the next replay."""
-        if not self._graphs:                         # a fresh pool with each set of graphs (`reserve` drops them)
-            self._pool = torch.cuda.graph_pool_handle()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool):     # records without running: the state is not advanced twice
-            out = step()
-        return graph, out
-
-    def _sampling(self, temperature: float, seed: int) -> None:
-        """Sample this generation at `temperature` from `seed`: on CUDA from the device's default generator (the
-        one a captured graph advances at every replay), elsewhere from a generator of its own; as remote.decoding.loop
-        draws from a generator seeded so, the same numbers in the same order."""
-        self.temperature = temperature
-        if temperature > 0 and self.device.type == "cuda":
-            with torch.cuda.device(self.device):
-                torch.cuda.manual_seed(seed)
-            self.rng = None
-        elif temperature > 0:
-            self.rng = torch.Generator(device=self.device).manual_seed(seed)
-
-    def _choose(self, logits: torch.Tensor) -> torch.Tensor:
-        """The target's token for each row of `logits` [N, V] (remote.decoding.sampling)."""
-        return sample(logits, self.temperature, self.rng)
+        return step_kernels(self.model, self.drafter, compiled=self.compile.glue)
 
     def _prefill(self, input_ids: torch.Tensor, featured: bool = False):
         """Run the prompt; `featured`: with the drafter's features (speculative methods)."""
         verified = self._run_prompt(input_ids, featured)
-        self.start.fill_(input_ids.shape[1])
-        self.root.copy_(self._choose(verified.logits[-1:]))
+        self.state.start.fill_(input_ids.shape[1])
+        self.state.root.copy_(self.sampling.choose(verified.logits[-1:]))
         return verified
 
     def _run_prompt(self, input_ids: torch.Tensor, featured: bool):
@@ -281,73 +349,53 @@ class GraphDecoder:
         causal = visibility_mask(self._cols[None] <= rows[:, None], self.dtype)                # [1, 1, n, cap]
         return target.forward(input_ids.to(self.device), rows[None], causal, last_only=True)
 
-    @torch.inference_mode()
-    def generate_ar(self, input_ids: torch.Tensor, max_new: int, stop_ids: set[int], timer: PhaseTimer,
-                    temperature: float = 0.0, seed: int = 0) -> Generation:
-        gen = Generation(prompt_len=input_ids.shape[1])
-        self.reserve(input_ids.shape[1], max_new, "ar", 0)
-        self._sampling(temperature, seed)
-        with timer.phase("ttft"):
-            self._prefill(input_ids)
-            done = gen.extend(to_host(self.root), max_new, stop_ids)
-        self.count.zero_()
-        with timer.phase("decode") as span:
-            unread = None            # when the last decoded token's step ended: it is read after the next is queued
-            while not done:
-                queued = None
-                if len(gen.tokens) + (unread is not None) < max_new:
-                    self._replay(("ar", self.temperature), lambda: self._ar_step())
-                    queued = timer.mark()
-                if unread is not None:
-                    index = len(gen.tokens) - 1          # history[i] is the token after gen.tokens[i]
-                    done = gen.extend(to_host(self.history[index:index + 1]), max_new, stop_ids)
-                    span.end = unread if done else None  # a step queued after a stop token is not decode time
-                unread = queued
-        return gen
-
     def _ar_step(self) -> torch.Tensor:
-        self.kv.slots = self.start.view(1)
-        visible = (self._cols <= self.start)[None]
+        start, root = self.state.start, self.state.root
+        self.kv.slots = start.view(1)
+        visible = (self._cols <= start)[None]
         if self.loop is not None:
-            return self._advance(self.loop.forward(self.root.view(1, 1), self.start.view(1), self.kv, visible).logits)
-        out = self.model(input_ids=self.root.view(1, 1), position_ids=self.start.view(1, 1),
+            return self._advance(self.loop.forward(root.view(1, 1), start.view(1), self.kv, visible).logits)
+        out = self.model(input_ids=root.view(1, 1), position_ids=start.view(1, 1),
                          attention_mask=visibility_mask(visible, self.dtype), use_cache=True,
                          **{self.plain.cache_kw: self.kv})
         return self._advance(out.logits[0, -1:])
 
     def _advance(self, logits: torch.Tensor) -> torch.Tensor:
         """AR bookkeeping after a token's logits [1, V]: the token chosen is the next root and goes into `history`."""
-        self.root.copy_(self._choose(logits))
-        self.history.index_copy_(0, self.count.view(1), self.root)
-        self.count.add_(1)
-        self.start.add_(1)
-        return self.root
+        state = self.state
+        state.root.copy_(self.sampling.choose(logits))
+        state.history.index_copy_(0, state.count.view(1), state.root)
+        state.count.add_(1)
+        state.start.add_(1)
+        return state.root
 
-    def _spec_step(self, context: torch.Tensor, valid: torch.Tensor | None, method: str, budget: int,
+    def _spec_step(self, context: torch.Tensor, valid: torch.Tensor | None, best_first: bool, budget: int,
                    until: str | None = None, sizes: tuple[int, ...] = ()):
-        """One speculative step; `until` names a phase (remote.timing.PHASES) after which it stops, without
-        touching the committed state (remote.decoding.phase_split times the phases of a captured step so). With
-        `sizes` (tree_budget=auto's buckets) the read ends with the tree's predictions for each."""
-        logits = self._draft(self.drafter, self.model, self.dkv, context, self.root, self.start, valid)
+        """One speculative step: a best-first tree of <= `budget` nodes (DDTree), else the argmax chain (DFlash).
+        `until` names a phase (remote.timing.PHASES) after which it stops, without touching the committed state
+        (remote.decoding.phase_split times the phases of a captured step so). With `sizes` (tree_budget=auto's
+        buckets) the read ends with the tree's predictions for each."""
+        state = self.state
+        logits = self._draft(self.drafter, self.model, self.dkv, context, state.root, state.start, valid)
         if until == "draft":
             return logits
-        built = best_first_tree(logits, budget, sizes) if method == "ddtree" else argmax_chain(logits)
+        built = best_first_tree(logits, budget, sizes) if best_first else argmax_chain(logits)
         tree = built.ancestry()
         if until == "tree_build":
             return tree.ancestors
-        visible, positions, rows, nodes = active(tree_inputs)(tree.ancestors, tree.depth, self._cols, self.start,
-                                                              self.root, built.tokens)
+        visible, positions, rows, nodes = active(tree_inputs)(tree.ancestors, tree.depth, self._cols, state.start,
+                                                              state.root, built.tokens)
         verified, commit = self._verify(tree, nodes, visible, positions, rows)
-        samples = self._choose(verified.logits)
+        samples = self.sampling.choose(verified.logits)
         if until == "verify":
             return samples
         # compiled in captured steps (a few kernels, not ~12); `read` ends with tree_budget=auto's predictions
         path, bonus, length, read = active(accept)(tree, nodes, samples, logits, built.expected)
         commit(path, length)
-        gather_rows(verified.features, 0, path, self.context[0], 0)
-        self.context_rows.copy_(length)
-        self.start.add_(length)
-        self.root.copy_(bonus)
+        gather_rows(verified.features, 0, path, state.context[0], 0)
+        state.context_rows.copy_(length)
+        state.start.add_(length)
+        state.root.copy_(bonus)
         return read
 
     def _verify(self, tree: Ancestry, nodes: torch.Tensor, visible: torch.Tensor, positions: torch.Tensor,
@@ -359,62 +407,79 @@ class GraphDecoder:
             verified = self.loop.forward(nodes[None], positions, self.kv, visible, featured=True)
         else:
             verified = self.featured.forward(nodes[None], positions[None], visibility_mask(visible, self.dtype))
-        return verified, lambda path, length: self.kv.compact(self.start, path)
+        return verified, lambda path, length: self.kv.compact(self.state.start, path)
 
     def _absorb(self, features: torch.Tensor) -> None:
         """Hand the prompt's features [P, F] to the drafter: its last rows (up to a block) become the first step's
         context, so that every step has the captured shape; the rows before them go into the drafter cache now,
         through a drafter forward whose block output is discarded (context K/V depend on row and position only)."""
-        rows = min(features.shape[0], self.drafter.block_size)
+        state, rows = self.state, min(features.shape[0], self.drafter.block_size)
         if features.shape[0] > rows:
-            draft(self.drafter, self.model, self.dkv, features[None, :-rows], self.root, self.start - rows)
-        self.context[0, :rows] = features[-rows:]
-        self.context_rows.fill_(rows)
+            draft(self.drafter, self.model, self.dkv, features[None, :-rows], state.root, state.start - rows)
+        state.context[0, :rows] = features[-rows:]
+        state.context_rows.fill_(rows)
 
-    @torch.inference_mode()
-    def generate_spec(self, input_ids: torch.Tensor, max_new: int, stop_ids: set[int], timer: PhaseTimer,
-                      method: str, budget: int, auto: AutoBudget | None = None, temperature: float = 0.0,
-                      seed: int = 0) -> Generation:
-        """With `auto`, each step's budget is its choice among its buckets, each bucket a step of its own."""
-        gen = Generation(prompt_len=input_ids.shape[1])
-        self._sampling(temperature, seed)
-        sizes = tuple(auto.sizes) if auto else ()
-        budget = max(sizes) if auto else budget
-        width, height = self._width(method, budget), self.drafter.block_size   # height: most tokens a step emits
-        self.reserve(input_ids.shape[1], max_new, method, budget)
-        with timer.phase("ttft"):
-            verified = self._prefill(input_ids, featured=True)
-            self._absorb(verified.features)
-            done = gen.extend(to_host(self.root), max_new, stop_ids)
-        length, queued = input_ids.shape[1], []       # committed rows as the host knows them; steps unread
-        observed = None                               # auto: the last step read, for the policy once the next is queued
-        with timer.phase("decode") as span:
-            while not done:
-                # The next step is queued before this one is read, so the GPU works through the host's read and
-                # bookkeeping: its inputs are all on the device. Not when this step may end the generation.
-                while len(queued) < 2 and len(gen.tokens) + height * len(queued) < max_new:
-                    if length + height * len(queued) + width > self.capacity:
-                        raise RuntimeError(f"static cache of {self.capacity} rows is full at {length}")
-                    size = auto.pick() if auto else budget
-                    with auto.timing(size) if auto else nullcontext() as launch:
-                        out = self._replay(("spec", method, size, sizes, self.temperature), lambda: self._spec_step(
-                            self.context, self.context_rows, method, size, sizes=sizes))
-                    self._reads.put(out, timer)
-                    queued.append((size, launch))
-                if observed:
-                    gen.chose(auto, *observed)
-                read, ended = self._reads.take()
-                tokens, stats, expected = read_step(read, len(sizes))
-                done = gen.extend_step(tokens, max_new, stop_ids, stats)
-                read_size, launch = queued.pop(0)   # the budget and launch of the step just read (the oldest)
-                if auto:
-                    observed = (read_size, expected, accepted_nodes(read, tokens), gen.committed[-1], launch)
-                length += len(tokens)
-                span.end = ended if done else None   # a step queued after a stop token runs out unread, untimed
-        if observed:
-            gen.chose(auto, *observed)
-        self._reads.clear()
-        return gen
+
+class GraphedAR:
+    """AR's steps on a `GraphDecoder`: one forward and a token choice each, the token going to `history`, read one
+    step late (once the next step is queued)."""
+    method, budget, height, ahead = Method.AR, 0, 1, 2
+
+    def __init__(self, decoder: GraphDecoder):
+        self.decoder, self.taken = decoder, 0            # taken: steps read, the index of the next one's token
+
+    def prefill(self, input_ids: torch.Tensor) -> list[int]:
+        self.decoder._prefill(input_ids)
+        return to_host(self.decoder.state.root)
+
+    def launch(self, budget: int, timer: PhaseTimer) -> torch.Tensor:
+        decoder = self.decoder
+        return decoder._replay((Method.AR, decoder.sampling.temperature), lambda: decoder._ar_step())
+
+    def hold(self, launched: torch.Tensor, timer: PhaseTimer):
+        return timer.mark()        # the output is the state's root, which the next step overwrites: read `history`
+
+    def read(self, held) -> Step:
+        index, self.taken = self.taken, self.taken + 1
+        return Step(to_host(self.decoder.state.history[index:index + 1]), mark=held)
+
+
+class GraphedSpec:
+    """DFlash's and DDTree's steps on a `GraphDecoder`: each step's read is copied out behind it (`_Reads`), so the
+    next step is queued before this one is read. tree_budget=auto: each candidate budget is a captured step of its
+    own, and the host picks the graph of each step it launches (remote.decoding.auto_budget); the predictions it
+    picks from ride in the step's read."""
+    ahead = 2
+
+    def __init__(self, decoder: GraphDecoder, method: Method, budget: int, sizes: tuple[int, ...], prompt_len: int):
+        self.decoder, self.method, self.budget, self.sizes = decoder, method, budget, sizes
+        self.height = decoder.drafter.block_size        # most tokens a step emits
+        self.width = decoder._width(method, budget)     # most cache rows a step writes
+        self.length, self.unread = prompt_len, 0        # committed rows as the host knows them; steps launched unread
+
+    def prefill(self, input_ids: torch.Tensor) -> list[int]:
+        decoder = self.decoder
+        decoder._absorb(decoder._prefill(input_ids, featured=True).features)
+        return to_host(decoder.state.root)
+
+    def launch(self, budget: int, timer: PhaseTimer) -> torch.Tensor:
+        decoder, state = self.decoder, self.decoder.state
+        if self.length + self.height * self.unread + self.width > decoder.capacity:
+            raise RuntimeError(f"static cache of {decoder.capacity} rows is full at {self.length}")
+        key = ("spec", self.method, budget, self.sizes, decoder.sampling.temperature)
+        return decoder._replay(key, lambda: decoder._spec_step(state.context, state.context_rows,
+                                                               self.method.builds_tree, budget, sizes=self.sizes))
+
+    def hold(self, launched: torch.Tensor, timer: PhaseTimer) -> None:
+        self.decoder._reads.put(launched, timer)
+        self.unread += 1
+
+    def read(self, held: None) -> Step:
+        read, ended = self.decoder._reads.take()
+        tokens, stats, predicted = read_step(read, len(self.sizes))
+        self.length += len(tokens)
+        self.unread -= 1
+        return Step(tokens, stats, predicted, accepted_nodes(read, tokens), ended)
 
 
 class _Reads:
@@ -465,12 +530,12 @@ class HybridGraphDecoder(GraphDecoder):
         return self.target.prefill(input_ids)         # one target for all methods: the features come along
 
     def _ar_step(self) -> torch.Tensor:
-        step = Static(self.start, (self._cols <= self.start)[None])
-        return self._advance(self.target.decode(self.root, step))
+        step = Static(self.state.start, (self._cols <= self.state.start)[None])
+        return self._advance(self.target.decode(self.state.root, step))
 
     def _verify(self, tree: Ancestry, nodes: torch.Tensor, visible: torch.Tensor, positions: torch.Tensor,
                 rows: torch.Tensor):
-        step = Static(self.start, visible, TreeLayout.build(tree, self.target.conv_kernel), rows=rows,
+        step = Static(self.state.start, visible, TreeLayout.build(tree, self.target.conv_kernel), rows=rows,
                       positions=positions)
         verified = self.target.verify_static(nodes, step)
         return verified, lambda path, length: self.target.commit_static(step, path, length)

@@ -1,34 +1,20 @@
-"""The decoding methods: `ar` (KV-cached), `dflash` (draft a block, verify it as a chain) and `ddtree` (verify a
-best-first tree), as one small function per step around one loop.
+"""The decoding loop: prefill, then steps (draft, verify, commit) until `max_new_tokens` or a stop id, for `ar` (one
+target forward per step), `dflash` (a drafted block verified as a chain) and `ddtree` (a best-first tree).
 
-Contract: `generate_ar` and `generate_spec` take prompt ids [1, P] and return a `Generation` with at most
-`max_new_tokens` new ids, stopping after the first id in `stop_ids`. At temperature 0 both emit exactly AR's
-greedy tokens (in exact arithmetic); at temperature > 0 both emit samples from the target's distribution.
-The speculative loop only talks to a `Target` (remote.models.target), so the same code serves pure-attention and
-hybrid targets. One verify step:
-
-    draft   : drafter block [root, MASK x (B-1)] -> per-position logits [B-1, V]
-    build   : dflash -> argmax chain of B-1 nodes; ddtree -> best-first tree of <= budget nodes (tree_budget=auto:
-              a budget chosen per step, remote.decoding.auto_budget)
-    verify  : one target forward over [root] + nodes -> logits [N, V], features [N, F]
-    walk    : acceptance (see `walk`)
-    commit  : keep the accepted path's KV; its features become the drafter's next context
-
-Drafts are never sampled (argmax chain / top-k tree at every temperature): losslessness comes from choosing the
-target's own token at every node (`walk`), not from rejection sampling against draft probabilities.
-
-Host synchronisation: the tree, its verify mask and positions, the walk and the commit stay on the device; a spec
-step reads the device once (`to_host`: the accepted tokens and their count, which the host needs to know how far
-the sequence moved; the step's `StepStats` come along in the same read). AR reads each token once, for the stop
-check, one token late so that the next forward is already queued on the device. On CUDA at temperature 0 the
-runner uses remote.decoding.graph instead: the same draft / tree / `accept` functions over static caches, each
-step replayed as one CUDA graph; this loop serves the CPU, sampling, and what the graph decoder does not run.
+Contract: `decode(steps, input_ids, max_new, stop_ids, timer, auto)` takes prompt ids [1, P] and returns a
+`Generation` of at most `max_new` new ids, ending after the first id in `stop_ids`. `steps` is the executor, how a
+step runs (`Steps`): `EagerAR` / `EagerSpec` here, eager torch calls over transformers' caches (`generate_ar` /
+`generate_spec` build them); remote.decoding.graph's, the same step functions over preallocated caches, each step
+a captured CUDA graph replayed. At temperature 0 every method emits AR's greedy tokens (in exact arithmetic), at
+temperature > 0 samples of the target's distribution: a step keeps the target's own token at every node (`accept`),
+drafts are never sampled. A speculative step reads the device once (its tokens and `StepStats`), AR once a token.
 """
 from __future__ import annotations
 
+from collections import deque
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import torch
 from torch.nn import functional as F
@@ -37,6 +23,7 @@ from ..kernels import step_stats
 from ..models.compat import cache_kwarg, input_device, make_cache, output_device
 from ..models.drafter import DFlashDrafter, DrafterCache
 from ..models.target import Target
+from ..spec import Method
 from ..timing import PhaseTimer
 from ..tree import Ancestry
 from .auto_budget import AutoBudget
@@ -102,36 +89,6 @@ class Generation:
 def to_host(t: torch.Tensor) -> list[int]:
     """The one device->host read of a decoding step (tests count the calls)."""
     return t.tolist()
-
-
-@torch.inference_mode()
-def generate_ar(model, input_ids: torch.Tensor, max_new: int, temperature: float, generator, stop_ids: set[int],
-                timer: PhaseTimer) -> Generation:
-    """Plain KV-cached decoding: one target forward per token."""
-    cache, kw = make_cache(model), cache_kwarg(model)
-    dev, n = input_device(model), input_ids.shape[1]
-    gen = Generation(prompt_len=n)
-    with timer.phase("ttft"):
-        out = model(input_ids=input_ids.to(dev), use_cache=True, logits_to_keep=1, **{kw: cache})
-        token = sample(out.logits[0, -1:].float(), temperature, generator)              # [1]
-        done = gen.extend(to_host(token), max_new, stop_ids)
-    position = torch.full((1, 1), n, dtype=torch.long, device=dev)                      # of `token`, kept on device
-    with timer.phase("decode") as span:
-        unread = unread_at = None  # the last sampled token, not yet read: read after the next forward is queued
-        while not done:
-            queued = queued_at = None
-            if len(gen.tokens) + (unread is not None) < max_new:        # a token is still wanted after `unread`
-                out = model(input_ids=token.view(1, 1).to(dev), position_ids=position, use_cache=True,
-                            **{kw: cache})
-                position = position + 1
-                token = queued = sample(out.logits[0, -1:].float(), temperature, generator)
-                queued_at = timer.mark()
-            if unread is not None:
-                # If `unread` is a stop id, the queued forward was wasted (one per generation): not decode time.
-                done = gen.extend(to_host(unread), max_new, stop_ids)
-                span.end = unread_at if done else None
-            unread, unread_at = queued, queued_at
-    return gen
 
 
 def draft(drafter: DFlashDrafter, model, cache: DrafterCache, context: torch.Tensor, root: torch.Tensor | int,
@@ -243,39 +200,172 @@ def walk(tree: Ancestry, nodes: torch.Tensor, samples: torch.Tensor,
                     nodes=accepted_nodes(host, tokens))
 
 
+class Step(NamedTuple):
+    """A step as the host reads it."""
+    tokens: list[int]                 # AR: the token; speculative: the accepted drafted tokens, then the bonus token
+    stats: StepStats | None = None    # speculative: the step's tree facts
+    predicted: list[int] = []         # tree_budget=auto: its tree's `expected`, one per bucket
+    nodes: list[int] = []             # speculative: the accepted nodes' verify indices below the root
+    mark: object = None               # a timer mark of when its tokens were there to read; None: when read
+
+
+class Steps(Protocol):
+    """An executor: how a generation's steps run. Built for one generation; `decode` calls `prefill` once, then
+    `launch` and `hold` per step, `read` per step in launch order."""
+    method: Method
+    budget: int     # the step's node budget without tree_budget=auto (AR, DFlash: unused)
+    height: int     # most tokens a step emits
+    ahead: int      # most steps launched and not yet read
+
+    def prefill(self, input_ids: torch.Tensor) -> list[int]:
+        """Run the prompt [1, P]; its next token, read."""
+
+    def launch(self, budget: int, timer: PhaseTimer) -> object:
+        """One step's device work (what tree_budget=auto times), a tree of `budget` nodes where the method builds
+        one; what `hold` gets."""
+
+    def hold(self, launched: object, timer: PhaseTimer) -> object:
+        """What the loop keeps of a launched step until `read` (a captured step's output is copied out here)."""
+
+    def read(self, held: object) -> Step:
+        """The step's one device->host read."""
+
+
 @torch.inference_mode()
-def generate_spec(target: Target, drafter: DFlashDrafter, model, input_ids: torch.Tensor, max_new: int,
-                  temperature: float, generator, stop_ids: set[int], timer: PhaseTimer, method: str,
-                  budget: int, auto: AutoBudget | None = None) -> Generation:
-    """`dflash` (chain) or `ddtree` (tree of <= `budget` nodes, or with `auto` a budget chosen per step by it)
-    speculative decoding through `target`."""
+def decode(steps: Steps, input_ids: torch.Tensor, max_new: int, stop_ids: set[int], timer: PhaseTimer,
+           auto: AutoBudget | None = None) -> Generation:
+    """Prefill, then steps until `max_new` tokens or a stop id; with `auto`, each step's budget is its choice."""
     gen = Generation(prompt_len=input_ids.shape[1])
     with timer.phase("ttft"):
-        verified = target.prefill(input_ids)
-        root = sample(verified.logits[-1:], temperature, generator)                         # [1]
-        done = gen.extend(to_host(root), max_new, stop_ids)
-    context, cache = verified.features[None].to(output_device(model)), drafter.new_cache()   # [1, P, F]
-    with timer.phase("decode"):
+        done = gen.extend(steps.prefill(input_ids), max_new, stop_ids)
+    queued: deque = deque()     # (budget, auto's span, held) per step launched and not read, oldest first
+    seen = None                 # auto: the step read last, observed once the next one is launched
+    with timer.phase("decode") as span:
         while not done:
-            size = auto.pick() if auto else budget
-            with auto.timing(size) if auto else nullcontext() as launch:
-                with timer.phase("draft"):
-                    logits = draft(drafter, model, cache, context, root, target.length)
-                with timer.phase("tree_build"):
-                    tree = best_first_tree(logits, size, tuple(auto.sizes) if auto else ()) \
-                        if method == "ddtree" else argmax_chain(logits)
-                    ancestry = tree.ancestry()
-                with timer.phase("verify"):
-                    nodes = torch.cat([root.to(tree.tokens.device), tree.tokens])                 # [N]
-                    verified = target.verify(nodes, ancestry)
-                    samples = sample(verified.logits, temperature, generator).to(nodes.device)   # [N]
-                with timer.phase("commit"):
-                    step = walk(ancestry, nodes, samples, logits, tree.expected)
-                    target.commit(step.path)
-                    path = step.path.to(verified.features.device)
-                    context = verified.features.index_select(0, path)[None].to(output_device(model))  # [1, L, F]
-                    root = step.bonus
-            done = gen.extend_step(step.tokens, max_new, stop_ids, step.stats)
-            if auto:
-                gen.chose(auto, size, step.extra, step.nodes, gen.committed[-1], launch)
+            # Up to `ahead` steps are launched before the oldest is read, so that the device works through the
+            # host's read and bookkeeping (a step's inputs are all on the device); none that max_new rules out.
+            while len(queued) < steps.ahead and len(gen.tokens) + steps.height * len(queued) < max_new:
+                queued.append(_launch(steps, auto, timer))
+            if seen:
+                gen.chose(auto, *seen)
+            budget, launched, held = queued.popleft()
+            step = steps.read(held)
+            if steps.method.uses_drafter:
+                done = gen.extend_step(step.tokens, max_new, stop_ids, step.stats)
+            else:
+                done = gen.extend(step.tokens, max_new, stop_ids)
+            # a step launched before a stop token was read runs out unread: not decode time
+            span.end = step.mark if done else None
+            seen = (budget, step.predicted, step.nodes, gen.committed[-1], launched) if auto else None
+            if seen and steps.ahead == 1:       # no step launched ahead to overlap with: observed at once
+                gen.chose(auto, *seen)
+                seen = None
+    if seen:
+        gen.chose(auto, *seen)
     return gen
+
+
+def _launch(steps: Steps, auto: AutoBudget | None, timer: PhaseTimer) -> tuple:
+    """One step launched, at tree_budget=auto's pick of budget and timed by it."""
+    budget = auto.pick() if auto else steps.budget
+    with auto.timing(budget) if auto else nullcontext() as launched:
+        out = steps.launch(budget, timer)
+    return budget, launched, steps.hold(out, timer)
+
+
+class EagerAR:
+    """AR through the model's own forward and transformers' cache. A token is read one step late, once the next
+    forward is queued: the stop check then costs the device no wait."""
+    method, budget, height, ahead = Method.AR, 0, 1, 2
+
+    def __init__(self, model, temperature: float, generator):
+        self.model, self.temperature, self.generator = model, temperature, generator
+        self.cache, self.kw, self.device = make_cache(model), cache_kwarg(model), input_device(model)
+
+    def prefill(self, input_ids: torch.Tensor) -> list[int]:
+        out = self.model(input_ids=input_ids.to(self.device), use_cache=True, logits_to_keep=1,
+                         **{self.kw: self.cache})
+        self.token = sample(out.logits[0, -1:].float(), self.temperature, self.generator)          # [1]
+        self.position = torch.full((1, 1), input_ids.shape[1], dtype=torch.long, device=self.device)  # of `token`
+        return to_host(self.token)
+
+    def launch(self, budget: int, timer: PhaseTimer) -> torch.Tensor:
+        out = self.model(input_ids=self.token.view(1, 1).to(self.device), position_ids=self.position, use_cache=True,
+                         **{self.kw: self.cache})
+        self.position = self.position + 1
+        self.token = sample(out.logits[0, -1:].float(), self.temperature, self.generator)          # [1]
+        return self.token
+
+    def hold(self, launched: torch.Tensor, timer: PhaseTimer) -> tuple[torch.Tensor, object]:
+        return launched, timer.mark()
+
+    def read(self, held: tuple[torch.Tensor, object]) -> Step:
+        token, mark = held
+        return Step(to_host(token), mark=mark)
+
+
+class EagerSpec:
+    """DFlash or DDTree through a `Target` (remote.models.target), pure-attention or hybrid alike. A step reads its
+    tokens before its commit (the target crops its cache to the host's length), so none is launched ahead.
+
+        draft   : drafter block [root, MASK x (B-1)] -> per-position logits [B-1, V]
+        build   : dflash -> argmax chain of B-1 nodes; ddtree -> best-first tree of <= budget nodes
+        verify  : one target forward over [root] + nodes -> logits [N, V], features [N, F]
+        walk    : acceptance (`accept`), the step's one read
+        commit  : keep the accepted path's KV; its features become the drafter's next context
+    """
+    ahead = 1
+
+    def __init__(self, target: Target, drafter: DFlashDrafter, model, method: Method, budget: int,
+                 temperature: float, generator, sizes: tuple[int, ...] = ()):
+        self.target, self.drafter, self.model = target, drafter, model
+        self.method, self.budget, self.sizes = method, budget, sizes       # sizes: tree_budget=auto's buckets
+        self.temperature, self.generator = temperature, generator
+        self.height, self.cache = drafter.block_size, drafter.new_cache()
+
+    def prefill(self, input_ids: torch.Tensor) -> list[int]:
+        verified = self.target.prefill(input_ids)
+        self.root = sample(verified.logits[-1:], self.temperature, self.generator)                   # [1]
+        tokens = to_host(self.root)
+        self.context = verified.features[None].to(output_device(self.model))                          # [1, P, F]
+        return tokens
+
+    def launch(self, budget: int, timer: PhaseTimer) -> Accepted:
+        with timer.phase("draft"):
+            logits = draft(self.drafter, self.model, self.cache, self.context, self.root, self.target.length)
+        with timer.phase("tree_build"):
+            tree = best_first_tree(logits, budget, self.sizes) if self.method.builds_tree else argmax_chain(logits)
+            ancestry = tree.ancestry()
+        with timer.phase("verify"):
+            nodes = torch.cat([self.root.to(tree.tokens.device), tree.tokens])                        # [N]
+            verified = self.target.verify(nodes, ancestry)
+            samples = sample(verified.logits, self.temperature, self.generator).to(nodes.device)      # [N]
+        with timer.phase("commit"):
+            step = walk(ancestry, nodes, samples, logits, tree.expected)
+            self.target.commit(step.path)
+            path = step.path.to(verified.features.device)
+            self.context = verified.features.index_select(0, path)[None].to(output_device(self.model))  # [1, L, F]
+            self.root = step.bonus
+        return step
+
+    def hold(self, launched: Accepted, timer: PhaseTimer) -> Accepted:
+        return launched
+
+    def read(self, held: Accepted) -> Step:
+        return Step(held.tokens, held.stats, held.extra, held.nodes)
+
+
+def generate_ar(model, input_ids: torch.Tensor, max_new: int, temperature: float, generator, stop_ids: set[int],
+                timer: PhaseTimer) -> Generation:
+    """Plain KV-cached decoding, eagerly: one target forward per token."""
+    return decode(EagerAR(model, temperature, generator), input_ids, max_new, stop_ids, timer)
+
+
+def generate_spec(target: Target, drafter: DFlashDrafter, model, input_ids: torch.Tensor, max_new: int,
+                  temperature: float, generator, stop_ids: set[int], timer: PhaseTimer, method: Method | str,
+                  budget: int, auto: AutoBudget | None = None) -> Generation:
+    """`dflash` (chain) or `ddtree` (tree of <= `budget` nodes, or with `auto` a budget chosen per step by it)
+    speculative decoding through `target`, eagerly."""
+    steps = EagerSpec(target, drafter, model, Method.parse(method), budget, temperature, generator,
+                      tuple(auto.sizes) if auto else ())
+    return decode(steps, input_ids, max_new, stop_ids, timer, auto)

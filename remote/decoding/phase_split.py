@@ -31,17 +31,17 @@ from statistics import median
 
 import torch
 
+from ..spec import Method
 from ..timing import PHASES
 from .graph import GraphDecoder
 
 
 @contextmanager
-def measured_state(decoder: GraphDecoder, method: str, budget: int):
+def measured_state(decoder: GraphDecoder, method: Method, budget: int):
     """The committed state the measured step starts from, inside the reserved caches (see the module docstring);
     yields `restore()`, which puts that state back (before each replay). On exit the decoder's own committed
     state is back (cache rows from the measured length on were overwritten, as scratch)."""
-    state = (decoder.start, decoder.root, decoder.count, decoder.context_rows) + (
-        (decoder.context,) if decoder.drafter is not None else ())
+    state = decoder.state.committed()
 
     def put(kept) -> None:
         for live, value in zip(state, kept):
@@ -51,7 +51,7 @@ def measured_state(decoder: GraphDecoder, method: str, budget: int):
     # inference mode may update in place (`restore`)
     with torch.inference_mode():
         own = [t.clone() for t in state]
-        decoder.start.fill_(_room(decoder, method, budget))
+        decoder.state.start.fill_(_room(decoder, method, budget))
         saved = [t.clone() for t in state]
         try:
             yield lambda: put(saved)
@@ -59,18 +59,19 @@ def measured_state(decoder: GraphDecoder, method: str, budget: int):
             put(own)
 
 
-def _room(decoder: GraphDecoder, method: str, budget: int) -> int:
+def _room(decoder: GraphDecoder, method: Method, budget: int) -> int:
     """The committed length to measure from: the decoder's, or the last one at which every row one step indexes is
     reserved (target rows start .. start + width - 1; the drafter's context rows start - context_rows .. + block -
     1; AR's `history[count]`). Host values only, read before any kernel of the step runs."""
-    start, width = int(decoder.start), decoder._width(method, budget)
+    state = decoder.state
+    start, width = int(state.start), decoder._width(method, budget)
     last, first = decoder.capacity - width, 0
-    if method == "ar":
-        if not 0 <= int(decoder.count) < decoder.capacity:
-            raise ValueError(f"phase split: AR count {int(decoder.count)} is outside the {decoder.capacity} "
+    if not method.uses_drafter:
+        if not 0 <= int(state.count) < decoder.capacity:
+            raise ValueError(f"phase split: AR count {int(state.count)} is outside the {decoder.capacity} "
                              f"reserved history rows")
     else:
-        rows, block = int(decoder.context_rows), decoder.drafter.block_size
+        rows, block = int(state.context_rows), decoder.drafter.block_size
         if not 0 <= rows <= block:
             raise ValueError(f"phase split: context_rows {rows} is outside 0..{block} (the drafter's block)")
         first, last = rows, min(last, decoder.context_capacity - block + rows)
@@ -81,29 +82,31 @@ def _room(decoder: GraphDecoder, method: str, budget: int) -> int:
     return min(max(start, first), last)
 
 
-def prefix_steps(decoder: GraphDecoder, method: str, budget: int):
+def prefix_steps(decoder: GraphDecoder, method: Method, budget: int):
     """(phase, step) per phase, in step order: `step()` runs the step's prefix up to and including that phase."""
-    if method == "ar":
+    if not method.uses_drafter:
         return [("forward", lambda: decoder._ar_step())]
-    return [(phase, lambda until=until: decoder._spec_step(decoder.context, decoder.context_rows, method, budget,
-                                                           until=until))
+    state = decoder.state
+    return [(phase, lambda until=until: decoder._spec_step(state.context, state.context_rows, method.builds_tree,
+                                                           budget, until=until))
             for phase, until in zip(PHASES, PHASES[:-1] + (None,))]
 
 
-def _prefix_graphs(decoder: GraphDecoder, method: str, budget: int):
+def _prefix_graphs(decoder: GraphDecoder, method: Method | str, budget: int):
     """Yields (phase, restore, graph) per phase, in step order: the graph of the step's prefix up to and including
     that phase, captured from the measured state, which `restore()` puts back (before each replay)."""
+    method = Method.parse(method)
     with measured_state(decoder, method, budget) as restore:
         for phase, fn in prefix_steps(decoder, method, budget):
             with decoder.kernels():
-                decoder._warm_up(fn)
+                decoder.replays.warm_up(fn)
                 restore()
-                graph, _ = decoder._capture(fn)
+                graph, _ = decoder.replays.capture(fn)
             yield phase, restore, graph
             del graph
 
 
-def split_step(decoder: GraphDecoder, method: str, budget: int, repeats: int = 20) -> dict[str, float]:
+def split_step(decoder: GraphDecoder, method: Method | str, budget: int, repeats: int = 20) -> dict[str, float]:
     phases, cumulative = [], []
     for phase, restore, graph in _prefix_graphs(decoder, method, budget):
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
@@ -120,7 +123,7 @@ def split_step(decoder: GraphDecoder, method: str, budget: int, repeats: int = 2
     return {f"{phase}_ms": max(0.0, total - prior) for phase, total, prior in zip(phases, cumulative, before)}
 
 
-def split_kernels(decoder: GraphDecoder, method: str, budget: int, repeats: int = 10) -> dict[str, list]:
+def split_kernels(decoder: GraphDecoder, method: Method | str, budget: int, repeats: int = 10) -> dict[str, list]:
     """Which kernels each phase of a replayed step runs: {phase: [(kernel, us per step, launches per step)]},
     slowest first, from torch.profiler over `repeats` replays of each prefix graph (a kernel's share of a phase is
     its time in the prefix minus its time in the previous prefix)."""
