@@ -352,8 +352,8 @@ def graphed_split(run: Run, method: Method, warn, budget: int) -> dict[str, floa
         return {}
 
 
-def _run(spec: RunSpec, files: RunFiles, events: EventWriter) -> dict:
-    started = time.time()
+def _load(spec: RunSpec, events: EventWriter, started: float) -> Run:
+    """The run's models and prompts, the loading stage's events saying what is being fetched."""
     events.stage(RunnerStage.LOADING, detail=spec.model.path or "(random weights)")
     sources = (spec.model.path, spec.model.tokenizer, spec.drafter.path)
     with watching(sources, lambda line: events.stage(RunnerStage.LOADING, detail=line)) as hub:
@@ -361,30 +361,30 @@ def _run(spec: RunSpec, files: RunFiles, events: EventWriter) -> dict:
     if hub is not None and hub.downloaded:
         print(f"hub: downloaded {gigabytes(hub.downloaded)} for {hub.label}; loading took {time.time() - started:.0f} s",
               file=sys.stderr, flush=True)
-    d = spec.decoding
-    env = environment(r)
-    events.emit("start", run_id=spec.run_id, method=d.method, num_prompts=len(r.inputs), **env)
+    return r
+
+
+def _start(r: Run, events: EventWriter) -> dict:
+    """The `start` event and the warnings known before decoding; returns the run's environment."""
+    spec, env = r.spec, environment(r)
+    events.emit("start", run_id=spec.run_id, method=spec.decoding.method, num_prompts=len(r.inputs), **env)
     if r.device.type == "cpu":
         events.emit("warning", message="running on CPU: timings are not representative of a GPU host")
     if (asked := spec.dataset.num_prompts) is not None and len(r.inputs) < asked:
         which = os.path.basename(spec.dataset.path or spec.dataset.name)   # its file: `jsonl` names a format
         events.emit("warning", message=f"dataset {which} has only {len(r.inputs)} prompts: running {len(r.inputs)} "
                                        f"of num_prompts={asked} (the run's num_prompts metric says how many ran)")
-    methods = d.methods
-    if d.warmup:
-        events.stage(RunnerStage.WARMUP, detail=", ".join(methods))
-        warm_prompt_shapes(r)
+    return env
+
+
+def _summarise(r: Run, measured: dict[Method, Measured], events: EventWriter) -> tuple[dict, list[dict]]:
+    """The run's metrics (AR's prefixed `ar_`, the method's as they are) and its per-prompt rows."""
+    d, n = r.spec.decoding, len(r.inputs)
     metrics: dict[str, float] = {}
     per_prompt: list[dict] = []
-    with open(files.outputs, "w", encoding="utf-8") as outputs:
-        measured = run_methods(r, methods, events, outputs)     # method=ar: one AR pass serves as both
-    if r.decode_path != env["decode_path"]:
-        events.emit("warning", message=f"decode path changed during the run: {r.decode_path}")
-        env = environment(r)
-    n = len(r.inputs)
     for method, got in measured.items():
         depth = (r.drafter.block_size - 1) if method.uses_drafter else 0
-        method_metrics = aggregate(got.gens, got.peak, depth, spec.seed, d.repeats)
+        method_metrics = aggregate(got.gens, got.peak, depth, r.spec.seed, d.repeats)
         method_metrics.update(step_figures(r, method, got.gens,
                                            lambda message: events.emit("warning", message=message)))
         method_metrics["warmup_s"] = got.warmup_s
@@ -394,13 +394,38 @@ def _run(spec: RunSpec, files: RunFiles, events: EventWriter) -> dict:
             metrics.update({f"ar_{k}": v for k, v in method_metrics.items()})
         if method is r.method:
             metrics.update(method_metrics)
-    if r.method.uses_drafter and Method.AR in measured:
-        gens, ar_gens = measured[r.method].gens, measured[Method.AR].gens
-        metrics.update(versus_ar(gens, ar_gens, spec.seed, d.repeats))
-        if d.temperature == 0:
-            metrics.update(compare(gens, ar_gens))
-            if spec.model.dtype == "float32":
-                report_lossless_failures(d.method, gens, ar_gens, events, d.repeats)
+    return metrics, per_prompt
+
+
+def _versus_ar(r: Run, measured: dict[Method, Measured], events: EventWriter) -> dict[str, float]:
+    """The method against AR where both ran; in float32 at temperature 0 a token that differs is reported."""
+    spec, d = r.spec, r.spec.decoding
+    if not (r.method.uses_drafter and Method.AR in measured):
+        return {}
+    gens, ar_gens = measured[r.method].gens, measured[Method.AR].gens
+    metrics = versus_ar(gens, ar_gens, spec.seed, d.repeats)
+    if d.temperature == 0:
+        metrics.update(compare(gens, ar_gens))
+        if spec.model.dtype == "float32":
+            report_lossless_failures(d.method, gens, ar_gens, events, d.repeats)
+    return metrics
+
+
+def _run(spec: RunSpec, files: RunFiles, events: EventWriter) -> dict:
+    started = time.time()
+    r = _load(spec, events, started)
+    d, env = spec.decoding, _start(r, events)
+    methods = d.methods
+    if d.warmup:
+        events.stage(RunnerStage.WARMUP, detail=", ".join(methods))
+        warm_prompt_shapes(r)
+    with open(files.outputs, "w", encoding="utf-8") as outputs:
+        measured = run_methods(r, methods, events, outputs)     # method=ar: one AR pass serves as both
+    if r.decode_path != env["decode_path"]:
+        events.emit("warning", message=f"decode path changed during the run: {r.decode_path}")
+        env = environment(r)
+    metrics, per_prompt = _summarise(r, measured, events)
+    metrics.update(_versus_ar(r, measured, events))
     paths = {method: got.path.as_dict() for method, got in measured.items()}
     fairness = verdict(paths, d.method)
     if fairness and fairness != "ok":
