@@ -1,11 +1,5 @@
 """The greedy token of every row of a step's logits in one or two Triton launches (CUDA).
 
-Why: PyTorch's argmax reduction serves a verify's few rows badly: 15.4 us for the demo target's 32 x 4096 float32
-logits inside a CUDA graph on an H200 (3.7 us for AR's one row), 17.1 us at Qwen's vocabulary for 33 rows (session
-25's profiles of demo-qwen3 and Qwen3.6-27B widths). Here program (row, chunk) reduces its chunk of a row and, where a
-row is one chunk (the demo's 4096), writes the token itself; longer rows (Qwen's 151936: 38 chunks) leave each
-chunk's best for one program a row to merge. The demo's 32 rows then take 2.0 us (session 26).
-
 Contract: `argmax_rows(logits)` equals `logits.argmax(dim=-1)` ([N, V] of any float dtype -> [N] long): the first
 index of the row's maximum, a NaN counting as above every number (the first NaN wins, as in torch). The kernels
 compare in float32, which every bf16 / fp16 value is exactly. Off CUDA, under torch.compile (inductor fuses its own)
@@ -24,6 +18,12 @@ try:
 except ImportError:          # CPU-only installs: torch's argmax
     triton = None
 
+# Why: PyTorch's argmax reduction serves a verify's few rows badly: 15.4 us for the demo target's 32 x 4096 float32
+# logits inside a CUDA graph (3.7 us for AR's one row), 17.1 us at Qwen's vocabulary for 33 rows (one H200,
+# 2026-12-04, `gpu_suite.sh q3_kernels q27b_kernels`). Here program (row, chunk) reduces its chunk of a row and, where a
+# row is one chunk (the demo's 4096), writes the token itself; longer rows (Qwen's 151936: 38 chunks) leave each
+# chunk's best for one program a row to merge. The demo's 32 rows then take 2.0 us (the same day, `python3
+# bench/bench_methods.py $Q3 --num-prompts 4 --budgets 31 --phase-kernels`).
 CHUNK = 4096      # entries a program reduces
 
 

@@ -1,22 +1,5 @@
 """Attention of a decoding step's few queries over a static cache, with an explicit mask, as one Triton kernel.
 
-Why: a captured step attends with a per-step mask (the committed rows, and inside a tree each node's ancestors).
-cuDNN's masked SDPA took 24 us a layer for a 129-node verify and 9 us for one AR query on the demo target (H200,
-remote.decoding.phase_split, session 8), and the code around it copies the mask once per layer (the query heads
-sharing a K/V head stacked), the queries (stacking) and the output (back to [Q, heads]): three more kernels a layer.
-Here one program per (K/V head, block of stacked queries) reads the queries, the K/V rows and the mask where they lie
-and writes the output in the layout the caller needs; an online softmax over blocks of K/V rows, skipping the blocks
-no query of the program sees (a static cache's rows past the step: their cost is then a mask read, not K/V reads,
-so a cache reserved for a larger budget, as tree_budget=auto's is, costs a smaller step little). Measured in the
-demo's replayed steps: 6.8 us a layer for AR, 10.8 / 15.8 for 33 / 129 tree nodes (session 8, call 3). With few
-programs (an AR query: one a K/V head) each walked every block of a reserved cache in turn (9.7 us a layer for the
-demo's AR, session 25), so the rows are now split across programs (`_splits`, about SPREAD programs a launch) and a
-second kernel merges the splits' partial softmaxes: at the demo's widths, 1 / 32 / 64 queries over 320 rows 10.6 /
-11.0 / 11.1 -> 6.8 / 7.1 / 8.1 us, over 1024 rows 30.8 / 29.7 / 31.5 -> 11.6 / 10.0 / 12.3 (cuDNN: 19.5-24; H200,
-bench/bench_kernels.py, session 26). The drafter attends through it too, over its static cache with the
-block's rows in it (remote.models.static_cache.StaticDrafterKV; session 8's try, on the concatenated cache, had cost
-inductor more fusions than it saved).
-
 Contract: `attention(q, k, v, mask, scale)`: q [1, Hq, Q, D] (any strides), k / v [1, Hkv, K, D], Hq a multiple
 of Hkv, mask [Q or 1, K] bool (True = may attend) or additive float -> [1, Q, Hq, D] contiguous, q's dtype; every
 query must see at least one row. float32 inputs multiply in full precision (no TF32). `available(q)` says whether
@@ -36,6 +19,24 @@ try:
 except ImportError:          # CPU-only installs: SDPA only
     triton = None
 
+# Why: a captured step attends with a per-step mask (the committed rows, and inside a tree each node's ancestors).
+# cuDNN's masked SDPA took 24 us a layer for a 129-node verify and 9 us for one AR query on the demo target, and the
+# code around it copies the mask once per layer (the query heads sharing a K/V head stacked), the queries (stacking)
+# and the output (back to [Q, heads]): three more kernels a layer. Here one program per (K/V head, block of stacked
+# queries) reads the queries, the K/V rows and the mask where they lie and writes the output in the layout the
+# caller needs; an online softmax over blocks of K/V rows, skipping the blocks no query of the program sees (a static
+# cache's rows past the step: their cost is then a mask read, not K/V reads, so a cache reserved for a larger budget,
+# as tree_budget=auto's is, costs a smaller step little): 6.8 us a layer for AR, 10.8 / 15.8 for 33 / 129 tree nodes
+# (the demo's replayed steps, one H200, 2026-11-30, `python3 bench/bench_methods.py $Q3 --temperatures 0
+# --num-prompts 6 --max-new-tokens 128 --budgets 32,64 --ar-again --stock-generate`, its phase split). With few
+# programs (an AR query: one a K/V head) each walked every block of a reserved cache in turn (9.7 us a layer for the
+# demo's AR; one H200, 2026-12-04, `gpu_suite.sh q3_kernels`), so the rows are now split across programs (`_splits`,
+# about SPREAD programs a launch) and a second kernel merges the splits' partial softmaxes: at the demo's widths, 1 /
+# 32 / 64 queries over 320 rows 10.6 / 11.0 / 11.1 -> 6.8 / 7.1 / 8.1 us, over 1024 rows 30.8 / 29.7 / 31.5 -> 11.6
+# / 10.0 / 12.3 (cuDNN: 19.5-24; one H200, 2026-12-04, `python3 bench/bench_kernels.py --preset demo-qwen3 --caps
+# 320,1024 --queries 1,16,32,64 --kinds attention`). The drafter attends through it too, over its static cache with
+# the block's rows in it (remote.models.static_cache.StaticDrafterKV; tried on the concatenated cache on 2026-11-30,
+# it had cost inductor more fusions than it saved).
 BLOCK_M = 16     # stacked query rows a program holds (tl.dot's smallest M)
 BLOCK_N = 64     # K/V rows per iteration
 SPREAD = 64      # programs a launch aims at: the K/V rows are split when heads x query blocks are fewer

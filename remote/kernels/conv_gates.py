@@ -1,16 +1,6 @@
 """A GDN layer's causal conv over N windows, its activation and the gates, in one Triton launch (CUDA): what
 remote.models.gdn.conv_gates computes in torch ops, which torch.compile turns into three kernels a layer.
 
-Why: torch.compile makes this three kernels a layer (the conv, g, beta: ~1.5 + 1.2 + 1.0 us at the demo's 16-node
-verify on an H200, each also a gap in the captured step), and a compile for a second shape is a dynamic one whose
-tiling served later captures at 6.7 us a layer (grid [1, 3]: three CTAs for 768 channels x 16 nodes; bench_methods
---timeline, session 31; remote.kernels.glue compiles with dynamic=None). Here program (node, channel block) sums its
-block of the node's windows, and one more program per node computes the gates, whatever the shapes compiled before.
-Measured (bench/bench_kernels.py --kinds conv, H200, docs/PERFORMANCE.md session 34): 1.6 / 2.2 / 2.7 / 3.5 us at
-1 / 16 / 32 / 64 windows at the demo's widths against the compiled ops' 3.5 / 4.0 / 7.7 / 5.7; at Qwen3.6-27B widths
-2.2 / 3.6 / 8.0 us against 6.1 / 12.8 / 13.2 up to 32 windows, but 16.6 against 10.5 at 64 (likely its loads:
-a program's channels are rows of the bank, strided): MAX_WINDOWS keeps the wide verifies on the compiled ops.
-
 Contract: `conv_gates(bank, index, weight, bias, b, a, a_log, dt_bias, shape, activation)` returns what
 remote.models.gdn.conv_gates returns (q, k [1, N, HV, Dk] repeated to the value heads, v [1, N, HV, Dv] in bank's
 dtype; g [1, N, HV] float32; beta [1, N, HV] in b's dtype), as contiguous tensors: bank [C, M] (unit column stride),
@@ -32,6 +22,15 @@ try:
 except ImportError:          # CPU-only installs: the torch ops
     triton = None
 
+# Why: torch.compile makes this three kernels a layer (the conv, g, beta: ~1.5 + 1.2 + 1.0 us at the demo's 16-node
+# verify, each also a gap in the captured step), and a compile for a second shape is a dynamic one whose tiling served
+# later captures at 6.7 us a layer (grid [1, 3]: three CTAs for 768 channels x 16 nodes; one H200, 2026-12-04,
+# `python3 bench/bench_methods.py $Q35 --temperatures 0 --num-prompts 6 --budgets 15,31 --timeline DIR`). Here
+# program (node, channel block) sums its block of the node's windows, and one more program per node computes the
+# gates, whatever the shapes compiled before: 1.6 / 2.2 / 2.7 / 3.5 us at 1 / 16 / 32 / 64 windows at the demo's
+# widths against the compiled ops' 3.5 / 4.0 / 7.7 / 5.7; at Qwen3.6-27B widths 2.2 / 3.6 / 8.0 us against 6.1 /
+# 12.8 / 13.2 up to 32 windows, but 16.6 against 10.5 at 64 (likely its loads: a program's channels are rows of the
+# bank, strided); one H200, 2026-12-05, `python3 bench/bench_kernels.py --kinds conv [--gdn-preset qwen3.6-27b]`.
 ENABLED = True
 MAX_WINDOWS = 33    # measured faster up to 32 (both widths) and slower at 64 (27B widths); 33: a budget-32 verify
 BLOCK_C = 256       # channels a program sums

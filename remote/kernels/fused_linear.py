@@ -1,23 +1,12 @@
 """Projections that read the same input (q/k/v, gate/up, a GDN layer's in_proj_*) as one GEMM in captured steps.
 
-Why: at decode sizes (1 to 65 rows) a projection is a read of its weight, and a small weight reads slower than a
-large one. At Qwen3-8B widths the separate q/k/v GEMVs read 2240 GB/s where the MLP's read 3762 and lm_head 4389
-(bench/bench_profile.py, H200, session 14); each is also one more launch a layer, which on the demo targets is
-most of a projection's time.
-
-How: `fuse(model)` concatenates each group's weights (and biases) into one tensor and makes every member's
+Contract: `fuse(model)` concatenates each group's weights (and biases) into one tensor and makes every member's
 weight a view of its rows, so memory is unchanged and every other caller (prefill, the eager loop, stock
-`generate`) reads the same values. Inside `grouped(model)` a member's forward runs the whole group's GEMM once
-for an input and hands the other members their slices when they are called with that same input tensor; called
-with another input, a member computes its own. So the modules' own forwards (transformers' attention and MLP,
-remote.models.gdn's projections) need no change, whatever order they call the members in. Every GEMM there, the
-groups' and every other plain `nn.Linear`'s of the model, goes through remote.kernels.gemv, which takes an AR
-step's one-row products and a verify's few-row ones where it streams the weight faster than cuBLAS.
-
-Contract: a group is fused only where its members are plain `nn.Linear` of one dtype and device with the same
-input size (a member without a bias gets zeros in the group's). Outputs equal the members' own up to GEMM rounding
-(another blocking of the same dot products). `fuse` is idempotent and re-fuses a group whose weights were replaced
-(a `.to()`, a reload). `concatenate` is the weight side alone (the drafter's projections use it directly).
+`generate`) reads the same values. A group is fused only where its members are plain `nn.Linear` of one dtype and
+device with the same input size (a member without a bias gets zeros in the group's); `fuse` is idempotent and
+re-fuses a group whose weights were replaced (a `.to()`, a reload). Inside `grouped(model)` outputs equal the
+members' own up to GEMM rounding (another blocking of the same dot products). `concatenate` is the weight side
+alone (the drafter's projections use it directly).
 """
 from __future__ import annotations
 
@@ -31,6 +20,10 @@ from torch import nn
 
 from . import gemv
 
+# Why: at decode sizes (1 to 65 rows) a projection is a read of its weight, and a small weight reads slower than a
+# large one. At Qwen3-8B widths the separate q/k/v GEMVs read 2240 GB/s where the MLP's read 3762 and lm_head 4389
+# (one H200, 2026-12-01, bench/bench_profile.py: `gpu_suite.sh profile_8b`); each is also one more launch a layer,
+# which on the demo targets is most of a projection's time.
 GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"),
           ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a"), ("in_proj_qkvz", "in_proj_ba"))
 
@@ -116,8 +109,13 @@ def _single_forward(self, x: torch.Tensor) -> torch.Tensor:
 
 @contextlib.contextmanager
 def grouped(model: nn.Module):
-    """Inside, each fused group of `model` runs as one GEMM per input (see the module docstring). Yields the
-    number of groups."""
+    """Inside, each fused group of `model` runs as one GEMM per input. Yields the number of groups."""
+    # A member's forward runs the whole group's GEMM once for an input and hands the other members their slices when
+    # they are called with that same input tensor; called with another input, a member computes its own. So the
+    # modules' own forwards (transformers' attention and MLP, remote.models.gdn's projections) need no change,
+    # whatever order they call the members in. Every GEMM here, the groups' and every other plain `nn.Linear`'s, goes
+    # through remote.kernels.gemv, which takes an AR step's one-row products and a verify's few-row ones where it
+    # streams the weight faster than cuBLAS.
     # a member whose forward is already wrapped (accelerate's device hooks set an instance `forward`) keeps it
     fused = fuse(model)
     groups = [g for g in fused if not any("forward" in vars(m) for m in g.members)]

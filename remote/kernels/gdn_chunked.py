@@ -1,28 +1,6 @@
 """The gated delta rule over a token tree in the chunked form, as two Triton kernels (CUDA): every node's output
 from its parent's recurrent state in one launch per GDN layer, and, at commit, the state after any one node.
 
-The form: unrolled along a root-to-node path, the delta rule's state after node t is
-    S_t = g_t S_0 + sum_{j on the path to t} (g_t / g_j) k_j u_j^T,
-    u_t = beta_t (v_t - g_t S_0^T k_t - sum_{j strictly above t} (g_t / g_j) (k_j . k_t) u_j)
-with g_t the decay accumulated down the path (exp of the summed log gates) and u_t a node's own correction, which
-depends only on the node's own path. So every node of a tree is one row of the chunked form (fla's
-`chunk_gated_delta_rule`) with the causal mask replaced by the ancestor mask: u = (I + A)^-1 b with A strictly
-"lower" in the ancestor order, outputs o = g * (Q S_0) + ((Q K^T) * decays * visible) u. A is nilpotent (A^m = 0
-past the tree height). Nodes go in blocks of BLOCK_N in tree order (parents first): a block subtracts its
-ancestors' corrections from earlier blocks (already solved), then inverts its own part of I + A as the product
-(I - A)(I + A^2)(I + A^4)... of log2(BLOCK_N) factors. Nothing of size N x state is written: commit rebuilds the
-accepted node's state from S_0, the path's keys and u (kept from the verify, [N, HV, Dv]).
-
-Where it wins (H200, bench_kernels --kinds gdn, sessions 18-19): a chain, where remote.kernels.gdn_tree's programs
-each re-run their node's whole path (N(N+1)/2 steps): a DFlash chain of 16 at Qwen3.6-27B widths took 13 us a layer
-against that kernel's 50, and the 27B DFlash step 20.6 ms against 22.2 (session 17). And trees where the state is
-wide: at 27B widths 33 / 65 nodes took 48 / 89 us on a confident drafter's deep tree against the per-node kernel's
-102 / 199, 44 / 79 on a bushy one against 60 / 115. A program walks the blocks one after another (HV x Dv / BLOCK_V
-programs in all), so the cost is nearly flat in HV and narrow layers keep the per-node kernel (at the demo's
-widths 64 nodes took 32-38 us against its 5-9): remote.kernels.gdn_paths.CHUNKED_TREES_FROM. Tried and reverted
-(session 19): the tree in three launches (the N x N products and T = (I + A)^-1 per head, then every block's rows
-in parallel): shorter serial chains, yet 15-21 us for the chain and 59-74 for 33 deep nodes.
-
 Contract:
 - `tree_recurrence(q, k, v, g, beta, state, visible, height)` -> (out [N, HV, Dv] in v's dtype, solved), from
   the inputs of the N tree nodes: q, k [N, HV, Dk] raw (l2-normalised here, q scaled by Dk^-0.5, as fla's
@@ -47,6 +25,28 @@ except ImportError:          # CPU-only installs: remote.models.gdn runs the seq
     triton = None
 
 
+# The form: unrolled along a root-to-node path, the delta rule's state after node t is
+#     S_t = g_t S_0 + sum_{j on the path to t} (g_t / g_j) k_j u_j^T,
+#     u_t = beta_t (v_t - g_t S_0^T k_t - sum_{j strictly above t} (g_t / g_j) (k_j . k_t) u_j)
+# with g_t the decay accumulated down the path (exp of the summed log gates) and u_t a node's own correction, which
+# depends only on the node's own path. So every node of a tree is one row of the chunked form (fla's
+# `chunk_gated_delta_rule`) with the causal mask replaced by the ancestor mask: u = (I + A)^-1 b with A strictly
+# "lower" in the ancestor order, outputs o = g * (Q S_0) + ((Q K^T) * decays * visible) u. A is nilpotent (A^m = 0
+# past the tree height). Nodes go in blocks of BLOCK_N in tree order (parents first): a block subtracts its
+# ancestors' corrections from earlier blocks (already solved), then inverts its own part of I + A as the product
+# (I - A)(I + A^2)(I + A^4)... of log2(BLOCK_N) factors. Nothing of size N x state is written: commit rebuilds the
+# accepted node's state from S_0, the path's keys and u (kept from the verify, [N, HV, Dv]).
+#
+# Where it wins: a chain, where remote.kernels.gdn_tree's programs each re-run their node's whole path (N(N+1)/2
+# steps): a DFlash chain of 16 at Qwen3.6-27B widths took 13 us a layer against that kernel's 50 (one H200,
+# 2026-12-03, `gpu_suite.sh gdn_27b`), and the 27B DFlash step 20.6 ms against 22.2 (the same day, `gpu_suite.sh
+# q27b`). And trees where the state is wide: at 27B widths 33 / 65 nodes took 48 / 89 us on a confident drafter's
+# deep tree against the per-node kernel's 102 / 199, 44 / 79 on a bushy one against 60 / 115 (one H200, 2026-12-03,
+# `gpu_suite.sh gdn`). A program walks the blocks one after another (HV x Dv / BLOCK_V programs in all), so the cost
+# is nearly flat in HV and narrow layers keep the per-node kernel (at the demo's widths 64 nodes took 32-38 us
+# against its 5-9): remote.kernels.gdn_paths.CHUNKED_TREES_FROM. Tried and reverted the same day (`gpu_suite.sh
+# gdn`): the tree in three launches (the N x N products and T = (I + A)^-1 per head, then every block's rows in
+# parallel): shorter serial chains, yet 15-21 us for the chain and 59-74 for 33 deep nodes.
 if triton is not None:
     @triton.jit
     def _unit_rows(ptr, rows, cols, on, row_stride, head_offset):
@@ -156,10 +156,10 @@ if triton is not None:
 # Blocking: nodes a block holds (BLOCK_N, the solve's unit), value columns a program holds (each program runs the
 # tree's small products for its columns: more blocks, more parallel programs, more repeated products) and its
 # warps (a chain of 16 at 27B widths: 4 fastest of those timed). BLOCK_V None: by width, 64 columns where that still
-# makes MIN_PROGRAMS programs, else 32. H200, session 19, us a layer, 64 against 32 columns: 48 heads of 128 (96
-# programs) 48.0 / 55.6 at 33 deep nodes, 89.1 / 105.7 at 65, a chain of 16 13.2 / 13.0; 16 heads of 128 44.4 /
-# 31.5, 89.0 / 65.6, chain 13.1 / 8.9; the demo's 4 heads of 64: chain 7.1 / 6.0. DOT: the float32 products'
-# precision ("ieee": plain float32, also the fastest there; "tf32x3": three TF32 tensor-core passes).
+# makes MIN_PROGRAMS programs, else 32. Us a layer, 64 against 32 columns: 48 heads of 128 (96 programs) 48.0 / 55.6
+# at 33 deep nodes, 89.1 / 105.7 at 65, a chain of 16 13.2 / 13.0; 16 heads of 128 44.4 / 31.5, 89.0 / 65.6, chain
+# 13.1 / 8.9; the demo's 4 heads of 64: chain 7.1 / 6.0 (one H200, 2026-12-03, `gpu_suite.sh gdn`). DOT: the float32
+# products' precision ("ieee": plain float32, also the fastest there; "tf32x3": three TF32 tensor-core passes).
 BLOCK_N = 16
 BLOCK_V = None
 MIN_PROGRAMS = 96

@@ -1,26 +1,16 @@
 """A DDTree commit's GDN install in one Triton launch (CUDA): for every layer of a device's stack
-(remote.models.gdn_stack), the accepted node's conv window gathered from the verify's bank and its kept recurrent
-state copied into the committed state.
-
-Why: in torch ops this is three launches whatever the layer count (the window's bank columns, the conv gather, the
-recurrent gather): 6.9 us of kernel time in the demo hybrid's 21.8-us DDTree 15 commit (H200, bench_methods
---phase-kernels, session 29), each also a gap in the captured step. Here program (layer, block) reads the node index
-and the window's columns itself and copies its block of both states: 2.0 us, the commit 16.2 us in 11 launches
-(session 30, call 3), and the hybrid's DDTree 15 / DFlash 1.227x / 1.265x -> 1.272x / 1.297x in one call's
-interleaved runs.
+(remote.models.gdn_stack), the accepted node's conv window gathered from the verify's bank and its recurrent state
+copied (`install`) or recomputed (`recompute`) into the committed state.
 
 Contract: `install(bank, nodes, conv_index, last, conv, rec)` sets, for every layer g, conv[g, :, j] =
 bank[g, :, conv_index[last, j]] and rec[g] = nodes[g, last]: bank [G, C, K + N], nodes [G, N, ...] float32,
 conv_index [N, K] long (remote.models.gdn.TreeLayout), last [1] long on their device, conv [G, C, K] (bank's dtype)
-and rec [G, ...] (nodes' trailing shape) written in place. Off CUDA, without Triton or with a non-contiguous tensor
-the torch ops do the same (`torch_install`, the reference the kernel is tested against). torch.compile leaves it out
-of its graphs (a graph break).
-`recompute(bank, saved, ancestors, depth, conv_index, last, conv, rec)` installs the same conv window and, in place
-of a kept state, the state after node `last`'s path (`ancestors` [N, H], `depth` [N] of the tree) recomputed from
-rec[g] (the committed state) over `saved` [G, N, HV, Dk + Dv + 2] float32, the nodes' inputs the verify's tree
-kernel saved (remote.kernels.gdn_tree), with the steps and blocking of that kernel: the bits of the state it would
-have kept. The verify then writes Dk + Dv + 2 floats a node and head instead of Dk x Dv (1/32 at the demo's 64 x 64).
-`torch_recompute` is its definition (equal to rounding) and its path off CUDA.
+and rec [G, ...] (nodes' trailing shape) written in place. `recompute(bank, saved, ancestors, depth, conv_index,
+last, conv, rec)` installs the same window and, in place of a kept state, the state after node `last`'s path
+(`ancestors` [N, H], `depth` [N]) recomputed from rec[g] over `saved` [G, N, HV, Dk + Dv + 2] float32, the nodes'
+inputs the verify's tree kernel saved (remote.kernels.gdn_tree), with that kernel's steps and blocking: the bits of
+the state it would have kept. Off CUDA, without Triton or with a non-contiguous tensor the torch ops do the same
+(`torch_install`, `torch_recompute`: the references, equal to rounding). torch.compile leaves both out of its graphs.
 """
 from __future__ import annotations
 
@@ -64,6 +54,13 @@ if triton is not None:
         col = tl.load(conv_index + node * K + e % K, mask=window, other=0)
         tl.store(conv + g * C * K + e, tl.load(bank + (g * C + e // K) * width + col, mask=window), mask=window)
 
+    # In torch ops an install is three launches whatever the layer count (the window's bank columns, the conv gather,
+    # the recurrent gather): 6.9 us of kernel time in the demo hybrid's 21.8-us DDTree 15 commit, each also a gap in
+    # the captured step. Here program (layer, block) reads the node index and the window's columns itself and copies
+    # its block of both states: 2.0 us, the commit 16.2 us in 11 launches (one H200, 2026-12-04, `python3
+    # bench/bench_methods.py $Q35 --temperatures 0 --num-prompts 4 --budgets 15 --phase-kernels`), and the hybrid's
+    # DDTree 15 / DFlash 1.227x / 1.265x -> 1.272x / 1.297x in one call's interleaved runs (the same day, `python3
+    # bench/bench_methods.py $Q35 --temperatures 0 --num-prompts 24 --budgets 15,31 --interleave`, old code beside).
     @triton.jit
     def _install_kernel(bank, nodes, conv_index, last, conv, rec, C, K, width, N, R, BLOCK: tl.constexpr):
         g, block = tl.program_id(0).to(tl.int64), tl.program_id(1)
@@ -134,6 +131,7 @@ def _recompute_launch(bank, saved, ancestors, depth, conv_index, last, conv, rec
 @torch.compiler.disable     # writes the committed state in place: always this launch
 def recompute(bank, saved, ancestors, depth, conv_index, last, conv, rec) -> None:
     """The kernel where it can run, else `torch_recompute`."""
+    # the verify then writes Dk + Dv + 2 floats a node and head instead of Dk x Dv (1/32 at the demo's 64 x 64)
     tensors = (bank, saved, ancestors, depth, conv_index, conv, rec)
     if triton is None or bank.device.type != "cuda" or not all(t.is_contiguous() for t in tensors):
         return torch_recompute(bank, saved, ancestors, depth, conv_index, last, conv, rec)

@@ -1,33 +1,14 @@
 """Kernel-path selection for Gated DeltaNet (GDN) layers: fast kernels where installed, the model's torch math
 where not.
 
-Contract: `select_gdn_kernels(gdn_module, device, prefer)` returns one `GdnKernels` bundle whose three functions compute
-the same math whichever path is chosen, so a caller never branches on the path:
-
-- `chunk(q, k, v, g, beta, initial_state)` -> (out, final_state): a whole sequence from one state (prefill).
-  q, k [B, T, HV, Dk] (already repeated to the value heads, NOT l2-normalised: the kernel does it), v [B, T, HV, Dv],
-  g, beta [B, T, HV]; initial_state [B, HV, Dk, Dv] float32 or None (zeros); out [B, T, HV, Dv] in q's dtype,
-  final_state [B, HV, Dk, Dv] float32.
-- `step(q, k, v, g, beta, state, final=True)` -> (out, new_state): the same, one state per batch row (a tree
-  verify runs every node's root-to-node path as one row); `final=False`: new_state is None, never materialised.
-- `conv(x, weight, bias, activation)` -> y: the causal depthwise conv over a fresh sequence, x [B, C, T] with zero
-  left padding, weight [C, K]; y [B, C, T].
-- `tree`: `remote.kernels.gdn_tree.tree_recurrence` (every node of a token tree from its parent's state, one
-  launch) where Triton runs on the device and `prefer` is "auto", else None (remote.models.gdn then runs each
-  node's path through `step`); `token`: with it and without fla, `remote.kernels.gdn_tree.token_step` (one token,
-  the state advanced in place: AR's step in one launch, not the torch step's ~15), else None;
-  `chunked`, `chunked_state`: with it, `remote.kernels.gdn_chunked`'s
-  `tree_recurrence` and `node_state` (the chunked form), which remote.models.gdn runs for chains, and for trees
-  too where `chunked_trees` (a layer's recurrent state of CHUNKED_TREES_FROM bytes or more).
-
-`prefer`: "torch" = the model's own reference functions (from its transformers modeling module, undecorated, so
-transformers' hub/package dispatch and its fallback warnings stay out of it); "auto" = flash-linear-attention's
+Contract: `select_gdn_kernels(gdn_module, device, prefer)` returns one `GdnKernels` bundle whose functions (its
+fields say what each computes) compute the same math whichever path is chosen, so a caller never branches on the
+path. `prefer`: "torch" = the model's own reference functions (from its transformers modeling module, undecorated,
+so transformers' hub/package dispatch and its fallback warnings stay out of it); "auto" = flash-linear-attention's
 chunk and fused-recurrent kernels and causal_conv1d's conv, each where installed and the tensors are on CUDA, the
 torch function otherwise, and our tree kernels where Triton runs. `path` names what runs: "torch", or the fast
 parts joined by "+" ("fla", "causal_conv1d", and "tree" where trees run per node, "chunked" where chunked, "token"
-where AR's step is ours).
-Measured on an H200 (fla 0.6.0, torch 2.11, Qwen3.6-27B layer widths): fla's step kernel is ~3.6x faster than the
-torch step per call and matches it to 1e-7 in float32; fla's chunk kernel (TF32 dots in float32) matches to ~1e-3.
+where AR's step is ours). `torch_gdn_path()` holds transformers' own GDN layers to their torch functions.
 Non-goal: the ancestor conv windows of a tree, plain tensor indexing in `remote.models.gdn` on every path.
 """
 from __future__ import annotations
@@ -50,23 +31,39 @@ KERNEL_CHOICES = ("auto", "torch")
 
 @dataclass(frozen=True)
 class GdnKernels:
+    # chunk(q, k, v, g, beta, initial_state) -> (out, final_state): a whole sequence from one state (prefill).
+    # q, k [B, T, HV, Dk] (already repeated to the value heads, NOT l2-normalised: the kernel does it), v [B, T, HV,
+    # Dv], g, beta [B, T, HV]; initial_state [B, HV, Dk, Dv] float32 or None (zeros); out [B, T, HV, Dv] in q's
+    # dtype, final_state [B, HV, Dk, Dv] float32.
     chunk: Callable
+    # step(q, k, v, g, beta, state, final=True) -> (out, new_state): the same, one state per batch row (a tree verify
+    # runs every node's root-to-node path as one row); `final=False`: new_state is None, never materialised.
     step: Callable
+    # conv(x, weight, bias, activation) -> y: the causal depthwise conv over a fresh sequence, x [B, C, T] with zero
+    # left padding, weight [C, K]; y [B, C, T].
     conv: Callable
     path: str
+    # remote.kernels.gdn_tree.tree_recurrence (every node of a token tree from its parent's state, one launch) where
+    # Triton runs on the device and `prefer` is "auto", else None (remote.models.gdn then runs each node's path
+    # through `step`)
     tree: Callable | None = None
+    # with `tree`: remote.kernels.gdn_chunked's `tree_recurrence` and `node_state` (the chunked form), which
+    # remote.models.gdn runs for chains, and for trees too where `chunked_trees` (a layer's recurrent state of
+    # CHUNKED_TREES_FROM bytes or more)
     chunked: Callable | None = None
     chunked_state: Callable | None = None
     chunked_trees: bool = False
+    # with `tree` and without fla, remote.kernels.gdn_tree.token_step (one token, the state advanced in place: AR's
+    # step in one launch, not the torch step's ~15), else None
     token: Callable | None = None
 
 
 # Trees go through the chunked form from this recurrent-state size a layer up (HV x Dk x Dv float32). The per-node
 # kernel re-reads the committed state for every node and re-runs every node's path, so its cost grows with HV and
 # the tree's depth; the chunked form reads the state once a block of 16 nodes, in few programs (HV x Dv / 64 or
-# / 32), at a cost nearly flat in HV. H200, bench_kernels --kinds gdn, session 19, us a layer at 33 / 65 nodes,
-# per-node against chunked (each with its committed blocking: 16 value columns a program; 64, or 32 at 16 heads),
-# on a confident drafter's deep tree and on a bushy one (docs/performance-history.md):
+# / 32), at a cost nearly flat in HV. Us a layer at 33 / 65 nodes, per-node against chunked (each with its committed
+# blocking: 16 value columns a program; 64, or 32 at 16 heads), on a confident drafter's deep tree and on a bushy one
+# (one H200, 2026-12-03, `gpu_suite.sh gdn`: bench_kernels --kinds gdn):
 #   3 MiB (Qwen3.6-27B): deep 101.5 / 198.6 against 48.0 / 89.1; bushy 60.4 / 114.8 against 44.2 / 78.7
 #   1 MiB (16 heads):    deep 35.0 / 70.3 against 31.5 / 65.6; bushy 19.7 / 42.5 against 31.6 / 56.1
 #   64 KiB (demo):       64 nodes deep 8.5, bushy 4.7 against 32.0 / 26.6
@@ -146,7 +143,10 @@ def select_gdn_kernels(gdn_module: torch.nn.Module, device: torch.device | str, 
     if prefer == "auto" and torch.device(device).type == "cuda":
         fla = _import_fla()
         if fla is not None:
-            # fla takes the same [B, T, H, D] layout, l2-normalises in-kernel and keeps float32 states, as torch's
+            # fla takes the same [B, T, H, D] layout, l2-normalises in-kernel and keeps float32 states, as torch's.
+            # Its step kernel is ~3.6x faster than the torch step per call and matches it to 1e-7 in float32; its
+            # chunk kernel (TF32 dots in float32) matches to ~1e-3 (one H200, by 2026-11-29: fla 0.6.0, torch 2.11,
+            # Qwen3.6-27B layer widths).
             chunk_fn, step_fn = fla
             parts.append("fla")
         cc1d = _import_causal_conv1d()

@@ -1,16 +1,6 @@
 """The gated delta rule over a token tree as one Triton kernel (CUDA): every node's output from its parent's
 recurrent state, and, where asked, every node's state, for one GDN layer in one launch.
 
-Why: run through the sequence kernels (remote.models.gdn's torch/fla path), a tree verify gathers five [N, H, ...]
-path tensors, materialises N copies of the committed state and gathers each node's output back (~8 kernels a
-layer), and commit recomputes the accepted path (~10 more). On the hybrid demo pair (H200, graphed, session 6)
-this kernel took DDTree-64's commit from 0.41 to 0.14 ms and its verify from 1.46 to 1.34 ms. Here a program
-(node, value head, block of BLOCK_V value columns) loads its node's path (`ancestors`, `depth` of
-remote.tree.Ancestry) in one round of loads, runs the steps up to the node's own depth in registers, and with
-`keep` writes the node's state out, so that commit only copies it; with `saved` it writes the node's inputs
-instead (k, v, g, beta: Dk + Dv + 2 floats a head, not Dk x Dv), from which remote.kernels.gdn_install recomputes
-the accepted node's state (`path_state`, the same steps in the same order: the same bits).
-
 Contract: `tree_recurrence(q, k, v, g, beta, state, ancestors, depth, keep)` -> (out [N, HV, Dv] in v's dtype,
 states [N, HV, Dk, Dv] float32 or None) for the N nodes whose rows of the tree's `ancestors` [N, H] and `depth`
 [N] are given, from the inputs of all T tree nodes: q, k [T, HV, Dk] raw (l2-normalised here, q scaled by Dk^-0.5,
@@ -18,7 +8,8 @@ as fla's `use_qk_l2norm_in_kernel`), v [T, HV, Dv], g (log decay) and beta [T, H
 committed one). Row i of `ancestors` / `depth` names its node itself (ancestors[i, depth[i]]), so any rows of a
 tree's may be passed (commit recomputes one node's state). Same arithmetic order as fla's fused-recurrent kernel,
 so a chain agrees with it to float32 rounding. `saved` (without `keep`): [T, HV, Dk + Dv + 2] float32
-(`saved_width`), where each node given writes its own raw k, v, g and beta, in that order.
+(`saved_width`), where each node given writes its own raw k, v, g and beta, in that order; remote.kernels.gdn_install
+recomputes the accepted node's state from them (`path_state`, the same steps in the same order: the same bits).
 """
 from __future__ import annotations
 
@@ -64,6 +55,15 @@ if triton is not None:
             s += kk[:, None] * vv[None, :]
         return s
 
+    # Run through the sequence kernels (remote.models.gdn's torch/fla path), a tree verify gathers five [N, H, ...]
+    # path tensors, materialises N copies of the committed state and gathers each node's output back (~8 kernels a
+    # layer), and commit recomputes the accepted path (~10 more). This kernel took the hybrid demo pair's graphed
+    # DDTree-64 commit from 0.41 to 0.14 ms and its verify from 1.46 to 1.34 ms (one H200, 2026-11-29, `python3
+    # bench/bench_methods.py $Q35 --temperatures 0 --num-prompts 24 --max-new-tokens 128 --budgets 32,64 --ar-again
+    # --phase-kernels`). A program (node, value head, block of BLOCK_V value columns) loads its node's path
+    # (`ancestors`, `depth` of remote.tree.Ancestry) in one round of loads, runs the steps up to the node's own depth
+    # in registers, and with `keep` writes the node's state out, so that commit only copies it; with `saved` it
+    # writes the node's inputs instead (k, v, g, beta: Dk + Dv + 2 floats a head, not Dk x Dv).
     @triton.jit
     def _tree_gdn_kernel(q, k, v, g, beta, state, ancestors, depth, out, states, HV, H, q_t, q_h, k_t, k_h, v_t,
                          v_h, scale, DK: tl.constexpr, DV: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
@@ -98,9 +98,10 @@ if triton is not None:
                 tl.store(row + DK + DV + 1, tl.load(beta + me * HV + head).to(tl.float32))
 
 
-# Blocking: value columns a program holds, and its warps (bench_kernels --kinds gdn, session 9). At the demo's
-# widths 16 / 1 was fastest or within 10% of it for a DFlash chain of 16 and trees of 32 and 64 nodes; at Qwen3.6-27B's
-# it took a chain of 16 from fla's 8 columns' 81 us to 51 and 64 nodes from 186 to 114 (32 columns: 51 and 95).
+# Blocking: value columns a program holds, and its warps. At the demo's widths 16 / 1 was fastest or within 10% of it
+# for a DFlash chain of 16 and trees of 32 and 64 nodes; at Qwen3.6-27B's it took a chain of 16 from fla's 8 columns'
+# 81 us to 51 and 64 nodes from 186 to 114 (32 columns: 51 and 95; one H200, 2026-11-30, `python
+# bench/bench_kernels.py --kinds gdn`).
 BLOCK_V = 16
 NUM_WARPS = 1
 

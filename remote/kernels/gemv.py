@@ -1,30 +1,11 @@
 """Projections of one row (an AR step's) or a few (a verify's, up to 64) as Triton kernels that stream the weight
 once, in place of cuBLAS.
 
-Why: a step's projections are bound by reading their weights. At Qwen3-8B widths cuBLAS read them at 3.1 (q/k/v,
-50 MB), 3.2 (o_proj, 34 MB, split over K with a second reduce kernel) and 3.6 TB/s (down_proj, 101 MB, the same)
-for one row, where gate/up (201 MB) and lm_head (1.2 GB) reach 4.1-4.2 and a device copy 4.2 (H200, the kernels of
-a replayed AR step, session 22): ~0.5 ms of a 5.3 ms step over what the bytes need. A verify's 33-65 rows fare no
-better: 2.7-3.5 TB/s at Qwen3-8B, 3.0-3.75 at Qwen3.6-27B widths (session 23), 1.4 ms of a 27B verify.
-
-How: each program owns a few output columns and walks the whole input length in blocks, loading a [columns, block]
-tile of the weight (contiguous along K: one coalesced, evict-first stream) and the matching block of x. One row
-(`_gemv_fixed`): products accumulated in float32 and reduced once at the end. A few rows (`_rows_fixed`): the rows
-padded to a power of two (at least 16) and a tensor-core product per block, pipelined over stages. No split over K,
-so no second kernel and no partial sums through memory; the bias added and the result rounded once. On first use of
-a weight shape and row bucket (a captured step's eager warm-up, never inside a capture) its configurations are
-autotuned, then it is timed against cuBLAS, both in CUDA graphs, and the faster of the two serves that shape and
-bucket from then on: a GPU or shape where cuBLAS streams better keeps cuBLAS. In graphs on the H200 the one-row
-kernel read 4.2-4.6 TB/s where cuBLAS read 4.0-4.2 (gate/up, GDN in_proj, lm_head at Qwen3-8B and Qwen3.6-27B
-widths; o_proj 3.3 against 3.0; q/k/v at Qwen3-8B 3.56 against 3.63: cuBLAS kept). At 33 rows the few-row kernel
-won only for the GDN in_proj (27B, 3.95 against 3.83) and the 8B o_proj (3.37 against 3.00); the runners' choice
-took it there and for lm_head at 16 rows, cuBLAS elsewhere (session 23: a 27B verify of 33 rows 0.36 ms faster,
-within the runs' spread).
-
 Contract: `linear(x, weight, bias)` equals `F.linear` up to float32 summation order for x of any leading shape; the
 kernels run only where they were built for (CUDA, Triton, 1-64 rows of x, x and weight of one 16-bit dtype,
-weight rows contiguous) and measured faster; everything else goes to `F.linear`. `gemv_interpreted` runs them
-under Triton's interpreter (TRITON_INTERPRET=1, CPU tensors) for tests. Under torch.compile they are an opaque op.
+weight rows contiguous) and measured faster (`_faster`, per weight shape and row bucket, on first use); everything
+else goes to `F.linear`. `gemv_interpreted` runs them under Triton's interpreter (TRITON_INTERPRET=1, CPU tensors)
+for tests. Under torch.compile they are an opaque op.
 """
 from __future__ import annotations
 
@@ -37,9 +18,16 @@ try:
 except ImportError:          # CPU-only installs: F.linear only
     triton = None
 
+# Why: a step's projections are bound by reading their weights. At Qwen3-8B widths cuBLAS read them at 3.1 (q/k/v,
+# 50 MB), 3.2 (o_proj, 34 MB, split over K with a second reduce kernel) and 3.6 TB/s (down_proj, 101 MB, the same)
+# for one row, where gate/up (201 MB) and lm_head (1.2 GB) reach 4.1-4.2 and a device copy 4.2: ~0.5 ms of a 5.3 ms
+# step over what the bytes need (the kernels of a replayed AR step, one H200, 2026-12-03, `gpu_suite.sh q8b_kernels`).
+# A verify's 33-65 rows fare no better: 2.7-3.5 TB/s at Qwen3-8B, 3.0-3.75 at Qwen3.6-27B widths, 1.4 ms of a 27B
+# verify (one H200, 2026-12-03, `python bench/bench_kernels.py --kinds proj --queries 1,33,65 [--proj-preset
+# qwen3.6-27b]`).
 HALF = (torch.bfloat16, torch.float16)
 # At 65 rows (padded to 128) the few-row kernel lost to cuBLAS at every weight of Qwen3-8B and Qwen3.6-27B widths
-# (1.1-1.9x its time, session 23), so past 64 rows nothing is tuned or timed
+# (1.1-1.9x its time; the same command and day), so past 64 rows nothing is tuned or timed
 MAX_ROWS = 64
 
 
@@ -70,6 +58,11 @@ if triton is not None:
                     for bn, bk, w, st in ((16, 256, 4, 4), (32, 128, 4, 4), (32, 256, 4, 3), (64, 128, 4, 4),
                                           (64, 64, 4, 6), (128, 64, 4, 4), (128, 128, 8, 3))]
 
+    # Each program owns a few output columns and walks the whole input length in blocks, loading a [columns, block]
+    # tile of the weight (contiguous along K: one coalesced, evict-first stream) and the matching block of x. One row
+    # (`_gemv_fixed`): products accumulated in float32 and reduced once at the end. A few rows (`_rows_fixed`): the
+    # rows padded to a power of two (at least 16) and a tensor-core product per block, pipelined over stages. No split
+    # over K, so no second kernel and no partial sums through memory; the bias added and the result rounded once.
     @triton.jit
     def _gemv_fixed(x, w, b, out, N, K, stride_n, HAS_BIAS: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
         cols = tl.program_id(0) * BN + tl.arange(0, BN)
@@ -149,8 +142,15 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
 
 def _faster(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
     """Whether the kernel takes under 97% of cuBLAS's time for this shape on this GPU, both timed as the steps run
-    them: replayed in a CUDA graph (triton's do_bench_cudagraph). Timed per launch instead (do_bench), the kernel's
-    Python dispatch counted and cuBLAS kept every shape, where in graphs the kernel was faster at most (session 22)."""
+    them: replayed in a CUDA graph (triton's do_bench_cudagraph), after the kernel's configurations are autotuned (a
+    captured step's eager warm-up, never inside a capture). A GPU or shape where cuBLAS streams better keeps it."""
+    # Timed per launch instead (do_bench), the kernel's Python dispatch counted and cuBLAS kept every shape, where in
+    # graphs the kernel was faster at most (one H200, 2026-12-03, `gpu_suite.sh gemv`). In graphs the one-row kernel
+    # read 4.2-4.6 TB/s where cuBLAS read 4.0-4.2 (gate/up, GDN in_proj, lm_head at Qwen3-8B and Qwen3.6-27B widths;
+    # o_proj 3.3 against 3.0; q/k/v at Qwen3-8B 3.56 against 3.63: cuBLAS kept). At 33 rows the few-row kernel won
+    # only for the GDN in_proj (27B, 3.95 against 3.83) and the 8B o_proj (3.37 against 3.00); the runners' choice
+    # took it there and for lm_head at 16 rows, cuBLAS elsewhere: a 27B verify of 33 rows 0.36 ms faster, within the
+    # runs' spread (one H200, 2026-12-03, `gpu_suite.sh q27b`).
     try:
         from triton.testing import do_bench_cudagraph
 

@@ -2,13 +2,6 @@
 MLPs, the zero-centred and gated RMSNorms of the hybrids and, in our own layer loops (remote.models.layer_loop), each
 residual add with the norm after it and a Qwen3 attention's q / k norms with its rotary, one fused kernel each.
 
-Why: at the widths users deploy a small kernel costs a captured step ~2.5 us, and these are many of a step's kernels.
-transformers' `apply_rotary_pos_emb` is five kernels for q and five for k (multiply, negate, cat, multiply, add),
-every attention layer and step: in the eager profile of one Qwen3-8B AR pass they were 0.59 ms of 7.3
-(bench/bench_profile.py, H200, session 14). An MLP's silu and multiply are two; in each of Qwen3.6-27B's 48 GDN
-layers the gated norm is seven (casts, the norm, silu, two multiplies) and the gates and head repeats about nine. A
-zero-centred norm is three (casts around `F.rms_norm`), a residual add one more, twice in each of a hybrid's layers.
-
 Contract: inside `compiled_glue(model)` the `apply_rotary_pos_emb` of every modeling module `model`'s layers come
 from is its compiled self (the same function: partial rotary and mrope stay the model's), every SiLU MLP of the
 known shape (gate_proj, up_proj, down_proj, act_fn) computes `down_proj(silu(gate) * up)` through a compiled
@@ -28,6 +21,13 @@ import types
 import torch
 from torch.nn import functional as F
 
+# Why: at the widths users deploy a small kernel costs a captured step ~2.5 us, and these are many of a step's kernels.
+# transformers' `apply_rotary_pos_emb` is five kernels for q and five for k (multiply, negate, cat, multiply, add),
+# every attention layer and step: in the eager profile of one Qwen3-8B AR pass they were 0.59 ms of 7.3 (one H200,
+# 2026-12-01, bench/bench_profile.py: `gpu_suite.sh profile_8b`). An MLP's silu and multiply are two; in each of
+# Qwen3.6-27B's 48 GDN layers the gated norm is seven (casts, the norm, silu, two multiplies) and the gates and head
+# repeats about nine. A zero-centred norm is three (casts around `F.rms_norm`), a residual add one more, twice in
+# each of a hybrid's layers.
 SILU = ("SiLUActivation", "SiLU")           # transformers' ACT2FN["silu"] and torch's
 
 
@@ -45,7 +45,8 @@ class _Compiled:
     compile serves every later shape, and dynamo tries its newest entry first, so a kernel tiled for one row count
     would serve all, and which method got it would depend on the order the steps compiled in (remote.models.gdn's
     conv over 16 windows, compiled dynamic after a 32-window verify, ran 6.7 us a layer in three CTAs where its
-    static compile had 48; H200, session 31)."""
+    static compile had 48: one H200, 2026-12-04, `python3 bench/bench_methods.py $Q35 --temperatures 0 --num-prompts
+    6 --budgets 15,31 --timeline DIR`)."""
 
     def __init__(self, fn):
         allow_recompiles()

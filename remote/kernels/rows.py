@@ -1,14 +1,6 @@
 """A commit's row moves in one Triton launch (CUDA): the accepted path's K/V rows of every layer moved to the front of
 the verify's window, and the accepted nodes' drafter features gathered into the next step's context.
 
-Why: `index_select` + `index_copy_` are two launches a store and PyTorch's small-index select is slow at these shapes
-(8.1 us for 16 rows of the demo target's 12 K and V tensors, 7.9 us for 16 feature rows, inside a CUDA graph on an
-H200; session 25's profile of a demo-qwen3 DDTree 31 commit: 53 us in 25 launches). Here program (slab, column block)
-loads the block's rows of its slab, waits for every thread of the program, then stores them: reads precede writes
-within the only program that touches those addresses, so a move within one tensor (source rows after the
-destination rows, overlapping) is safe in place. Measured: the demo's commit 53 -> 16 us, the two moves 2.7 us
-together (session 26).
-
 Contract: `gather_rows(src, src_start, path, dst, dst_start)` sets dst[..., dst_start + i, :] =
 src[..., src_start + path[i], :] for every i, as if every row were read before any is written (src may be dst).
 src / dst: [..., R, D] with the same leading dims (flattened to slabs), unit column stride and slabs at a fixed
@@ -43,6 +35,13 @@ def torch_gather_rows(src: torch.Tensor, src_start, path: torch.Tensor, dst: tor
     dst.index_copy_(dst.dim() - 2, dst_start + torch.arange(path.shape[0], device=path.device), rows)
 
 
+# Why: `index_select` + `index_copy_` are two launches a store and PyTorch's small-index select is slow at these
+# shapes (8.1 us for 16 rows of the demo target's 12 K and V tensors, 7.9 us for 16 feature rows, inside a CUDA graph:
+# a demo-qwen3 DDTree 31 commit took 53 us in 25 launches; one H200, 2026-12-04, `gpu_suite.sh q3_kernels`). Here
+# program (slab, column block) loads the block's rows of its slab, waits for every thread of the program, then stores
+# them: reads precede writes within the only program that touches those addresses, so a move within one tensor
+# (source rows after the destination rows, overlapping) is safe in place. The demo's commit 53 -> 16 us, the two moves
+# 2.7 us together (the same day, `python3 bench/bench_methods.py $Q3 --num-prompts 4 --budgets 31 --phase-kernels`).
 if triton is not None:
     @triton.jit(do_not_specialize=["src_off", "dst_off"])    # host starts change every step: one compile
     def _gather_rows_kernel(src, dst, path, src_base, dst_base, src_off, dst_off, H, D, src_slab, src_row,

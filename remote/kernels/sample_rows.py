@@ -1,12 +1,6 @@
 """Temperature sampling of every row of a step's logits in two Triton launches (CUDA): the inverse CDF of
 remote.decoding.sampling without its vocabulary-wide intermediates.
 
-Why: torch's division, softmax, cumulative sum over the whole vocabulary and searchsorted were ~30 us a step inside
-a CUDA graph on an H200 (session 37: demo-qwen3's AR at T=1 took 0.219 ms a token against 0.188 at T=0, 1.17x, and
-every method paid the same ~0.03 ms a step), mostly one-row scans of the vocabulary. Here program (row, chunk)
-writes its chunk's maximum and mass (the sum of exp(x / T - maximum)); program row puts the chunks' masses on one
-scale, finds the chunk where u * total falls and scans that chunk alone.
-
 Contract: `sample_rows(logits [N, V], temperature, u [N])` -> [N] long: per row the token k with
 cum[k-1] <= u * cum[V-1] < cum[k], cum the cumulative sum of exp(logits / T - max), up to float32 rounding: the
 distribution of the torch path, though a draw that lands within rounding of a boundary may take the neighbour. A token
@@ -25,9 +19,15 @@ try:
 except ImportError:          # CPU-only installs: the torch path of remote.decoding.sampling
     triton = None
 
+# Why: torch's division, softmax, cumulative sum over the whole vocabulary and searchsorted were ~30 us a step inside
+# a CUDA graph (demo-qwen3's AR at T=1 took 0.219 ms a token against 0.188 at T=0, 1.17x, and every method paid the
+# same ~0.03 ms a step; one H200, 2026-12-05, `gpu_suite.sh q3_temp`), mostly one-row scans of the vocabulary. Here
+# program (row, chunk) writes its chunk's maximum and mass (the sum of exp(x / T - maximum)); program row puts the
+# chunks' masses on one scale, finds the chunk where u * total falls and scans that chunk alone.
 CHUNK = 4096      # entries a program reads
 # remote.decoding.sampling's switch between this and the torch ops: on since its CUDA test passed on an H100 and
-# it took AR's graphed T=1 step from 1.08x to 1.05x its T=0 step there (session 38, docs/PERFORMANCE.md)
+# it took AR's replayed T=1 forward from 1.08x to 1.05x its T=0 one there (one H100, 2026-12-05, `gpu_suite.sh tests
+# q3_temp`, the sampler off in the tree and on in BASE)
 ENABLED = True
 
 

@@ -1,21 +1,5 @@
 """Kernels that captured decoding steps use in place of transformers' defaults (remote.decoding.graph).
 
-Why, measured inside CUDA graphs on an H200 (bench/bench_kernels.py; figures in docs/performance-history.md):
-- RMSNorm: transformers' Qwen3 / Llama-style norm is six kernels per call (cast, pow, mean, add, rsqrt, two
-  multiplies), 11-22 us; `F.rms_norm` is one fused kernel, 2-5 us. A step calls it four times per layer. The
-  zero-centred norm of Qwen3.5 / Qwen3-Next (`1 + weight`, in float32) is nine; fused it is three (cast,
-  `F.rms_norm` with the float32 scale `1 + weight`, made once per module, and the cast back), and their gated
-  norm (GDN output) goes from twelve to eight. The hybrid demo target's 27 norms a step were ~480 us of its
-  1.0 ms verify; fused, its verify went from 554 to 383 launches (1.09 to 0.84 ms) and an AR step from 0.85 to
-  0.63 ms (session 6).
-- Attention with a mask and fewer K/V heads than query heads: transformers' SDPA path repeats K/V to every query
-  head (a copy of the whole cache per layer and step) whenever a mask is given and there is more than one query:
-  93 us per layer at Qwen3-8B widths for a 65-node verify over 2048 rows. Stacking the query heads that share a
-  K/V head along the query axis (`grouped_attention`, no copy) takes 58 us. On CUDA the target's masked
-  attention is now one Triton kernel instead where measured (remote.kernels.attention, head sizes up to 64: no
-  copies at all, 10.8 us a layer for a 33-node verify of the demo target against ~15 through cuDNN, session 8);
-  the stacking stays for CPUs, larger heads and the drafter's eager (growing) cache.
-
 Contract: inside `step_kernels(model, drafter, compiled)` every RMSNorm of the known classes computes `F.rms_norm(x,
 weight, eps)` (the same normalisation in float32 with the weight applied before the one rounding to the input dtype,
 where transformers rounds and then multiplies: equal up to one rounding; Qwen3.5 / Qwen3-Next's zero-centred and
@@ -24,9 +8,9 @@ applies such a norm at once; a model on transformers' SDPA attends through remot
 `grouped_attention` whenever a mask is given for batch 1; the target's projections that share an input run as one
 GEMM each (remote.kernels.fused_linear); with `compiled`, the target's rotary, MLP activation, norms and residual
 adds are compiled kernels (remote.kernels.glue); the target's embedding gathers a step's rows in one launch
-(remote.kernels.rows). On exit all are undone, so prefill, the eager loop and stock
-`generate` run transformers' own code (on the fused weights' views: the same values). Other attention
-implementations are left alone. `attend` and `grouped_attention` are also the drafter's attention.
+(remote.kernels.rows). On exit all are undone, so prefill, the eager loop and stock `generate` run transformers' own
+code (on the fused weights' views: the same values). Other attention implementations are left alone. `attend` and
+`grouped_attention` are also the drafter's attention.
 """
 from __future__ import annotations
 
@@ -51,6 +35,15 @@ _SCALES: "weakref.WeakKeyDictionary[torch.nn.Module, torch.Tensor]" = weakref.We
 GROUPED = "grouped_sdpa"        # the attention implementation name registered with transformers
 
 
+# Attention with a mask and fewer K/V heads than query heads: transformers' SDPA path repeats K/V to every query head
+# (a copy of the whole cache per layer and step) whenever a mask is given and there is more than one query: 93 us per
+# layer at Qwen3-8B widths for a 65-node verify over 2048 rows; stacked (`grouped_attention`, no copy) 58 us (in CUDA
+# graphs, one H200, 2026-11-29, `python3 bench/bench_kernels.py --preset qwen3-8b --caps 2048 --queries 1,16,65`).
+# On CUDA the target's masked attention is one Triton kernel instead where measured (remote.kernels.attention, head
+# sizes up to 64: no copies at all, 10.8 us a layer for a 33-node verify of the demo target against ~15 through
+# cuDNN; one H200, 2026-11-30, `python3 bench/bench_methods.py $Q3 --temperatures 0 --num-prompts 6
+# --max-new-tokens 128 --budgets 32,64 --ar-again --stock-generate`, its phase split); the stacking stays for CPUs,
+# larger heads and the drafter's eager (growing) cache.
 def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
                       scale: float | None, stacked: bool = False) -> torch.Tensor:
     """SDPA with fewer K/V heads than query heads, without repeating K/V: the query heads that share a K/V head
@@ -92,6 +85,16 @@ def _register() -> bool:
         return False
 
 
+# RMSNorm: transformers' Qwen3 / Llama-style norm is six kernels per call (cast, pow, mean, add, rsqrt, two
+# multiplies), 11-22 us; `F.rms_norm` is one fused kernel, 2-5 us (demo-qwen3 and Qwen3-8B widths, in CUDA graphs,
+# one H200, 2026-11-29, `python3 bench/bench_kernels.py --preset demo-qwen3 --caps 1024,2048` and `--preset
+# qwen3-8b --caps 2048 --queries 1,16,65`). A step calls it four times per layer. The
+# zero-centred norm of Qwen3.5 / Qwen3-Next (`1 + weight`, in float32) is nine; fused it is three (cast, `F.rms_norm`
+# with the float32 scale `1 + weight`, made once per module, and the cast back), and their gated norm (GDN output)
+# goes from twelve to eight. The hybrid demo target's 27 norms a step were ~480 us of its 1.0 ms verify; fused, its
+# verify went from 554 to 383 launches (1.09 to 0.84 ms) and an AR step from 0.85 to 0.63 ms (one H200, 2026-11-29,
+# `python3 bench/bench_methods.py $Q35 --temperatures 0 --num-prompts 24 --max-new-tokens 128 --budgets 32,64
+# --ar-again --phase-kernels`).
 def _fused_norm(self, hidden_states: torch.Tensor) -> torch.Tensor:
     return F.rms_norm(hidden_states, (hidden_states.shape[-1],), self.weight, self.variance_epsilon)
 
@@ -106,7 +109,8 @@ def _fused_gated_norm(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor
 
 def _gathered_embedding(self, input_ids: torch.Tensor) -> torch.Tensor:
     """`nn.Embedding.forward` with a step's few rows in one `gather_rows` launch (PyTorch's small-index select took
-    5.8 us for a verify's 32 rows of the demo target, H200, session 28)."""
+    5.8 us for a verify's 32 rows of the demo target: one H200, 2026-12-04, `python3 bench/bench_methods.py $Q3
+    --temperatures 0 --num-prompts 4 --budgets 31 --phase-kernels`)."""
     if input_ids.numel() > MAX_ROWS:
         return torch.nn.Embedding.forward(self, input_ids)
     width = self.weight.shape[1]
@@ -152,7 +156,8 @@ def step_mask(visible: torch.Tensor, dtype: torch.dtype, head_dim: int, groups: 
     """The mask `attend` reads, made once a step for every layer from `visible` [T or 1, K] bool: itself where the
     attention kernel serves; else additive (dtype's min where hidden) and, for several queries, repeated for the
     `groups` query heads stacked on each K/V head. Made per layer, SDPA's conversion of a bool mask and the
-    stacking's repeat were four kernels a layer (Qwen3-8B widths, H200, session 22)."""
+    stacking's repeat were four kernels a layer (Qwen3-8B widths: one H200, 2026-12-03, `gpu_suite.sh
+    q8b_kernels`)."""
     if attention_kernel.serves(visible.device, head_dim):
         return visible
     mask = additive_mask(visible, dtype)

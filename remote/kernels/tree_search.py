@@ -1,24 +1,6 @@
 """`best_first_tree`'s level-by-level search as one Triton kernel (CUDA): the levels, the final best-first order,
 the parents in verify index space and the ancestry the target verifies against.
 
-Why: in torch ops a tree of height 16 costs ~60 small kernels (per level a gather, an add and a topk with its sort;
-then a stable sort, a dozen index ops and the ancestor chase): 0.38-0.46 ms of a 1.4-1.5 ms DDTree step on the demo
-pair (H200, remote.decoding.phase_split), as much as one AR forward. Here one CTA does it all: each level scores the
-same candidates as remote.decoding.tree_build (`_plan`: parent slot, token rank), sorts them in registers (score and
-candidate index packed into one int64 key, so equal scores keep index order) and keeps the best `budget` there for the
-next level to gather from; the sort is the cost (~1.3 us a level at budget 31, H200, session 9: ranking by a [c, c]
-comparison instead was 6x slower). The search stops at the first level past which no prefix can be chosen (every
-deeper one scores at most that level's best plus the next level's best gain, and n kept prefixes score at least that):
-on the demo drafters' trees after 3-4 of 15 levels (fp32 and bf16 on HumanEval, session 10), which took the search at
-budget 31 from 22 us to 8 (a 15-deep spine still runs every level: 28). Each level's gains are loaded a level ahead
-and its picks go to global memory rather than a register gather: the spine 28.6 -> 27.6 us (session 27). A level
-and the final order take only the best keys they keep (`tl.topk`: k-wide sorted blocks merged, the losing half of
-the keys dropped at each merge) instead of sorting every key, and the ancestry is binary-lifted: budget 31's search
-27.7 -> 19.6 us on a spine, 10.8 -> 6.3 on a bushy tree (session 29, each at its default warps). The top-k's two
-launches and the search stay three: one launch in which a row's last chunk program merged the row and the last row
-merged ran the search (atomic tickets, acquire-release) was 0.6-2.3 us slower a tree (bench_kernels --kinds tree,
-budgets 15 / 31, bushy and spine; session 30): the tickets' fences cost more than the launches they saved.
-
 Contract: `top_k(draft_logits, k)` -> the k best log-probs and token ids per row (two kernels where the chunks'
 candidates fit TOP_K_MERGE: the demo's 4096 vocabulary up to k = 256). `build(top_lp, top_ids, parent, rank, sizes,
 budget, levels, n)` -> (tokens [n], parents [n + 1], depth [n + 1], ancestors [n + 1, levels + 1], path_lp [n]: each
@@ -47,11 +29,13 @@ def available(device: torch.device) -> bool:
 
 def _warps(length: int) -> int:
     """Warps of a CTA that keeps the best of `length` int64 keys: the search's slots (levels x budget), the top-k
-    merge's candidates. Measured for the search with bench_kernels --kinds tree (H200, session 29, `tl.topk`), bushy
-    tree / 15-deep spine at 2 / 4 / 8 / 16 warps: 256 slots (budget 15) 4.0 / 3.8 / 4.0 / 4.9 and 15.0 / 14.4 / 16.0
-    / 19.0 us; 512 (budget 31) 7.8 / 6.3 / 6.4 / 7.3 and 21.9 / 19.6 / 21.6 / 25.9; 1024 (budget 63, an earlier
-    call) 26 / 19 / 13 / 14 and 85 / 62 / 39 / 45. 2048 (budget 128): 208 us at 4, 115 at 16 (session 6, before the
-    early stop). The merge (budget 63: 512 candidates, 8 warps before) has not been timed apart."""
+    merge's candidates."""
+    # Measured for the search (`tl.topk`), bushy tree / 15-deep spine at 2 / 4 / 8 / 16 warps: 256 slots (budget 15)
+    # 4.0 / 3.8 / 4.0 / 4.9 and 15.0 / 14.4 / 16.0 / 19.0 us; 512 (budget 31) 7.8 / 6.3 / 6.4 / 7.3 and 21.9 / 19.6 /
+    # 21.6 / 25.9; 1024 (budget 63) 26 / 19 / 13 / 14 and 85 / 62 / 39 / 45 (one H200, 2026-12-04, `python3
+    # bench/bench_kernels.py --kinds tree --budgets 15,31,63`). 2048 (budget 128): 208 us at 4, 115 at 16, before the
+    # early stop (one H200, 2026-11-29, `python bench/bench_kernels.py --kinds tree --budgets 32,64,128`). The merge
+    # (budget 63: 512 candidates, 8 warps before) has not been timed apart.
     return 4 if length <= 512 else 8 if length <= 1024 else 16
 
 
@@ -80,6 +64,29 @@ if triton is not None:
         bits = (key >> 32).to(tl.int32)
         return tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits).to(tl.float32, bitcast=True)
 
+    # Why: in torch ops a tree of height 16 costs ~60 small kernels (per level a gather, an add and a topk with its
+    # sort; then a stable sort, a dozen index ops and the ancestor chase): 0.38-0.46 ms of a 1.4-1.5 ms DDTree step on
+    # the demo pair (one H200, 2026-11-29, the phase split of `bench/bench_methods.py $Q3`), as much as one AR
+    # forward. Here one CTA does it all: each level scores the same candidates as remote.decoding.tree_build (`_plan`:
+    # parent slot, token rank), sorts them in registers (score and candidate index packed into one int64 key, so equal
+    # scores keep index order) and keeps the best `budget` there for the next level to gather from; the sort is the
+    # cost (~1.3 us a level at budget 31; ranking by a [c, c] comparison instead was 6x slower: one H200, 2026-11-30,
+    # `python3 bench/bench_kernels.py --kinds tree`).
+    # The search stops at the first level past which no prefix can be chosen (every deeper one scores at most that
+    # level's best plus the next level's best gain, and n kept prefixes score at least that): on the demo drafters'
+    # trees after 3-4 of 15 levels (fp32 and bf16, 8 HumanEval prompts, a CPU simulation of 2026-11-30 that
+    # docs/performance-history.md describes), which took the search at budget 31 from 22 us to 8 (a 15-deep spine
+    # still runs every level: 28; one H200, 2026-11-30, `bench_kernels.py --kinds tree`). Each level's gains are
+    # loaded a level ahead and its picks go to global memory rather than a register gather: the spine 28.6 -> 27.6 us
+    # (one H200, 2026-12-04, `python3 bench/bench_kernels.py --kinds tree --budgets 31,63`). A level and the final
+    # order take only the best keys they keep (`tl.topk`: k-wide sorted blocks merged, the losing half of the keys
+    # dropped at each merge) instead of sorting every key, and the ancestry is binary-lifted: budget 31's search
+    # 27.7 -> 19.6 us on a spine, 10.8 -> 6.3 on a bushy tree, each at its default warps (one H200, 2026-12-04,
+    # `python3 bench/bench_kernels.py --kinds tree --budgets 15,31,63`). The top-k's two launches and the search stay
+    # three: one launch in which a row's last chunk program merged the row and the last row merged ran the search
+    # (atomic tickets, acquire-release) was 0.6-2.3 us slower a tree (budgets 15 / 31, bushy and spine; one H200,
+    # 2026-12-04, `python3 bench/bench_kernels.py --kinds tree --budgets 15,31`): the tickets' fences cost more than
+    # the launches they saved.
     @triton.jit
     def _tree_kernel(top_lp, top_ids, cand_parent, cand_rank, vindex, picks, tokens, parents, depths, ancestors,
                      path_lp, sizes, expected, K, C, B, levels, n, S, CP: tl.constexpr, KP: tl.constexpr,
@@ -202,8 +209,8 @@ if triton is not None:
 
 TOP_K_MERGE = 2048      # most candidates the merge stage sorts in one CTA (more: torch.topk)
 # vocabulary entries a stage-1 program sorts: a [15, 4096] top-15 took 5.2 us at 256 or 512 a program, 6.3 at 1024,
-# 15.9 at 4096, and 11-12 us in one launch of one program a row (the merge left out; H200, bench_kernels --kinds tree,
-# session 31): the chunks' parallelism is worth the second launch
+# 15.9 at 4096, and 11-12 us in one launch of one program a row (the merge left out; one H200, 2026-12-04, `python3
+# bench/bench_kernels.py --kinds tree --budgets 15,31,63`): the chunks' parallelism is worth the second launch
 TOP_K_CHUNK = 512
 TIE_TOP = 0x7FFFFFFF    # keys hold TIE_TOP - token id below the score: equal scores, the lower id first
 
