@@ -1,16 +1,6 @@
 """A pure-attention target's captured steps through a layer loop of our own (remote.models.layer_loop) on a static
 cache, in place of transformers' forward.
 
-Why: at Qwen3-8B widths the GEMMs of an AR step read their weights at ~4 TB/s, and what kept the step at 1.46x
-the weights' floor was the ~13 small kernels a layer between them (H200, session 15). transformers' layer adds each
-residual and norms apart (two kernels, twice a layer), norms q and k and rotates them in three, writes K and V in
-two, and its SDPA path turns the bool mask into an additive one in every layer (four kernels). Here each residual
-add goes with the next norm and q / k norms with the rotary and the K/V stacking (`remote.kernels.step.residual_norm`
-/ `qkv_rotary`: compiled kernels inside `step_kernels` with the compiled glue), K/V go to the cache in one write,
-and the mask is made once a step for every layer (`step_mask`). Measured (H200, session 22): an AR step at Qwen3-8B
-widths 1.44-1.46x -> 1.38-1.40x the floor with the loop, 1.33-1.35x with the one mask and K/V write (674 -> 569
-launches); demo-qwen3's AR 0.28 -> 0.24 ms a token.
-
 Contract: `AttentionLoop.unsupported(model)` is None where the loop can run `model` (a model type of MODEL_TYPES;
 decoder layers with input_layernorm, self_attn with q/k/v/o projections, post_attention_layernorm and mlp; a text
 decoder with embed_tokens, layers, norm and rotary_emb), else why not; other models keep transformers' forward.
@@ -45,6 +35,16 @@ def _text_decoder(model: torch.nn.Module):
     return getattr(inner, "language_model", inner)
 
 
+# Why: at Qwen3-8B widths the GEMMs of an AR step read their weights at ~4 TB/s, and what kept the step at 1.46x the
+# weights' floor was the ~13 small kernels a layer between them (one H200, 2026-12-01, `gpu_suite.sh q8b`).
+# transformers' layer adds each residual and norms apart (two kernels, twice a layer), norms q and k and rotates them
+# in three, writes K and V in two, and its SDPA path turns the bool mask into an additive one in every layer (four
+# kernels). Here each residual add goes with the next norm and q / k norms with the rotary and the K/V stacking
+# (`remote.kernels.step.residual_norm` / `qkv_rotary`: compiled kernels inside `step_kernels` with the compiled glue),
+# K/V go to the cache in one write, and the mask is made once a step for every layer (`step_mask`). An AR step at
+# Qwen3-8B widths went 1.44-1.46x -> 1.38-1.40x the floor with the loop, 1.33-1.35x with the one mask and K/V write
+# (674 -> 569 launches); demo-qwen3's AR 0.28 -> 0.24 ms a token (one H200, 2026-12-03, `gpu_suite.sh q8b
+# q8b_kernels q3_auto`).
 class AttentionLoop:
     def __init__(self, model: torch.nn.Module, target_layer_ids: list[int] | None):
         self.decoder, self.lm_head = _text_decoder(model), model.lm_head

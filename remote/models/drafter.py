@@ -6,16 +6,8 @@ and no LM head: callers pass embeddings of `[last token, MASK x (block_size-1)]`
 embedding matrix and read logits with the target's LM head (`draft_logits`). Parameter names equal the
 published ones (`fc`, `hidden_norm`, `norm`, `layers.N.{input_layernorm, post_attention_layernorm,
 self_attn.{q,k,v,o}_proj, self_attn.{q,k}_norm, mlp.{gate,up,down}_proj}`), so a published state dict loads
-as is.
-
-What one forward computes (one denoising step): block queries attend to every context position and to every
-block position (bidirectional; `sliding_attention` layers are causal and windowed, as upstream). Context K/V
-come from `hidden_norm(fc(target features))` projected per layer; they are appended to a `DrafterCache`
-because those tokens are committed, while the block's own K/V are never stored (this is the upstream
-"append, then crop back to the committed length", without the copy). A captured step's static cache
-(remote.models.static_cache.StaticDrafterKV) writes the block's K/V into its rows after the context instead,
-where the next draft's context overwrites them: no copy of the cache a layer, and one masked attention (the
-Triton kernel on CUDA: demo-qwen3's draft 0.135-0.145 -> 0.104-0.109 ms, H200, session 27). Non-goal: DFlash2
+as is. One forward is one denoising step: block queries attend to every context position and to every block
+position (bidirectional; `sliding_attention` layers are causal and windowed, as upstream). Non-goal: DFlash2
 drafters (grouped convolutions, candidate selector) are refused at load.
 """
 from __future__ import annotations
@@ -43,6 +35,13 @@ def spread_layer_ids(num_target_layers: int, num_draft_layers: int) -> list[int]
     return [round(lo + i * (hi - lo) / (num_draft_layers - 1)) for i in range(num_draft_layers)]
 
 
+# Context K/V come from `hidden_norm(fc(target features))` projected per layer; they are appended to a `DrafterCache`
+# because those tokens are committed, while the block's own K/V are never stored (this is the upstream "append, then
+# crop back to the committed length", without the copy). A captured step's static cache
+# (remote.models.static_cache.StaticDrafterKV) writes the block's K/V into its rows after the context instead, where
+# the next draft's context overwrites them: no copy of the cache a layer, and one masked attention (the Triton kernel
+# on CUDA: demo-qwen3's draft 0.135-0.145 -> 0.104-0.109 ms; one H200, 2026-12-04, `python3 bench/bench_methods.py
+# $Q3 --temperatures 0 --num-prompts 24 --budgets 31,63 --ar-again`, its phase split).
 class DrafterCache:
     """Per-layer K/V [1, H_kv, C, D] of the committed context the drafter has seen (positions 0..C-1)."""
 

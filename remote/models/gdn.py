@@ -3,23 +3,14 @@
 Contract: `gdn_sequence` runs a plain sequence from a state (prefill); `gdn_tree` runs N tree nodes on top of a
 committed state so that every node sees exactly its ancestors: its causal-conv window is built from its ancestors'
 conv inputs (falling back to the committed conv state above the tree), and its recurrent state starts from its
-parent's state (the committed state for a node whose parent is the prefix). The whole tree is one recurrent-kernel
-call per layer and no host value is read (a verify can be captured in a CUDA graph): where Triton runs,
-`remote.kernels.gdn_tree` walks every node's ancestors in one launch and can keep each node's state, and a chain
-(all depth: per-node paths would run N(N+1)/2 steps) is solved in the chunked form by `remote.kernels.gdn_chunked`,
-as is every tree where a layer's recurrent state is large (`GdnKernels.chunked_trees`: the per-node kernel re-reads
-it for every node); elsewhere every node runs its own root-to-node path through the sequence kernel (batch N,
-length = tree height) and a chain runs as one sequence of N. The sequential steps equal the tree depth, not its
-size. Both return `NodeStates`, from which commit gets the state after the accepted path (`NodeStates.after`).
-`gdn_step` runs one token and updates the states in place (static addresses: a CUDA graph can replay it).
-
-All weights are the model's own: projections, conv1d, A_log, dt_bias, the gated norm and out_proj of the layer's
-transformers module (`Qwen3_5GatedDeltaNet`, `Qwen3NextGatedDeltaNet`, `Qwen3_5MoeGatedDeltaNet`). Only the
-per-token state flow is ours; the recurrence itself is the kernel bundle of `remote.kernels.gdn_paths`.
-
-State layouts are those of transformers' `LinearAttentionLayer`, so they compare one to one with a plain forward:
-conv state [1, C, K] (the last K pre-conv inputs, C = 2*key_dim + value_dim, K = conv kernel size; the oldest
-column is never read), recurrent state [1, HV, Dk, Dv] float32.
+parent's state. The whole tree is one recurrent-kernel call per layer and no host value is read (a verify can be
+captured in a CUDA graph); the sequential steps equal the tree depth, not its size. Both return `NodeStates`, from
+which commit gets the state after the accepted path (`NodeStates.after`). `gdn_step` runs one token and updates the
+states in place (static addresses: a CUDA graph can replay it). All weights are the model's own (the layer's
+transformers module: `Qwen3_5GatedDeltaNet`, `Qwen3NextGatedDeltaNet`, `Qwen3_5MoeGatedDeltaNet`); only the
+per-token state flow is ours, the recurrence is the kernel bundle of `remote.kernels.gdn_paths`. State layouts are
+transformers' `LinearAttentionLayer`'s: conv state [1, C, K] (the last K pre-conv inputs, C = 2*key_dim + value_dim,
+K = conv kernel size; the oldest column is never read), recurrent state [1, HV, Dk, Dv] float32.
 Non-goals: batch > 1, padding masks.
 """
 from __future__ import annotations
@@ -75,9 +66,11 @@ KEEP_LIMIT = 64 << 20      # bytes of per-node recurrent states one layer keeps 
 # Where a verify would keep node states in a device's stack (remote.models.gdn_stack), keep each node's inputs
 # instead (Dk + Dv + 2 floats a head, not Dk x Dv) and recompute the accepted node's state at commit, every layer in
 # one launch (remote.kernels.gdn_install.recompute): a verify's 1 MiB of node states a layer pushed the weights
-# out of L2 (session 31's timeline: every weight-reading kernel 3-5% slower in DDTree than in DFlash). Measured on
-# the hybrid demo pair (docs/PERFORMANCE.md, session 34): DDTree 15 1.6-3.8% faster a token, commit 0.014-0.023 ms
-# against 0.027-0.039. Only where the states would be kept (KEEP_LIMIT): at Qwen3.6-27B widths they are not.
+# out of L2 (every weight-reading kernel 3-5% slower in DDTree than in DFlash in the device timeline: one H200,
+# 2026-12-04, `python3 bench/bench_methods.py $Q35 --temperatures 0 --num-prompts 6 --budgets 15,31 --timeline DIR`).
+# On the hybrid demo pair DDTree 15 1.6-3.8% faster a token, commit 0.014-0.023 ms against 0.027-0.039 (one H200,
+# 2026-12-05, `bench_methods.py $Q35 --temperatures 0 --num-prompts 24 --interleave --budgets 15`, each variant its
+# own process). Only where the states would be kept (KEEP_LIMIT): at Qwen3.6-27B widths they are not.
 KEEP_INPUTS = True
 
 
@@ -252,6 +245,11 @@ def gdn_tree(gdn: torch.nn.Module, h: torch.Tensor, layout: TreeLayout, conv_sta
 
     h [1, N, H] -> (out [1, N, H], NodeStates).
     """
+    # Where Triton runs, remote.kernels.gdn_tree walks every node's ancestors in one launch and can keep each node's
+    # state, and a chain (all depth: per-node paths would run N(N+1)/2 steps) is solved in the chunked form by
+    # remote.kernels.gdn_chunked, as is every tree where a layer's recurrent state is large
+    # (`GdnKernels.chunked_trees`: the per-node kernel re-reads it for every node); elsewhere every node runs its own
+    # root-to-node path through the sequence kernel (batch N, length = tree height) and a chain runs as one sequence.
     n = h.shape[1]
     mixed, z, b, a = project(gdn, h)
     # Conv: each node's window of pre-conv inputs (its ancestors, then committed columns) is gathered from the bank

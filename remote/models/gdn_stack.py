@@ -1,10 +1,6 @@
 """A hybrid target's reserved GDN states, every layer of a device stacked in one tensor, so that a verify's kept
 node states and a commit serve all those layers at once.
 
-Why: a DDTree commit on reserved state installed the accepted node's conv window and kept recurrent state layer by
-layer, two gathers a GDN layer: 27.5 us of the demo hybrid's 45.6-us DDTree 31 commit, where DFlash's chunked
-commit took 16.5 (H200, bench_methods --phase-kernels, session 28). Stacked, it is one launch a device.
-
 Contract: `GdnStack(gdns)` for {layer: GDN module} on one device holds conv [G, C, K] and recurrent [G, HV, Dk, Dv]
 float32 states (zeros); `state(layer)` gives a layer's [1, ...] slices, which the target installs into in place;
 `GdnStack.reserved(gdns)` maps every layer to its device's stack.
@@ -26,6 +22,10 @@ from . import gdn
 from .gdn import TreeLayout
 
 
+# Why: a DDTree commit on reserved state installed the accepted node's conv window and kept recurrent state layer by
+# layer, two gathers a GDN layer: 27.5 us of the demo hybrid's 45.6-us DDTree 31 commit, where DFlash's chunked commit
+# took 16.5 (one H200, 2026-12-04, `python3 bench/bench_methods.py $Q35 --temperatures 0 --num-prompts 6 --budgets 31
+# --phase-kernels`). Stacked, it is one launch a device.
 class GdnStack:
     def __init__(self, gdns: dict[int, torch.nn.Module]):
         self.layers = list(gdns)

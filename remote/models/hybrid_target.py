@@ -3,34 +3,10 @@
 Covers Qwen3.5 / Qwen3.6 (`qwen3_5_text` = `Qwen3_5ForCausalLM`, `qwen3_5` = `Qwen3_5ForConditionalGeneration` whose
 text model decodes, and the MoE variants `qwen3_5_moe(_text)`) and `qwen3_next`. Keeps the `remote.models.target.Target`
 contract exactly: every node of a verified tree gets the logits and features of a plain forward over its ancestor
-path, and `commit(path)` leaves the state a plain forward over prefix + path would leave.
-
-Why not the model's own forward: an attention mask cannot mask a recurrence, so a flattened tree would hand each GDN
-node the state of whatever came before it in list order; `crop()` cannot roll a recurrent state back; and a bare
-`DynamicCache()` crashes on these models. So this module runs its own layer loop over the model's submodules (weights
-shared, nothing copied) and holds the per-layer state itself:
-
-- full-attention layers: a K/V buffer written by position ([1, Hkv, capacity, D] per layer; once reserved, views of
-  one store per device, so a commit moves every layer's rows in two kernels). Verify writes the tree's K/V after the
-  committed prefix and attends with an ancestor-only mask at positions prefix_len + depth; commit moves the accepted
-  rows to the front of that window (compaction), so rejected rows are simply overwritten next time.
-- GDN layers: conv state [1, C, K] and recurrent state [1, HV, Dk, Dv] float32 (transformers' layouts). Verify
-  runs every node from its parent's state (`remote.models.gdn`), commit installs the accepted node's. Once reserved,
-  the layers of a device are views of one stack (remote.models.gdn_stack), so where the node states are kept a
-  commit installs every layer's in two gathers.
-
-Cost: the recurrence is one kernel call per GDN layer and verify (on CUDA with Triton remote.kernels.gdn_tree, or
-remote.kernels.gdn_chunked for chains and for trees at wide layers; else every node's root-to-node path as one
-sequence of the tree's height), reading nothing back to the host. Per-node states (HV x Dk x Dv float32: 3 MiB per
-node and layer at Qwen3.6-27B widths) are kept for commit only while they fit remote.models.gdn.KEEP_LIMIT;
-otherwise commit recomputes the accepted node's state from the committed one, in one call per layer (the chunked
-form keeps per-node corrections instead, from which one launch builds it).
-
-Decoding on reserved state (remote.decoding.graph.HybridGraphDecoder): after `reserve(capacity)` every state keeps
-its storage (prefills and commits copy into it), and `decode` (one AR token) / `verify_static` + `commit_static`
-(a DFlash chain or a DDTree tree) run at a device-side prefix length with no host value, so each step can be
-captured as a CUDA graph once and replayed.
-
+path, and `commit(path)` leaves the state a plain forward over prefix + path would leave. On reserved state
+(remote.decoding.graph.HybridGraphDecoder): after `reserve(capacity)` every state keeps its storage (prefills and
+commits copy into it), and `decode` (one AR token) / `verify_static` + `commit_static` (a DFlash chain or a DDTree
+tree) run at a device-side prefix length with no host value, so each step can be captured as a CUDA graph.
 Features are the outputs of decoder layers `target_layer_ids` (0-based), i.e. HF `hidden_states[layer_id + 1]`
 (for the last layer that is the final-norm output, as in HF). Logits are float32.
 Non-goals: batch > 1; prompts with images or video (the multimodal model is driven as a text decoder, so positions
@@ -95,7 +71,8 @@ class _KV:
     def reserved(cls, attns: dict[int, torch.nn.Module], capacity: int) -> tuple[dict[int, "_KV"], list[torch.Tensor]]:
         """Every layer of `attns` with K/V of `capacity` rows, those on one device views of one store [2 x layers,
         Hkv, capacity, D] (the j-th layer's keys at 2j, values at 2j + 1); and the stores. At Qwen3.6-27B widths a
-        commit moving each layer's rows took 4 kernels a layer, 0.35 ms of a 1.1 ms commit (session 23)."""
+        commit moving each layer's rows took 4 kernels a layer, 0.35 ms of a 1.1 ms commit (one H200, 2026-12-03,
+        `gpu_suite.sh q27b_kernels`)."""
         on: dict[torch.device, list[int]] = {}
         for i, attn in attns.items():
             on.setdefault(attn.k_proj.weight.device, []).append(i)
@@ -145,6 +122,24 @@ class Static:
     positions: torch.Tensor | None = None   # [T] a verify's start + depth (made by `verify_static` if not given)
 
 
+# Why not the model's own forward: an attention mask cannot mask a recurrence, so a flattened tree would hand each
+# GDN node the state of whatever came before it in list order; `crop()` cannot roll a recurrent state back; and a
+# bare `DynamicCache()` crashes on these models. So this class runs its own layer loop over the model's submodules
+# (weights shared, nothing copied) and holds the per-layer state itself:
+# - full-attention layers: a K/V buffer written by position ([1, Hkv, capacity, D] per layer; once reserved, views of
+#   one store per device, so a commit moves every layer's rows in two kernels). Verify writes the tree's K/V after
+#   the committed prefix and attends with an ancestor-only mask at positions prefix_len + depth; commit moves the
+#   accepted rows to the front of that window (compaction), so rejected rows are simply overwritten next time.
+# - GDN layers: conv state [1, C, K] and recurrent state [1, HV, Dk, Dv] float32 (transformers' layouts). Verify
+#   runs every node from its parent's state (`remote.models.gdn`), commit installs the accepted node's. Once
+#   reserved, the layers of a device are views of one stack (remote.models.gdn_stack), so where the node states are
+#   kept a commit installs every layer's in two gathers.
+# Cost: the recurrence is one kernel call per GDN layer and verify (on CUDA with Triton remote.kernels.gdn_tree, or
+# remote.kernels.gdn_chunked for chains and for trees at wide layers; else every node's root-to-node path as one
+# sequence of the tree's height), reading nothing back to the host. Per-node states (HV x Dk x Dv float32: 3 MiB
+# per node and layer at Qwen3.6-27B widths) are kept for commit only while they fit remote.models.gdn.KEEP_LIMIT;
+# otherwise commit recomputes the accepted node's state from the committed one, in one call per layer (the chunked
+# form keeps per-node corrections instead, from which one launch builds it).
 class HybridTarget(Target):
     """A hybrid (attention + GDN) transformers model decoding one sequence; see the module docstring."""
 

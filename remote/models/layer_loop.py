@@ -1,11 +1,5 @@
 """A decoder's layers run by a loop of our own: embed, every layer's norm / token mixer / norm / MLP, final norm.
 
-Why not the model's own forward: our targets need what it cannot give. A hybrid's recurrent layers must run a tree
-from each node's parent state (remote.models.hybrid_target); a pure-attention target's captured steps
-(remote.models.attention_loop) write a static cache at device-side rows and attend with a per-step mask. And in
-both, each residual add goes with the norm after it (`residual_norm`: one kernel in captured steps, where
-transformers' layers add and norm apart: two kernels, twice a layer).
-
 Contract: `run_layers(decoder, layers, input_ids, positions, mix, feature_ids)` with `decoder` a transformers
 text model (embed_tokens, layers, norm, rotary_emb) returns (the final-normed hidden states [T, H], features
 [T, len(feature_ids) * H]): the outputs of decoder layers `feature_ids` (0-based; HF's `hidden_states[i + 1]`, for
@@ -24,6 +18,11 @@ import torch
 from ..kernels.step import residual_norm
 
 
+# Why not the model's own forward: our targets need what it cannot give. A hybrid's recurrent layers must run a tree
+# from each node's parent state (remote.models.hybrid_target); a pure-attention target's captured steps
+# (remote.models.attention_loop) write a static cache at device-side rows and attend with a per-step mask. And in
+# both, each residual add goes with the norm after it (`residual_norm`: one kernel in captured steps, where
+# transformers' layers add and norm apart: two kernels, twice a layer).
 def run_layers(decoder, layers: int, input_ids: torch.Tensor, positions: torch.Tensor, mix, feature_ids: list[int],
                features_device: torch.device, on=lambda device: contextlib.nullcontext(), mrope: bool = False):
     x = decoder.embed_tokens(input_ids)                                               # [1, T, H]

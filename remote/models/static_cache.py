@@ -59,7 +59,8 @@ class StaticKV:
     def write(self, layer_idx: int, kv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """`update` for K/V stacked [2, Hkv, n, D], whose `slots` are consecutive rows (every caller's are): a
         step's rows in one `gather_rows` launch (PyTorch's `index_copy_` took 2.8 us a layer for a verify's 32 rows
-        of the demo target and 1.65 for AR's one, H200, session 28)."""
+        of the demo target and 1.65 for AR's one: one H200, 2026-12-04, `python3 bench/bench_methods.py $Q3
+        --temperatures 0 --num-prompts 4 --budgets 31 --phase-kernels`)."""
         store = self.store[2 * layer_idx:2 * layer_idx + 2]
         if kv.shape[2] <= MAX_ROWS:
             gather_rows(kv, 0, self._rows[:kv.shape[2]], store, self.slots[0])
