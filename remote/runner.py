@@ -3,10 +3,10 @@ by prompt (`run_methods`), `repeats` times over all prompts, write results.
 
 Contract: `run(spec, run_dir)` writes into `run_dir` (names from RunFiles): `events.jsonl` (stage, start,
 progress, prompt, warning, result), `outputs.jsonl` (one line per prompt per method, AR included: method,
-prompt_index, token_ids, text, prompt; from the first repeat) and, last and atomically, `results.json` = {version, method, metrics,
-definitions, environment, per_prompt (one entry per method, prompt and repeat), paths (per method: the path its
-generations took, remote.fairness), fairness ("ok" or "mismatch: ..." where AR and a method both ran)}. Every
-bad-input check (SpecError) happens before the first decoding step. Both methods see the same prompts and
+prompt_index, token_ids, text, prompt; from the first repeat) and, last and atomically, `results.json` = {version,
+method, metrics, definitions, environment, per_prompt (one entry per method, prompt and repeat), paths (per method:
+the path its generations took, remote.fairness), fairness ("ok" or "mismatch: ..." where AR and a method both ran)}.
+Every bad-input check (SpecError) happens before the first decoding step. Both methods see the same prompts and
 per-prompt sampling seeds (seed + prompt index) in every repeat; warm-up generations are not recorded.
 """
 from __future__ import annotations
@@ -186,9 +186,12 @@ class Run:
 
 def eager_attention(device: torch.device):
     """SDPA backends for eager (uncaptured) decoding on CUDA: all but cuDNN. cuDNN builds an execution plan for
-    every new attention shape, and an eager loop meets a new key length at every step: measured on an H200 (demo
-    pair, session 4 call 1) eager DFlash / DDTree-64 took 9.78 / 7.58 ms per token with cuDNN, 4.97 / 3.76
-    without it (AR unchanged). Captured steps have fixed shapes, where cuDNN is the fastest masked kernel."""
+    every new attention shape, and an eager loop meets a new key length at every step: eager DFlash / DDTree-64 took
+    9.78 / 7.58 ms per token with cuDNN, 4.97 / 3.76 without it, AR unchanged (demo-qwen3, one H200, 2026-11-29,
+    `python3 bench/bench_methods.py --model $M/demo-qwen3 --drafter $M/demo-qwen3-dflash --dataset
+    jsonl:$M/heldout_prompts.jsonl --dtype bfloat16 --temperatures 0 --num-prompts 3 --max-new-tokens 64 --budgets
+    64 --no-graphs --ar-again [--no-cudnn-sdpa]`). Captured steps have fixed shapes, where cuDNN is the fastest
+    masked kernel."""
     if device.type != "cuda":
         return contextlib.nullcontext()
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -359,8 +362,8 @@ def _load(spec: RunSpec, events: EventWriter, started: float) -> Run:
     with watching(sources, lambda line: events.stage(RunnerStage.LOADING, detail=line)) as hub:
         r = Run(spec)
     if hub is not None and hub.downloaded:
-        print(f"hub: downloaded {gigabytes(hub.downloaded)} for {hub.label}; loading took {time.time() - started:.0f} s",
-              file=sys.stderr, flush=True)
+        print(f"hub: downloaded {gigabytes(hub.downloaded)} for {hub.label}; "
+              f"loading took {time.time() - started:.0f} s", file=sys.stderr, flush=True)
     return r
 
 

@@ -161,7 +161,8 @@ def test_the_compiled_norms_residual_adds_and_gates_are_the_models_own():
 
 def test_a_glue_function_compiles_for_each_shape_it_meets():
     """`active(fn)` (here the GDN conv's): every window count its own compile (inductor on the CPU here). A dynamic
-    compile after the second count would serve the third, tiled for another (session 31's 6.7-us conv)."""
+    compile after the second count would serve the third, tiled for another (a conv that ran 6.7 us a layer where
+    its static compile took 1.5: one H200, 2026-12-04, `bench_methods.py $Q35 ... --timeline DIR`)."""
     from torch._dynamo.utils import counters
 
     from remote.kernels.glue import active

@@ -1,47 +1,14 @@
 """`tree_budget=auto`: the node budget of each DDTree step, chosen for the most committed tokens per unit time.
 
-Two inputs. (a) What a tree of each candidate size would accept: under the drafter's surrogate (a node's path holds
-with its path probability, the product of its tokens' drafter probabilities), a tree's expected accepted length is
-the sum of its nodes' path probabilities, and a best-first tree of n nodes is the first n of the best-first order, so
-a step's own tree gives E(c) exactly for every size c up to its own (the tree's `expected`, written by its builder on
-the device, inside the step). Larger sizes are scaled from it by the ratio E(c) / E(own) that steps of size >= c
-measured (a running mean per pair of sizes; calibration runs every size, and a step one size up is explored when a
-ratio grew stale). What the surrogate promises is checked against what was accepted, size by size: the accepted
-path's nodes are numbered best first, so a step of size b also tells what every tree of size c <= b would have
-accepted (its path nodes numbered <= c: ancestors come first, so they are a prefix of the path); what each size's
-extra nodes over the next smaller size accepted, against what E said they would, scales E's increments (`accepted`: a
-drafter is often surer of its deep, unlikely nodes than it should be), and as steps come an affine fit of what an
-increment accepted against the running mean's increment at the step's launch replaces that scale (the mean lags the
-text: a large forecast is worth more than its size, a small one less). (b) What a step of each size costs: every
-candidate size is its own captured step (as a fixed budget's is), timed on the device around each launch (CUDA
-events, read once the step is: no synchronisation). T(c) is the median of its warm steps in rounds: calibration runs
-each size TIMED_STEPS + 2 times in a row, a round each size twice in a row (ROUND_EVERY chosen steps after
-calibration, then twice as many after each round, up to ROUND_EVERY_MAX: a round's steps are mostly of sizes not
-chosen, ~1 step in 10 when they came every 96, and on the replayed traces of bench/bench_auto_policy.py fewer rounds
-lost less, session 21), and a step counts only when the step before it was of its size and its graph had been
-replayed before. Warm, because a size's step costs more right after another size's (on the H200, demo-qwen3_5: budget
-15 took 0.870 ms a step right after budget 7, 0.811 ms in a run of its own, while budget 63, chosen in a row, took
-what its fixed run took), and a size chosen runs in a row; cold medians compressed the sizes' differences, and auto
-then chose 63 where 31 was the faster budget (on that pair a mid size still costs more warm inside a mixed run than
-alone: docs/performance-history.md, session 16). Rounds, because they time every size on the same texts.
-
-The choice, on the host, for each step it queues (a step is observed after the next one is queued, so that its
-bookkeeping overlaps the GPU's work): the budget b maximising 1 + A(b) - rate * T(b), A the calibrated
-expectation (`accepted`) (a renewal reward argument: at rate = the best achievable tokens per ms this per-step rule
-maximises the long-run rate; the running rate of the steps so far stands in for it). E is a running mean over the
-steps read back: the step in flight is not read (a verify's row count is fixed in its graph, and choosing among
-graphs on the device needs conditional graph nodes: torch >= 2.13, the GPU image has 2.11), so the newest tree the
-host knows is two steps old and tells the next step's little on its own (measured on the H200: choosing from it
-alone accepted no more than a fixed mixture of the same sizes, at more cost); the mean follows the text as it
-changes. No host read is added: each step's predictions ride in the read it has anyway.
-
 Contract: `buckets(max_budget)` -> the candidate budgets, 2^k - 1 from 7 up to `max_budget`; a step's tree built with
 them (remote.decoding.tree_build, `best_first_tree(logits, budget, buckets).expected`) predicts [K] long: E(c) in
 thousandths per bucket, -1 where c is larger than the step's tree. `AutoBudget(buckets, cuda)`: `pick()` the next
 step's budget; `with timing(budget) as span:` around its launch; `observe(budget, predicted, nodes, committed, span)`
 once it is read (`nodes`: the accepted path's node indices below the root); `costs` (ms a step per bucket) once
-measured, `calibrating` until then. Lossless by construction: every step verifies a best-first tree of some size, as
-a fixed budget does.
+measured, `calibrating` until then. The choice is the budget b maximising 1 + A(b) - rate * T(b): A what a tree of b
+nodes is expected to accept (`accepted`), T its measured step cost, rate the running tokens per ms. Lossless by
+construction: every step verifies a best-first tree of some size, as a fixed budget does. No host read is added:
+each step's predictions ride in the read it has anyway.
 """
 from __future__ import annotations
 
@@ -54,6 +21,41 @@ from contextlib import contextmanager
 import torch
 
 
+# (a) What a tree of each candidate size would accept: under the drafter's surrogate (a node's path holds with its path
+# probability, the product of its tokens' drafter probabilities), a tree's expected accepted length is the sum of its
+# nodes' path probabilities, and a best-first tree of n nodes is the first n of the best-first order, so a step's own
+# tree gives E(c) exactly for every size c up to its own (the tree's `expected`, written by its builder on the device,
+# inside the step). Larger sizes are scaled from it by the ratio E(c) / E(own) that steps of size >= c measured (a
+# running mean per pair of sizes; calibration runs every size, and a step one size up is explored when a ratio grew
+# stale). What the surrogate promises is checked against what was accepted, size by size: the accepted path's nodes are
+# numbered best first, so a step of size b also tells what every tree of size c <= b would have accepted (its path
+# nodes numbered <= c: ancestors come first, so they are a prefix of the path); what each size's extra nodes over the
+# next smaller size accepted, against what E said they would, scales E's increments (`accepted`: a drafter is often
+# surer of its deep, unlikely nodes than it should be), and as steps come an affine fit of what an increment accepted
+# against the running mean's increment at the step's launch replaces that scale (the mean lags the text: a large
+# forecast is worth more than its size, a small one less).
+#
+# (b) What a step of each size costs: every candidate size is its own captured step (as a fixed budget's is), timed on
+# the device around each launch (CUDA events, read once the step is: no synchronisation). T(c) is the median of its
+# warm steps in rounds: calibration runs each size TIMED_STEPS + 2 times in a row, a round each size twice in a row
+# (ROUND_EVERY chosen steps after calibration, then twice as many after each round, up to ROUND_EVERY_MAX: a round's
+# steps are mostly of sizes not chosen, ~1 step in 10 when they came every 96, and on six replayed traces fewer rounds
+# lost less: 98.72% of the best fixed budget against 98.16; `python bench/bench_auto_policy.py --trace ...`,
+# 2026-12-03), and a step counts only when the step before it was of its size and its graph had been replayed before.
+# Warm, because a size's step costs more right after another size's (on one H200, demo-qwen3_5: budget 15 took
+# 0.870 ms a step right after budget 7, 0.811 ms in a run of its own, while budget 63, chosen in a row, took what its
+# fixed run took), and a size chosen runs in a row; cold medians compressed the sizes' differences, and auto then chose
+# 63 where 31 was the faster budget (on that pair a mid size still costs more warm inside a mixed run than alone;
+# 2026-12-01, `gpu_suite.sh q35_auto`). Rounds, because they time every size on the same texts.
+#
+# The choice, on the host, for each step it launches (a step is observed after the next one is launched, so that its
+# bookkeeping overlaps the GPU's work), uses a renewal reward argument: at rate = the best achievable tokens per ms
+# the per-step rule maximises the long-run rate; the running rate of the steps so far stands in for it. E is a
+# running mean over the steps read back: the step in flight is not read (a verify's row count is fixed in its graph,
+# and choosing among graphs on the device needs conditional graph nodes: torch >= 2.13, the GPU image has 2.11), so
+# the newest tree the host knows is two steps old and tells the next step's little on its own (on one H200, choosing
+# from it alone accepted no more than a fixed mixture of the same sizes, at more cost: 2026-12-01, `gpu_suite.sh
+# q35_auto q3_auto`); the mean follows the text as it changes.
 TIMED_STEPS = 4          # timed steps per bucket before the first choice (after its capture and first replay)
 COST_WINDOW = 32         # a bucket's cost: the median of its newest warm steps in rounds
 ROUND_EVERY = 192        # chosen steps before the first round (a round: each bucket twice in a row) ...
@@ -74,7 +76,8 @@ def buckets(max_budget: int) -> list[int]:
 
 
 class AutoBudget:
-    """The host's choice of each step's budget (see the module docstring); one per run, across its generations."""
+    """The host's choice of each step's budget (the module docstring, and the comments above its constants); one per
+    run, across its generations."""
 
     def __init__(self, sizes: list[int], cuda: bool, timed_steps: int = TIMED_STEPS):
         self.sizes, self.cuda, self.timed_steps = list(sizes), cuda, timed_steps
@@ -135,7 +138,8 @@ class AutoBudget:
         then replaced, as steps come, by an affine fit of what the increment accepted against the running mean's
         increment at each step's launch: the mean lags the text, so what it promises is a forecast whose worth
         depends on how large it is (on real drafts of the demo pairs an increment's top tenth of forecasts accepted
-        2-3x what was forecast, the rest about what was: bench/bench_auto_policy.py on traces, session 20).
+        2-3x what was forecast, the rest about what was: `python bench/bench_auto_policy.py --pair demo-qwen3_5
+        --dataset humaneval --num-prompts 12 --trace ...` on recorded traces, 2026-12-03).
         Increments, not totals: a size's figures then come from the same steps as its increment's, never from
         other texts than its neighbour's (total accepted / predicted per size, over different steps, once ranked 15
         above 31), and more nodes never accept less."""

@@ -82,7 +82,8 @@ def tree_inputs(ancestors: torch.Tensor, depth: torch.Tensor, cols: torch.Tensor
     """What a verify at cache rows start.. reads, from its tree (ancestors [N, H], depth [N]) and the drafted
     `tokens` [N - 1]: visible [N, capacity] (`tree_visible`), positions start + depth, the cache rows start + 0..N-1
     and the nodes, root first. Compiled in captured steps (`active`), where apart they were five launches (the verify
-    phase of demo DDTree 31 steps measured 1-6 us shorter, session 27)."""
+    phase 1-2 us shorter on demo-qwen3, 5-6 us on the hybrid's DDTree: one H200, 2026-12-04, `OUT=/tmp/o
+    BASE=.ab/base STEPS="tests q3_graph24" bash bench/gpu_suite.sh`)."""
     n = depth.shape[0]
     return tree_visible(ancestors, depth, cols, start), start + depth, start + cols[:n], torch.cat([root, tokens])
 

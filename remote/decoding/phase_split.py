@@ -1,11 +1,6 @@
 """Where a captured step's GPU time goes: the per-phase split of a replayed step (draft, tree_build, verify,
 commit: remote.timing.PHASES; AR has one phase, its forward).
 
-Why not a timer around each phase: a replayed step has no host-visible boundaries, and timing phases of the
-eager step measures Python and kernel launches instead of the GPU work the replay does. Here each prefix of the
-step (draft; draft + build; ... ; the whole step) is captured as its own graph and replayed `repeats` times from
-the same committed state, timed by CUDA events; a phase costs its prefix's median minus the previous one's.
-
 Contract: `split_step(decoder, method, budget)` -> {phase_ms: float} (draft_ms, tree_build_ms, verify_ms,
 commit_ms; AR: forward_ms) for a `GraphDecoder` that has just decoded with graphs on (its caches hold a real
 committed state); `split_kernels(decoder, method, budget)` -> the kernels of each phase, from torch.profiler. The
@@ -13,16 +8,9 @@ committed state (length, root, drafter context, AR count) is put back after ever
 also picks where the step starts; `prefix_steps` are the functions captured, eager-runnable on the CPU); cache rows
 past the measured length are scratch anyway, but a hybrid target's GDN states are advanced in place by every replayed
 commit, so call it between prompts (the next prefill overwrites them), as the runner and bench_methods do. A
-phase whose cost depends on the data shows this state's cost, not a generation's mean: the tree search stops after
-a few levels on a bushy tree and runs all of them on a confident spine (remote.kernels.tree_search).
-
-Where the measured step starts (`measured_state`): a generation launches a step only at a length its reserved caches
-hold (GraphDecoder.reserve: up to prompt + max_new - 2, plus the step's width), but its last step may commit up to a
-block past that, so the state it ends in may have no room for one more step (the demo hybrid pair, 128 tokens:
-DFlash ends at 193 of 208 rows and its step writes 16). There the measured step starts at the last length that has
-room (the committed rows before it are the same generation's); the cost of a step hardly depends on it (attention
-runs over every reserved row, masked). The rows a step would index are checked on the host first, and a state no
-length can hold raises a ValueError: a device-side index error would poison the CUDA context, and with it the run.
+phase whose cost depends on the data shows this state's cost, not a generation's mean (the tree search stops after
+a few levels on a bushy tree and runs all of them on a confident spine: remote.kernels.tree_search). A state no
+length can hold raises a ValueError on the host, before any kernel runs.
 """
 from __future__ import annotations
 
@@ -36,9 +24,16 @@ from ..timing import PHASES
 from .graph import GraphDecoder
 
 
+# Where the measured step starts: a generation launches a step only at a length its reserved caches hold
+# (GraphDecoder.reserve: up to prompt + max_new - 2, plus the step's width), but its last step may commit up to a block
+# past that, so the state it ends in may have no room for one more step (the demo hybrid pair, 128 tokens: DFlash
+# ends at 193 of 208 rows and its step writes 16). There the measured step starts at the last length that has room
+# (the committed rows before it are the same generation's); the cost of a step hardly depends on it (attention runs
+# over every reserved row, masked). The rows a step would index are checked on the host first: a device-side index
+# error would poison the CUDA context, and with it the run.
 @contextmanager
 def measured_state(decoder: GraphDecoder, method: Method, budget: int):
-    """The committed state the measured step starts from, inside the reserved caches (see the module docstring);
+    """The committed state the measured step starts from, inside the reserved caches (see the comment above);
     yields `restore()`, which puts that state back (before each replay). On exit the decoder's own committed
     state is back (cache rows from the measured length on were overwritten, as scratch)."""
     state = decoder.state.committed()
@@ -92,6 +87,10 @@ def prefix_steps(decoder: GraphDecoder, method: Method, budget: int):
             for phase, until in zip(PHASES, PHASES[:-1] + (None,))]
 
 
+# Why not a timer around each phase: a replayed step has no host-visible boundaries, and timing phases of the eager
+# step measures Python and kernel launches instead of the GPU work the replay does. Here each prefix of the step
+# (draft; draft + build; ... ; the whole step) is captured as its own graph and replayed `repeats` times from the same
+# committed state, timed by CUDA events; a phase costs its prefix's median minus the previous one's.
 def _prefix_graphs(decoder: GraphDecoder, method: Method | str, budget: int):
     """Yields (phase, restore, graph) per phase, in step order: the graph of the step's prefix up to and including
     that phase, captured from the measured state, which `restore()` puts back (before each replay)."""

@@ -11,16 +11,6 @@ the DFlash chain: the argmax token at every position. Both return a `DeviceTree`
 anything back to the host; its `ancestry()` is what a `Target` verifies against. `build_tree` / `chain_tree` return
 the same trees as host lists (`Tree`, one copy) for offline tools. Non-goal: the per-node conditional distributions
 (the drafter emits marginals, so every parent at depth d draws from the same depth-d top-k list).
-
-How the best-first set is found without a heap: a prefix never scores above its parent (log-probs are <= 0), so
-the best `budget` prefixes of depth d+1 only ever extend kept prefixes of depth d. Depth by depth, children of the
-kept prefixes of depth d are scored and the best `budget` are kept (only children that can make it are scored,
-see `_plan`), then one stable sort over all kept prefixes picks the best `budget`. The kept sets hold the best
-`budget` prefixes' scores (a prefix dropped at some depth has `budget` kept prefixes scoring at least as much), so
-the tree is the heap's up to the order of equal scores. Every shape is fixed by (depth, vocab, budget): nothing
-waits for data, and the step could be captured in a graph. On CUDA (with Triton) the levels, the final order
-and the ancestry run as one kernel (remote.kernels.tree_search); these torch ops are the reference and the CPU
-path.
 """
 from __future__ import annotations
 
@@ -89,6 +79,14 @@ def ranked(scores: torch.Tensor, budget: int) -> tuple[torch.Tensor, torch.Tenso
     return best, pick
 
 
+# How the best-first set is found without a heap: a prefix never scores above its parent (log-probs are <= 0), so the
+# best `budget` prefixes of depth d+1 only ever extend kept prefixes of depth d. Depth by depth, children of the kept
+# prefixes of depth d are scored and the best `budget` are kept (only children that can make it are scored, see
+# `_plan`), then one stable sort over all kept prefixes picks the best `budget`. The kept sets hold the best `budget`
+# prefixes' scores (a prefix dropped at some depth has `budget` kept prefixes scoring at least as much), so the tree
+# is the heap's up to the order of equal scores. Every shape is fixed by (depth, vocab, budget): nothing waits for
+# data, and the step can be captured in a graph. On CUDA (with Triton) the levels, the final order and the ancestry
+# run as one kernel (remote.kernels.tree_search); these torch ops are the reference and the CPU path.
 def best_first_tree(draft_logits: torch.Tensor, budget: int, sizes: tuple[int, ...] = ()) -> DeviceTree:
     """Best-first tree of at most `budget` nodes from `draft_logits` [D, V] (row d predicts depth d+1)."""
     depth_limit, vocab = draft_logits.shape
@@ -174,7 +172,8 @@ def torch_tree(draft_logits: torch.Tensor, budget: int, k: int, plan: _Plan) -> 
 def argmax_chain(draft_logits: torch.Tensor) -> DeviceTree:
     """The DFlash chain: argmax of every row of `draft_logits` [D, V], each node the child of the previous. Its
     tokens in one launch on CUDA (remote.kernels.argmax; torch's reduction took 8.8 us of a 14.6-us DFlash build on
-    the demo pairs, H200, session 28) and its shape made once (`_chain`), where it was five launches a step."""
+    the demo pairs: one H200, 2026-12-04, `python3 bench/bench_methods.py $Q3 --temperatures 0 --num-prompts 4
+    --budgets 31 --phase-kernels`) and its shape made once (`_chain`), where it was five launches a step."""
     depth = draft_logits.shape[0]
     parents, depths, ancestry = _chain(depth, draft_logits.device)
     return DeviceTree(tokens=argmax_rows(draft_logits), parents=parents, depths=depths, height=depth + 1,

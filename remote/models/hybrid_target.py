@@ -141,7 +141,8 @@ class Static:
 # otherwise commit recomputes the accepted node's state from the committed one, in one call per layer (the chunked
 # form keeps per-node corrections instead, from which one launch builds it).
 class HybridTarget(Target):
-    """A hybrid (attention + GDN) transformers model decoding one sequence; see the module docstring."""
+    """A hybrid (attention + GDN) transformers model decoding one sequence; see the module docstring and the comment
+    above."""
 
     def __init__(self, model: torch.nn.Module, target_layer_ids: list[int] | None, *, kernels: str = "auto"):
         check_transformers_version()
