@@ -12,7 +12,7 @@ from remote.models.loading import load_tokenizer
 from remote.models.placement import describe, spread
 from remote.prompts import encode, load_prompts
 from remote.runner import Run
-from remote.spec import DatasetSpec, ModelSpec
+from remote.spec import DatasetSpec, DecodingSpec, Method, ModelSpec, RunSpec
 from tests.runner_fixtures import TINY_QWEN3, tiny_spec
 
 
@@ -102,6 +102,24 @@ def test_bad_decoding_values_are_refused():
         Run(tiny_spec("medusa"))
     with pytest.raises(SpecError, match="tree_budget"):
         Run(tiny_spec("ddtree", decoding={"tree_budget": 0}))
+
+
+def test_the_method_type_keeps_spec_json_as_it_was():
+    """A member where a name was (in the spec, in a dict's keys) reads, writes and compares as the name: spec.json
+    round-trips exactly, and results keyed by members are keyed by names."""
+    for name in ("ar", "dflash", "ddtree"):
+        spec = tiny_spec(name)
+        spec.decoding.method = Method.parse(name)
+        text = spec.to_json()
+        assert json.loads(text)["decoding"]["method"] == name
+        assert RunSpec.from_json(text).to_json() == text == tiny_spec(name).to_json()
+    assert {Method.AR: 1}["ar"] == 1 and {"ddtree": 2}[Method.DDTREE] == 2 and f"{Method.DFLASH}" == "dflash"
+    assert json.dumps({Method.AR: [Method.DDTREE]}) == '{"ar": ["ddtree"]}'
+    assert [m.uses_drafter for m in Method] == [False, True, True] and [m.builds_tree for m in Method] == [
+        False, False, True]
+    assert DecodingSpec(method="ddtree").methods == [Method.AR, Method.DDTREE]
+    assert DecodingSpec(method="dflash", baseline="none").methods == [Method.DFLASH]
+    assert DecodingSpec(method="ar", baseline="none").methods == [Method.AR]
 
 
 def test_prompt_sources(tmp_path):
