@@ -34,6 +34,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from orchestrator.run.bundle import sync_bundle  # noqa: E402
+from orchestrator.hosts.connect import open_host  # noqa: E402
+from orchestrator.hosts.settings import host_settings  # noqa: E402
 from orchestrator.hosts.ssh import SSHHost  # noqa: E402
 from orchestrator.paths import REMOTE_PACKAGE  # noqa: E402
 from tests.sshd import SSHD  # noqa: E402
@@ -66,7 +68,7 @@ def timed_sync(host: SSHHost, package: Path) -> dict:
 
 
 def sync_costs(facts, workdir: Path, scratch: Path) -> dict:
-    host = SSHHost.from_config(facts.host_config(workdir=str(workdir)))
+    host = open_host(host_settings(facts.host_config(workdir=str(workdir))))
     host.run("true")   # connect first: the sync is what is measured, not the handshake
     package = scratch / "snapshot" / "remote"   # what others edit meanwhile must not count as a change
     shutil.copytree(REMOTE_PACKAGE, package, ignore=shutil.ignore_patterns("__pycache__"))
@@ -77,7 +79,7 @@ def sync_costs(facts, workdir: Path, scratch: Path) -> dict:
     with open(changed_pkg / "__init__.py", "a") as f:
         f.write(f"\n# bench edit {time.time()}\n")
     one_changed = timed_sync(host, changed_pkg)
-    fresh = SSHHost.from_config(facts.host_config(workdir=str(scratch / "empty-workdir")))
+    fresh = open_host(host_settings(facts.host_config(workdir=str(scratch / "empty-workdir"))))
     fresh.run("true")
     first = timed_sync(fresh, package)
     rtt = _median(lambda: host.run("true"))

@@ -1,9 +1,10 @@
 """Who is still there: OS file locks that a process holds for as long as it does a thing, dropped by the kernel
 when it dies (`kill -9`, a closed laptop), so a free lock means nobody does it any more.
 
-Contract: `take(path)` holds a lock or returns None; `try_following(run_dir)` is the lock run_job and attach hold
-while they follow a run (FOLLOW_LOCK); a sweep process holds SWEEP_LOCK in its sweep dir; `free(path)` says
-whether nobody holds one. orchestrator.run.reap reads them to find what was left behind.
+Contract: `take(path)` holds a lock or returns None; `try_following(run_dir)` is the lock a job
+(orchestrator.sweep.job) and attach hold while they follow a run (FOLLOW_LOCK); a sweep process holds SWEEP_LOCK in
+its sweep dir; `free(path)` says whether nobody holds one. orchestrator.run.reap reads them to find what was left
+behind.
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def take(path: Path) -> FileLock | None:
 
 
 def try_following(run_dir: Path) -> FileLock | None:
-    """The follow lock of the run in `run_dir` (run_job and attach hold it while they follow it)."""
+    """The follow lock of the run in `run_dir` (orchestrator.sweep.job and attach hold it while they follow it)."""
     return take(run_dir / FOLLOW_LOCK)
 
 

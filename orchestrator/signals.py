@@ -1,30 +1,17 @@
 """SIGTERM and SIGHUP (what `timeout`, SLURM, systemd and a closed terminal send) are handled as Ctrl-C is.
 
 Contract: `install()` (main thread, once) makes both, and SIGINT unless it was ignored, raise `Interrupted`, a
-KeyboardInterrupt, so every place that stops the runner on Ctrl-C does so for them too; `exit_code(exc)` is what the
-CLI then exits with (128 + the signal: 130, 143, 129). A second signal while the first is handled is ignored: stopping
-the runner is bounded (monitor.STOP_BOUND), and breaking it off halfway would leave the run RUNNING. For the same
-reason a first signal during a run's final report (`deferred`, bounded too) waits for the report's end.
-
-A parallel sweep's main process (`forward_to_workers()`) runs no job itself: its joblib workers do. `timeout` and many
-schedulers signal that one process, and a worker killed by a default SIGTERM would leave its runner going. So the
-first signal is passed on to the workers (each installs these handlers when its job starts) and the main process
-waits for them to stop their runners and close their runs; `pending` holds it, for the CLI's exit code. A second
-signal raises there as anywhere.
-
-A worker between jobs, and before its first, has nothing of ours to stop, yet Ctrl-C in a terminal reaches it (it
-shares the sweep's process group) and the main process passes signals on to every worker: one that died of it broke
-joblib's pool, which killed the workers still stopping their runners (their runs left RUNNING) and ended the sweep in
-a traceback. So `quiet_idle_workers()` (a joblib sweep's main process) starts loky's workers ignoring the three
-signals, and `handling()` spans a job: handled within it, ignored again after it in a worker (the next job's start
-finds the sweep stopped, below); a signal that reaches a worker's job outside its run's handling raises
-`JobInterrupted` there, an ordinary exception that Hydra keeps as the job's failed result (the app says so).
-
-A sweep's main process also writes STOP_MARKER in the sweep dir (`stop_sweep_at`) on the first signal, before
-passing it on: the launcher would otherwise go on starting the jobs it has not started yet (joblib in new or idle
-workers, the basic launcher in this process), and only the job itself sees the dir on every launcher. Each job
-checks `sweep_stopped` before it starts anything and, stopped, does not run. `pending` then holds the signal for
-the exit code also where no worker took it (the basic launcher runs the job in this process).
+KeyboardInterrupt, so every place that stops the runner on Ctrl-C does so for them too; `exit_code(exc)` is what the CLI
+then exits with (128 + the signal: 130, 143, 129). A second signal while the first is handled is ignored, and a first
+one during a run's final report (`deferred`) waits for the report's end: stopping the runner
+(orchestrator.run.monitor.STOP_BOUND) and the report are bounded, and cut off halfway would leave the run RUNNING.
+Sweeps: with `forward_to_workers()`, a parallel sweep's main process (which runs no job itself) passes the first signal
+on to its joblib workers and waits for them to stop their runners and close their runs; a second raises there as
+anywhere. `quiet_idle_workers()` (a joblib sweep's main process) starts loky's workers ignoring the three signals, and
+`handling()` spans a job: handled within it, ignored again after it in a worker; one that reaches a worker's job outside
+its run's handling raises `JobInterrupted`, which Hydra keeps as the job's failed result. `stop_sweep_at(sweep_dir)`:
+the first signal writes STOP_MARKER there before it is passed on; each job checks `sweep_stopped` before it starts
+anything and, stopped, does not run. `pending`: that first signal, for the CLI's exit code.
 """
 from __future__ import annotations
 
@@ -83,6 +70,8 @@ def _raise(signum, frame) -> None:
         pending.append(signum)
     if first and _forwarding[0] and _forward(signum):
         return
+    # Signals from now on are ignored: stopping the runner is bounded (orchestrator.run.monitor.STOP_BOUND), and
+    # breaking it off halfway would leave the run RUNNING.
     _ignore()
     raise Interrupted(signum)
 
@@ -151,6 +140,13 @@ def _ignore() -> None:
         signal.signal(sig, signal.SIG_IGN)
 
 
+# A worker between jobs, and before its first, has nothing of ours to stop, yet Ctrl-C in a terminal reaches it (it
+# shares the sweep's process group) and the main process passes signals on to every worker: one that died of it
+# broke joblib's pool, which killed the workers still stopping their runners (their runs left RUNNING) and ended the
+# sweep in a traceback. So loky's workers start ignoring the three signals, and `handling()` spans a job: handled
+# within it, ignored again after it in a worker (the next job's start finds the sweep stopped, `stop_sweep_at`); a
+# signal that reaches a worker's job outside its run's handling raises JobInterrupted there, an ordinary exception
+# that Hydra keeps as the job's failed result (orchestrator.sweep.job says so).
 def quiet_idle_workers() -> None:
     """This process starts a joblib sweep: its loky workers ignore signals until a job runs (module docstring).
     They are spawned with the signals blocked (a mask survives fork and exec; loky spawns them in `submit`, and
@@ -199,11 +195,20 @@ def _leave_when_orphaned(parent: int) -> None:
             os._exit(0)
 
 
+# A parallel sweep's main process runs no job itself: its joblib workers do. `timeout` and many schedulers signal
+# that one process, and a worker killed by a default SIGTERM would leave its runner going. So the first signal is
+# passed on to the workers (each installs these handlers when its job starts) and the main process waits for them
+# to stop their runners and close their runs; `pending` holds it, for the CLI's exit code. A second signal raises
+# there as anywhere.
 def forward_to_workers() -> None:
     """This process is a parallel sweep's main process (see the module docstring)."""
     _forwarding[0] = True
 
 
+# STOP_MARKER is written before the signal is passed on: the launcher would otherwise go on starting the jobs it
+# has not started yet (joblib in new or idle workers, the basic launcher in this process), and only the job itself
+# sees the sweep dir on every launcher. `pending` then holds the signal for the exit code also where no worker took
+# it (the basic launcher runs the job in this process).
 def stop_sweep_at(sweep_dir: Path) -> None:
     """This process runs a sweep in `sweep_dir`: a signal marks it stopped (see the module docstring)."""
     sweep_dir.mkdir(parents=True, exist_ok=True)

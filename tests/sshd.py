@@ -303,9 +303,10 @@ def sshd():
 @pytest.fixture
 def ssh_host(sshd, tmp_path):
     """An SSHHost on the loopback sshd, with its own workdir."""
-    from orchestrator.hosts.ssh import SSHHost
+    from orchestrator.hosts.connect import open_host
+    from orchestrator.hosts.settings import host_settings
 
-    host = SSHHost.from_config(sshd.host_config(workdir=str(tmp_path / "sshwork")))
+    host = open_host(host_settings(sshd.host_config(workdir=str(tmp_path / "sshwork"))))
     try:
         yield host
     finally:

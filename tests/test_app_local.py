@@ -64,7 +64,8 @@ def test_unreachable_tracking_server_loses_nothing(tmp_path):
     assert "WARNING: MLflow at" in shown and "][orchestrator.tracking.tracker][" not in shown, shown[-2000:]
     results = [p for p in (tmp_path / "runs").rglob("results.json") if ".host" not in p.parts]
     assert len(results) == 1 and "tpot_ms" in json.loads(results[0].read_text())["metrics"]
-    assert "][orchestrator.tracking.tracker][WARNING] - MLflow at" in (results[0].parent / "orchestrator.log").read_text()
+    log = (results[0].parent / "orchestrator.log").read_text()
+    assert "][orchestrator.tracking.tracker][WARNING] - MLflow at" in log
 
 
 def test_input_the_runner_refuses_and_a_missing_python_get_a_users_fix(tmp_path):

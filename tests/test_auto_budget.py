@@ -246,8 +246,7 @@ def test_a_run_reports_its_choices_and_its_cost_model(tmp_path):
 def test_the_orchestrator_sends_auto_names_it_and_dedupes_the_max():
     from hydra import compose, initialize_config_dir
 
-    from orchestrator.config.runspec import build_spec
-    from orchestrator.config.validate import validate
+    from orchestrator.config.plan import make_plan
     from orchestrator.paths import CONF_DIR
     from orchestrator.sweep import dedupe
     from orchestrator.tracking import names as naming
@@ -255,12 +254,12 @@ def test_the_orchestrator_sends_auto_names_it_and_dedupes_the_max():
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         auto = compose(config_name="config", overrides=["tree_budget=auto", "tree_budget_max=63"])
         fixed = compose(config_name="config", overrides=["tree_budget=31", "tree_budget_max=63"])
-    validate(auto)
-    spec = build_spec(auto, "r")
+    plan = make_plan(auto, run_id="r")
+    spec = plan.spec
     assert (spec.decoding.tree_budget, spec.decoding.tree_budget_max, spec.decoding.widest_budget) == ("auto", 63, 63)
-    assert naming.run_name(auto) == f"ddtree-bauto-{auto.model.name}"
+    assert naming.run_name(plan) == f"ddtree-bauto-{plan.model}"
     # a fixed budget never reads tree_budget_max: a sweep over it is one job
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         other = compose(config_name="config", overrides=["tree_budget=31", "tree_budget_max=255"])
-    assert dedupe.as_read(build_spec(fixed, "a")) == dedupe.as_read(build_spec(other, "b"))
-    assert dedupe.as_read(build_spec(auto, "a"))["decoding"]["tree_budget_max"] == 63
+    assert dedupe.as_read(make_plan(fixed, run_id="a")) == dedupe.as_read(make_plan(other, run_id="b"))
+    assert dedupe.as_read(plan)["decoding"]["tree_budget_max"] == 63

@@ -17,7 +17,8 @@ import pytest
 
 from orchestrator.hosts.base import HostError
 from orchestrator.hosts.local import LocalHost
-from orchestrator.hosts.ssh import SSHHost
+from orchestrator.hosts.connect import open_host
+from orchestrator.hosts.settings import host_settings
 from orchestrator.paths import PROJECT_ROOT
 from orchestrator.run.bundle import local_bundle, sync_bundle
 from tests.test_faults import host_overrides, runs_of
@@ -57,7 +58,7 @@ def run_cli(*args: str) -> tuple[subprocess.CompletedProcess, float]:
 def make_host(kind: str, workdir: Path, request):
     if kind == "local":
         return LocalHost(workdir=str(workdir))
-    return SSHHost.from_config(request.getfixturevalue("sshd").host_config(workdir=str(workdir)))
+    return open_host(host_settings(request.getfixturevalue("sshd").host_config(workdir=str(workdir))))
 
 
 def used(path: Path) -> int:

@@ -7,14 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from orchestrator.hosts.leases import GpuPool
+from orchestrator.hosts.leases import GpuPool, PoolEntry
 from tests.test_faults import LONG
 
 POOL = "pool.hosts=[{host:{name:lh,kind:local},gpus:[0,1]}]"
 
 
 def test_pool_hands_out_distinct_gpus_and_takes_them_back(tmp_path):
-    pool = GpuPool([{"host": {"name": "h"}, "gpus": [0, 1]}], tmp_path)
+    pool = GpuPool([PoolEntry.of({"host": {"name": "h"}, "gpus": [0, 1]})], tmp_path)
     a, b = pool.try_acquire(1), pool.try_acquire(1)
     assert sorted(a.gpus + b.gpus) == [0, 1]
     assert pool.try_acquire(1) is None
@@ -25,12 +25,12 @@ def test_pool_hands_out_distinct_gpus_and_takes_them_back(tmp_path):
 
 def test_a_killed_holder_frees_its_gpu(tmp_path):
     code = (f"import sys, time; sys.path.insert(0, {str(Path(__file__).parent.parent)!r}); "
-            "from orchestrator.hosts.leases import GpuPool; "
-            f"l = GpuPool([{{'host': {{'name': 'h'}}, 'gpus': [0]}}], {str(tmp_path)!r}).acquire(1); "
+            "from orchestrator.hosts.leases import GpuPool, PoolEntry; "
+            f"l = GpuPool([PoolEntry.of({{'host': {{'name': 'h'}}, 'gpus': [0]}})], {str(tmp_path)!r}).acquire(1); "
             "print('held', flush=True); time.sleep(60)")
     holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "held"
-    pool = GpuPool([{"host": {"name": "h"}, "gpus": [0]}], tmp_path)
+    pool = GpuPool([PoolEntry.of({"host": {"name": "h"}, "gpus": [0]})], tmp_path)
     assert pool.try_acquire(1) is None
     holder.kill()
     holder.wait()
@@ -72,12 +72,13 @@ def test_a_gpu_held_on_this_machine_is_taken_at_the_first_try_after_its_runner_e
     holding: set[int] = {0}
     asked: list[str] = []
 
-    def held(host: dict, gpus: list[int]) -> set[int]:
-        asked.append(host["name"])
+    def held(host, gpus: list[int]) -> set[int]:
+        asked.append(host.name)
         return set(holding)
 
-    here = GpuPool([{"host": {"name": "lh", "kind": "local"}, "gpus": [0]}], tmp_path / "here")
-    there = GpuPool([{"host": {"name": "gpu1", "kind": "ssh"}, "gpus": [0]}], tmp_path / "there")
+    here = GpuPool([PoolEntry.of({"host": {"name": "lh", "kind": "local"}, "gpus": [0]})], tmp_path / "here")
+    there = GpuPool([PoolEntry.of({"host": {"name": "gpu1", "kind": "ssh", "hostname": "gpu1"}, "gpus": [0]})],
+                    tmp_path / "there")
     assert here.try_acquire(1, held) is None and there.try_acquire(1, held) is None
     holding.clear()   # the runner ended: its lease went with it
     assert there.try_acquire(1, held) is None   # the answer of the first try stands, for RECHECK_S

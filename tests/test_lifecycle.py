@@ -216,10 +216,11 @@ def test_a_cancel_after_the_runner_ended_keeps_its_exit_code(host, tmp_path):
 
 
 def test_running_on_a_host_that_does_not_answer_is_an_error_not_a_no(sshd, tmp_path):
-    from orchestrator.hosts.ssh import SSHHost
+    from orchestrator.hosts.connect import open_host
+    from orchestrator.hosts.settings import host_settings
     from tests.sshd import free_port
 
-    host = SSHHost.from_config(sshd.host_config(port=free_port(), workdir=str(tmp_path / "w")))
+    host = open_host(host_settings(sshd.host_config(port=free_port(), workdir=str(tmp_path / "w"))))
     with pytest.raises(HostError, match="cannot connect"):
         Job(host, "run-5", tmp_path / "local").running()
     assert "kill -TERM" in Job(host, "run-5", tmp_path / "local").describe_stop()

@@ -28,28 +28,39 @@ def compose(*overrides):
         return hydra_compose(config_name="config", overrides=list(overrides))
 
 
+def plan(*overrides):
+    """The plan of a config composed with `overrides` (validated, as a job's)."""
+    from orchestrator.config.plan import make_plan
+
+    return make_plan(compose(*overrides), run_id="r")
+
+
 def test_names_say_method_budget_or_block_size_and_model():
     from remote import assets
 
-    cfg = compose("method=ddtree", "tree_budget=63")
-    assert naming.run_name(cfg) == f"ddtree-b63-{cfg.model.name}"
-    dflash = compose("method=dflash")
-    with open(f"{assets.resolve(dflash.drafter.path)}/config.json") as file:   # the shipped checkpoint's
+    cfg = plan("method=ddtree", "tree_budget=63")
+    assert naming.run_name(cfg) == f"ddtree-b63-{cfg.model}"
+    dflash = plan("method=dflash")
+    with open(f"{assets.resolve(dflash.spec.drafter.path)}/config.json") as file:   # the shipped checkpoint's
         block = json.load(file)["block_size"]
-    assert naming.run_name(dflash) == f"dflash-bs{block}-{dflash.model.name}"
-    assert naming.run_name(compose("method=dflash", "drafter.block_size=4")) == f"dflash-bs4-{dflash.model.name}"
-    hub = compose("method=dflash", "model=qwen3-8b")   # only a download would tell its block size
+    assert naming.run_name(dflash) == f"dflash-bs{block}-{dflash.model}"
+    assert naming.run_name(plan("method=dflash", "drafter.block_size=4")) == f"dflash-bs4-{dflash.model}"
+    hub = plan("method=dflash", "model=qwen3-8b")   # only a download would tell its block size
     assert naming.run_name(hub) == "dflash-qwen3-8b"
-    assert naming.run_name(compose("method=ar", "model=tiny-qwen3")) == "ar-tiny-qwen3"
+    assert naming.run_name(plan("method=ar", "model=tiny-qwen3")) == "ar-tiny-qwen3"
 
 
-def test_a_user_script_is_named_after_itself_without_method_budget_or_model():
-    cfg = compose("runner=script", "runner.path=/somewhere/run_ddtree.py", "method=ddtree", "tree_budget=63")
-    assert naming.run_name(cfg) == naming.label(cfg) == "script-run_ddtree"
+def test_a_user_script_is_named_after_itself_without_method_budget_or_model(tmp_path):
+    from orchestrator.config.arms import arm_of
+
+    script = tmp_path / "run_ddtree.py"
+    script.write_text("print('ok')\n")
+    cfg = plan("runner=script", f"runner.path={script}", "method=ddtree", "tree_budget=63")
+    assert naming.run_name(cfg) == cfg.arm.label() == "script-run_ddtree"
     swept = naming.run_name(cfg, ["runner.args=[--seed,1]", "tree_budget=8"], {"runner.args", "tree_budget"})
     assert swept == "script-run_ddtree runner.args=[--seed,1]"   # its own swept values; never our budget
-    assert naming.label(compose("runner=script")) == "script"     # named before validation asks for the path
-    assert naming.label(compose("method=dflash")) == "dflash"
+    assert arm_of(compose("runner=script")).label() == "script"     # named before validation asks for the path
+    assert arm_of(compose("method=dflash")).label() == "dflash"
 
 
 def test_names_within_a_sweep_stay_distinct():
@@ -61,14 +72,13 @@ def test_names_within_a_sweep_stay_distinct():
         for budget in (8, 32):
             for seed in (0, 1):
                 job = [f"method={method}", f"tree_budget={budget}", f"seed={seed}", "model=tiny-qwen3"]
-                cfg = compose(*job)
-                names.setdefault(naming.run_name(cfg, job, swept), []).append(job)
+                names.setdefault(naming.run_name(plan(*job), job, swept), []).append(job)
     # ddtree: 4 jobs, 4 names; ar ignores the budget: its 2 budgets per seed share a name (one of them is skipped
     # as a duplicate, and skipped runs are named apart, see below)
     assert sorted(len(jobs) for jobs in names.values()) == [1, 1, 1, 1, 2, 2]
     assert "ddtree-b32-tiny-qwen3 seed=1" in names and "ar-tiny-qwen3 seed=0" in names
     job = ["method=ar", "tree_budget=32", "seed=0", "model=tiny-qwen3"]
-    skipped = naming.skipped_name(compose(*job), job, swept)
+    skipped = naming.skipped_name(plan(*job), job, swept)
     assert skipped == "ar-tiny-qwen3 (skipped: tree_budget=32 seed=0)" and skipped not in names
     # the parent: the model and what the sweep varies (all its overrides are its `sweep.overrides` param)
     assert naming.sweep_name("tiny-qwen3", [*overrides, "tracking.uri=http://h:1"]) == \

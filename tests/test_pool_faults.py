@@ -15,8 +15,8 @@ import pytest
 import yaml
 from filelock import FileLock
 
-from orchestrator.hosts.leases import RECHECK_S, GpuPool
-from orchestrator.run.pipeline import _held_on_host
+from orchestrator.hosts.leases import RECHECK_S, GpuPool, PoolEntry
+from orchestrator.run.place import held_on_host
 from tests.sshd import SSHD, SSHD_BIN, _hydra_value
 from tests.test_faults import LONG
 from tests.test_faults import _read_until as read_until
@@ -141,15 +141,15 @@ def _acquire_in_background(pool: GpuPool, told: list[str], held) -> tuple[thread
 
 
 def _dead_a_live_b(servers):
-    """Pool hosts ssh-a (down) and ssh-b, and the real probe (`_held_on_host`, over SSH) with a counter of the times
+    """Pool hosts ssh-a (down) and ssh-b, and the real probe (`held_on_host`, over SSH) with a counter of the times
     each was asked."""
     server_a, a = servers("ssh-a", dead=True)
     _, b = servers("ssh-b")
     asked: dict[str, int] = {"ssh-a": 0, "ssh-b": 0}
 
-    def held(host: dict, gpus: list[int]) -> set[int]:
-        asked[host["name"]] += 1
-        return _held_on_host(host, gpus)
+    def held(host, gpus: list[int]) -> set[int]:
+        asked[host.name] += 1
+        return held_on_host(host, gpus)
 
     return server_a, a, b, asked, held
 
@@ -157,9 +157,10 @@ def _dead_a_live_b(servers):
 def test_a_dead_host_is_skipped_once_while_a_busy_one_is_waited_for_then_used_when_back(servers, tmp_path):
     """Host a is down, host b's GPU leased by another job here: the job waits (a dead host is no reason to give up
     while a live one will free up), says once that a is skipped, asks a again now and then and takes it once its
-    sshd is back. The real probe (`_held_on_host`, over SSH) decides; a counter only tells when it was asked."""
+    sshd is back. The real probe (`held_on_host`, over SSH) decides; a counter only tells when it was asked."""
     server_a, a, b, asked, held = _dead_a_live_b(servers)
-    pool = GpuPool([{"host": a, "gpus": [0]}, {"host": b, "gpus": [0]}], tmp_path / "leases", recheck=0.3)
+    entries = [PoolEntry.of({"host": host, "gpus": [0]}) for host in (a, b)]
+    pool = GpuPool(entries, tmp_path / "leases", recheck=0.3)
     told: list[str] = []
     with FileLock(str(tmp_path / "leases" / "ssh-b.gpu0.lock")):
         thread, got = _acquire_in_background(pool, told, held)
@@ -168,7 +169,7 @@ def test_a_dead_host_is_skipped_once_while_a_busy_one_is_waited_for_then_used_wh
         assert asked["ssh-b"] == 0   # its GPU is leased here: asking it could not change that
         server_a.restart()
         thread.join(120)
-    assert got and got[0].host["name"] == "ssh-a", told
+    assert got and got[0].host.name == "ssh-a", told
     got[0].release()
     assert [re.sub(r":.*", "", m) for m in told] == [
         "skipping pool host ssh-a", "waiting for 1 free GPU(s) of the pool", "pool host ssh-a answers again"], told
@@ -178,14 +179,14 @@ def test_a_host_one_job_found_dead_is_asked_last_by_the_jobs_after_it(servers, t
     """Each job (a new GpuPool on the same lock dir, as the next job of a sweep or another orchestrator here) used
     to ask the dead host first and pay its connect timeout again. Now the jobs after the first take the live host
     without asking the dead one, still ask it when no other host can take them, and go back to the listed order
-    once it answers. The real probe (`_held_on_host`, over SSH) decides; a counter only tells when it was asked."""
+    once it answers. The real probe (`held_on_host`, over SSH) decides; a counter only tells when it was asked."""
     server_a, a, b, asked, held = _dead_a_live_b(servers)
 
     def job() -> str:
-        pool = GpuPool([{"host": a, "gpus": [0]}, {"host": b, "gpus": [0]}], tmp_path / "leases")
+        pool = GpuPool([PoolEntry.of({"host": host, "gpus": [0]}) for host in (a, b)], tmp_path / "leases")
         lease = pool.acquire(1, timeout=120, poll=0.05, held=held)
         lease.release()
-        return lease.host["name"]
+        return lease.host.name
 
     assert job() == "ssh-b" and asked == {"ssh-a": 1, "ssh-b": 1}
     assert job() == "ssh-b" and asked == {"ssh-a": 1, "ssh-b": 2}      # the dead host not asked again

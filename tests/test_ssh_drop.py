@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.hosts import HostError
+from orchestrator.hosts.connect import open_host
+from orchestrator.hosts.settings import host_settings
 from orchestrator.hosts.ssh import SSHHost
 
 CUT_SECONDS = 5.5
@@ -36,7 +38,7 @@ with open(sys.argv[1], "w") as f:
 
 def _host(server, **overrides) -> SSHHost:
     settings = {"io_timeout": 1.5, "connect_timeout": 1.5, "reconnect_timeout": 60, **overrides}
-    return SSHHost.from_config(server.facts.host_config(**settings))
+    return open_host(host_settings(server.facts.host_config(**settings)))
 
 
 class _Outage(threading.Thread):

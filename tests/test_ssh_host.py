@@ -7,13 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.hosts import CommandFailed, HostError, make_host
+from orchestrator.hosts import CommandFailed, HostError
+from orchestrator.hosts.connect import open_host
+from orchestrator.hosts.settings import host_settings
 from orchestrator.hosts.ssh import SSHHost
 from tests.sshd import free_port
 
 
 def _host(facts, **overrides) -> SSHHost:
-    return SSHHost.from_config(facts.host_config(**overrides))
+    return open_host(host_settings(facts.host_config(**overrides)))
 
 
 # ---- host keys -----------------------------------------------------------------------------------------------
@@ -69,7 +71,8 @@ def test_ssh_config_alias_is_resolved(sshd, tmp_path):
         f"Host testbox\n  HostName 127.0.0.1\n  Port {sshd.port}\n  User {sshd.user}\n"
         f"  IdentityFile {sshd.identity_file}\n  UserKnownHostsFile {sshd.known_hosts}\n"
     )
-    host = SSHHost.from_config({"hostname": "testbox", "ssh_config": str(config), "workdir": "/tmp"})
+    settings = host_settings({"kind": "ssh", "hostname": "testbox", "ssh_config": str(config), "workdir": "/tmp"})
+    host = open_host(settings)
     assert host.name == "testbox"
     assert host.run("echo ok").stdout == "ok\n"
 
@@ -98,14 +101,14 @@ def test_proxyjump_is_refused(tmp_path):
     config = tmp_path / "ssh_config"
     config.write_text("Host inner\n  ProxyJump bastion\n")
     with pytest.raises(HostError, match="ProxyCommand ssh -W %h:%p bastion"):
-        SSHHost.from_config({"hostname": "inner", "ssh_config": str(config)})
+        open_host(host_settings({"kind": "ssh", "hostname": "inner", "ssh_config": str(config)}))
 
 
 def test_config_typos_list_the_valid_keys():
     with pytest.raises(HostError, match="unknown key\\(s\\) hostnme.*valid keys: .*hostname"):
-        make_host({"kind": "ssh", "hostnme": "x"})
+        host_settings({"kind": "ssh", "hostnme": "x"})
     with pytest.raises(HostError, match="host.hostname: set it"):
-        make_host({"kind": "ssh", "hostname": None})
+        host_settings({"kind": "ssh", "hostname": None})
 
 
 def test_unreachable_host_says_what_to_check(sshd):

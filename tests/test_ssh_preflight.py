@@ -20,7 +20,8 @@ import pytest
 from orchestrator.hosts import HostError
 from orchestrator.hosts.local import LocalHost
 from orchestrator.hosts.preflight import preflight, survey
-from orchestrator.hosts.ssh import SSHHost
+from orchestrator.hosts.connect import open_host
+from orchestrator.hosts.settings import host_settings
 from orchestrator.run.bundle import BundleSync, sync_bundle
 
 FAKE_SMI = """#!/bin/bash
@@ -43,7 +44,7 @@ def _executable(path: Path, text: str) -> str:
 
 
 def test_preflight_over_ssh_is_one_round_trip(sshd, tmp_path):
-    host = SSHHost.from_config(sshd.host_config(workdir=str(tmp_path / "not yet created")))
+    host = open_host(host_settings(sshd.host_config(workdir=str(tmp_path / "not yet created"))))
     pf = preflight(host)
     assert dict(host.calls) == {"run": 1}
     assert pf.python == platform.python_version()
@@ -57,7 +58,7 @@ def test_preflight_over_ssh_is_one_round_trip(sshd, tmp_path):
 
 
 def test_preflight_and_an_unchanged_bundle_cost_one_round_trip(sshd, tmp_path):
-    host = SSHHost.from_config(sshd.host_config(workdir=str(tmp_path)))
+    host = open_host(host_settings(sshd.host_config(workdir=str(tmp_path))))
     target = sync_bundle(host)
     host.calls.clear()
     sync = BundleSync(host)
@@ -78,7 +79,7 @@ def test_gpus_and_busy_check_from_nvidia_smi(sshd, tmp_path):
     _executable(bin_dir / "nvidia-smi", FAKE_SMI)
     # The host's python, with the stand-in first on PATH (how a venv's wrapper would look).
     python = _executable(tmp_path / "python", f'#!/bin/bash\nPATH={bin_dir}:$PATH exec {sshd.host_config()["python"]} "$@"\n')
-    pf = preflight(SSHHost.from_config(sshd.host_config(python=python, workdir=str(tmp_path))))
+    pf = preflight(open_host(host_settings(sshd.host_config(python=python, workdir=str(tmp_path)))))
 
     assert [(g.index, g.name, g.memory_used_mib, g.memory_total_mib) for g in pf.gpus] == [
         (0, "NVIDIA H200", 2575, 143771), (1, "NVIDIA H200", 0, 143771)]
@@ -97,7 +98,7 @@ def test_gpus_and_busy_check_from_nvidia_smi(sshd, tmp_path):
 
 
 def test_a_wrong_python_is_named(sshd, tmp_path):
-    host = SSHHost.from_config(sshd.host_config(python="/nonexistent/bin/python", workdir=str(tmp_path)))
+    host = open_host(host_settings(sshd.host_config(python="/nonexistent/bin/python", workdir=str(tmp_path))))
     with pytest.raises(HostError, match=r"exit 127.*host.python='/nonexistent/bin/python'"):
         preflight(host)
     # the same when another probe follows in that command (its exit status is not the probe's)

@@ -9,7 +9,9 @@ import json
 import uuid
 from pathlib import Path
 
-from orchestrator.hosts.ssh import SSHHost
+from orchestrator.hosts.connect import open_host
+
+from orchestrator.hosts.settings import host_settings
 from orchestrator.run.bundle import sync_bundle
 from orchestrator.run.job import Job
 from remote.spec import DatasetSpec, DecodingSpec, DrafterSpec, ModelSpec, RunSpec
@@ -34,7 +36,7 @@ def test_hostile_strings_pass_as_data(sshd, tmp_path):
     marker = Path(f"/tmp/sbm-{uuid.uuid4().hex[:8]}")   # short: it appears 9 times in one path component
     evil = hostile(marker)
     workdir = str(tmp_path / f"work {evil}")
-    host = SSHHost.from_config(sshd.host_config(workdir=workdir))
+    host = open_host(host_settings(sshd.host_config(workdir=workdir)))
     package = tmp_path / "pkg" / "remote"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("")

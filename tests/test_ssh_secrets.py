@@ -8,7 +8,9 @@ import os
 import uuid
 from pathlib import Path
 
-from orchestrator.hosts.ssh import SSHHost
+from orchestrator.hosts.connect import open_host
+
+from orchestrator.hosts.settings import host_settings
 from orchestrator.run.job import Job
 from remote.spec import DatasetSpec, DecodingSpec, DrafterSpec, ModelSpec, RunSpec
 
@@ -37,7 +39,7 @@ def test_forwarded_secret_reaches_the_process_and_nothing_else(sshd, tmp_path, c
     caplog.set_level(logging.DEBUG)   # paramiko's transport debug log included
     secret = f"hf_{uuid.uuid4().hex}'\"$(touch /tmp/sbs)`x`\n;"
     workdir = tmp_path / "work"
-    host = SSHHost.from_config(sshd.host_config(workdir=str(workdir), forward_env=["SPECBENCH_TEST_SECRET"]))
+    host = open_host(host_settings(sshd.host_config(workdir=str(workdir), forward_env=["SPECBENCH_TEST_SECRET"])))
     spec = RunSpec(run_id="r", model=ModelSpec(path="org/model"), drafter=DrafterSpec(),
                    decoding=DecodingSpec(), dataset=DatasetSpec())
     sent: list[str] = []   # every command line the host receives: `ps` on the host shows them to all users

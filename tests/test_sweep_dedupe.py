@@ -6,14 +6,14 @@ from __future__ import annotations
 import multiprocessing
 import os
 
-from orchestrator.config.runspec import build_spec
+from orchestrator.config.plan import make_plan
 from orchestrator.sweep.dedupe import claim, effective_config, key_of
 from tests.test_mlflow_names import compose
 
 
 def key(*overrides: str) -> str:
     cfg = compose("model=tiny-qwen3", *overrides)
-    return key_of(effective_config(cfg, build_spec(cfg, run_id=f"r-{os.urandom(4).hex()}")))
+    return key_of(effective_config(make_plan(cfg, run_id=f"r-{os.urandom(4).hex()}")))
 
 
 def test_unread_knobs_do_not_make_a_job_new():

@@ -33,7 +33,7 @@ CASES = [
     ("model.path=assets:../../etc", "model.path"),                                # outside the assets
     ("model.device_map=everywhere", "model.device_map"),
     ("gpus=[0,1]", "model.device_map={model.embed_tokens:0,lm_head:2}", "model.device_map"),   # 2 is not a GPU here
-    # Each of these passed validation and became a FAILED (or killed, or endless) run on the host (issue 23).
+    # Refused here, before launch: each would otherwise reach the host and end as a FAILED (or killed, or endless) run.
     ("warmup=-1", "warmup"),
     ("warmup=1000", "warmup"),
     ("model.dtype=float99", "model.dtype"),
@@ -117,14 +117,10 @@ def test_sweep_checks_every_job_before_the_first_starts(tmp_path):
     (["gpus=[0]"], False),
 ])
 def test_several_gpus_for_an_unspread_target_are_noted(overrides, noted):
-    from hydra import compose, initialize_config_dir
+    from orchestrator.run.steps import unused_gpus_note
+    from tests.test_mlflow_names import plan
 
-    from orchestrator.paths import CONF_DIR
-    from orchestrator.run.pipeline import unused_gpus_note
-
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=overrides)
-    note = unused_gpus_note(cfg, list(cfg.gpus))
+    note = unused_gpus_note(plan(*overrides))
     assert (note is not None) == noted
     if noted:
         assert "model.device_map" in note and "GPU 0 only" in note
@@ -235,20 +231,23 @@ def test_a_bound_is_allowed_and_named_one_past_it(overrides, allowed):
 
 
 def test_every_knob_the_runner_and_the_ssh_settings_read_has_a_rule():
-    """A field added to the run spec or to SSHSettings without a rule in orchestrator.config.knobs fails here."""
+    """A field added to the run spec or to a host's settings without a knob (default, rule and help, in
+    orchestrator.config.knobs or orchestrator.hosts.settings) fails here."""
     from dataclasses import fields
 
-    from orchestrator.config import knobs
-    from orchestrator.hosts.ssh import SSHSettings
+    from orchestrator.config.knobs import SECTIONS, RunKnobs
+    from orchestrator.hosts.settings import KINDS
+    from orchestrator.knob import knobs_of
     from remote.spec import DatasetSpec, DecodingSpec, DrafterSpec, ModelSpec
 
     read = {f"{part}.{f.name}" for part, spec in (("model", ModelSpec), ("drafter", DrafterSpec),
                                                    ("dataset", DatasetSpec)) for f in fields(spec)}
     read |= {f.name for f in fields(DecodingSpec)} | {"seed", "device"}
     read = {{"method": "method.name", "dataset.num_prompts": "num_prompts"}.get(key, key) for key in read}
-    across = {"max_new_tokens", "model.device_map", "dataset.path"}    # validate's own checks, not a table's
-    assert read - {key for key, _ in knobs.RUN + knobs.MODEL} - across == set()
-    assert {f.name for f in fields(SSHSettings)} - {key for key, _ in knobs.HOST + knobs.SSH} == set()
+    described = {*knobs_of(RunKnobs), *(f"{group}.{key}" for group, cls in SECTIONS.items() for key in knobs_of(cls))}
+    assert read - described == set()
+    for cls in KINDS.values():
+        assert {f.name for f in fields(cls)} - set(knobs_of(cls)) == set(), cls
 
 
 def test_the_runners_names_are_the_ones_checked():

@@ -1,5 +1,5 @@
 """The subcommands beside the Hydra app (`specbench attach RUN`, ...): one table, read by the dispatch in
-__main__, by `--help` and by shell completion, so a command is described once.
+orchestrator.cli.main, by `--help` and by shell completion, so a command is described once.
 
 Contract: `COMMANDS[name] = (module, summary)`; the module's `main(argv) -> int` takes the arguments after the
 command's name ("attach" and "stop" share a module and get their own name first).
@@ -12,7 +12,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "attach": ("orchestrator.run.attach", "follow a run still going (after Ctrl-C or a lost link): attach RUN"),
     "stop": ("orchestrator.run.attach", "stop a run's runner on its host and close the run: stop RUN"),
     "show": ("orchestrator.tracking.show", "a run's texts beside AR's, first divergence marked: show RUN"),
-    "compare": ("orchestrator.tracking.compare", "table, summary.csv and plots of runs in MLflow: compare [--parent ID]"),
+    "compare": ("orchestrator.tracking.compare",
+                "table, summary.csv and plots of runs in MLflow: compare [--parent ID]"),
     "diagnose": ("orchestrator.failures.diagnose", "name the known failure in a log: diagnose LOG"),
     "reap": ("orchestrator.run.reap", "close MLflow runs left RUNNING by a runner that is gone: reap"),
     "sync": ("orchestrator.tracking.sync", "log runs kept locally while MLflow was down: sync RUN_DIR..."),

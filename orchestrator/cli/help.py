@@ -1,19 +1,22 @@
 """`specbench --help`: what to type. Commands from orchestrator.cli.commands, groups and their options from every
-config source (orchestrator.config.sources), each knob with its value for this command line and the sentence beside
-it in its YAML file (orchestrator.config.yaml_docs): nothing here is written twice.
+config source (orchestrator.config.sources), each knob with its value for this command line and its sentence
+(orchestrator.config.knobs, a host's by its kind): nothing here is written twice.
 
 `specbench host=ssh --help` shows host=ssh's own knobs, as the run would compose them.
 """
 from __future__ import annotations
 
+import copy
 import json
 import os
 import textwrap
 
 from omegaconf import DictConfig, OmegaConf
 
+from ..config.knobs import SECTIONS, RunKnobs
+from ..config.sections import complete, host_knobs
 from ..config.sources import CONFIG_DIR_ENV, Configs, user_dir
-from ..config.yaml_docs import describe
+from ..knob import knobs_of
 from ..paths import CONF_DIR, SOURCE_CHECKOUT, runs_dir
 from ..program import program
 from .commands import COMMANDS
@@ -40,8 +43,6 @@ def _value(cfg: DictConfig, key: str) -> str:
 def _knob_lines(docs: dict[str, str], cfg: DictConfig, prefix: str = "") -> list[str]:
     lines = []
     for key, doc in docs.items():
-        if key.startswith("hydra."):
-            continue
         full = f"{prefix}{key}"
         head = f"  {full}={_value(cfg, full)}"
         body = _wrap(doc, _WIDTH - 36) or [""]
@@ -63,8 +64,9 @@ def render(argv: list[str]) -> str:
     for what, args in EXAMPLES:
         out += [f"  # {what}", f"  {me} {args}".rstrip()]
     with Configs(argv) as configs:
-        cfg = configs.compose(overrides, with_hydra=True)
+        cfg = copy.deepcopy(configs.compose(overrides, with_hydra=True))
         choices = cfg.hydra.runtime.choices
+        complete(cfg, choices)   # what the run reads: each key a section's file leaves out has its default
         out += ["", f"Config groups (GROUP=OPTION; add your own as {user_dir()}/GROUP/NAME.yaml, "
                     f"${CONFIG_DIR_ENV}, --config-dir DIR or hydra.searchpath=[DIR]):"]
         groups = sorted(configs.groups())
@@ -74,17 +76,23 @@ def render(argv: list[str]) -> str:
             out += _wrap(options, _WIDTH - 2, initial_indent=f"  {group:<10}", subsequent_indent=" " * 12)
         out += ["", "Knobs (KEY=VALUE; the value this command line gives):", f"  <runs dir> is {runs_dir()} "
                 f"({_runs_dir_source()})"]
-        out += _knob_lines(describe(configs.primary / f"{configs.config_name}.yaml"), cfg)
+        out += _knob_lines(docs(knobs_of(RunKnobs)), cfg)
         for group in groups:
-            path = configs.file_of(group, str(choices.get(group)))
-            docs = describe(path) if path is not None else {}
-            if docs and group in cfg:
-                out += ["", f"{group}={choices.get(group)} ({_shown(path)}):"]
-                out += _knob_lines(docs, cfg, f"{group}.")
+            knobs = host_knobs(cfg.host) if group == "host" else knobs_of(SECTIONS[group]) if group in SECTIONS \
+                else None
+            if knobs and group in cfg:
+                path = configs.file_of(group, str(choices.get(group)))
+                out += ["", f"{group}={choices.get(group)} ({_shown(path) if path else 'a structured config'}):"]
+                out += _knob_lines(docs(knobs), cfg, f"{group}.")
     out += ["", f"{me} --cfg job prints the whole composed config; {me} --hydra-help shows Hydra's own flags.",
             "Tab completion (the console script): eval \"$(specbench -sc install=bash)\" in ~/.bashrc; zsh: "
             "eval \"$(specbench -sc install=zsh)\" in ~/.zshrc after compinit."]
     return "\n".join(out) + "\n"
+
+
+def docs(knobs) -> dict[str, str]:
+    """{key: the sentence --help shows} of a section's knobs."""
+    return {key: k.help for key, k in knobs.items()}
 
 
 def _wrap(text: str, width: int, **indents) -> list[str]:

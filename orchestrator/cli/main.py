@@ -45,12 +45,22 @@ def main() -> None:
 
     signals.install()   # SIGTERM / SIGHUP stop the runner and close the run as Ctrl-C does
     from ..paths import foreign_remote
-    from .commands import COMMANDS, dispatch
 
     if (problem := foreign_remote()) is not None:
         print(f"error: {problem}", file=sys.stderr)
         raise SystemExit(2)
     argv = sys.argv[1:]
+    _command(argv)
+    argv = _setup(argv)
+    multirun = bool({"-m", "--multirun"} & set(argv))
+    sys.argv[1:] = argv = _before_hydra(argv, multirun)
+    _hydra(multirun)
+
+
+def _command(argv: list[str]) -> None:
+    """A subcommand runs and exits here; a first word that is neither a command nor an override is refused."""
+    from .commands import COMMANDS, dispatch
+
     if argv[:1] and argv[0] in COMMANDS:
         try:
             _exit_now(dispatch(argv[0], argv[1:]))
@@ -63,17 +73,20 @@ def main() -> None:
         hint = did_you_mean(argv[0], COMMANDS) or f" (commands: {', '.join(COMMANDS)}; overrides are KEY=VALUE)"
         print(f"error: {argv[0]}: unknown command{hint}", file=sys.stderr)
         raise SystemExit(2)
+
+
+def _setup(argv: list[str]) -> list[str]:
+    """The runs dir resolver and the user's config dir in Hydra's search path; `--version`; a config dir that does
+    not exist refused."""
     from omegaconf import OmegaConf
 
     from ..config.sources import missing_dir, with_user_dir
     from ..paths import runs_dir
-    from . import completion
 
     # Run dirs are absolute (SPECBENCH_RUNS_DIR, the checkout's runs/ or ./runs) whatever Hydra's working dir.
     OmegaConf.register_new_resolver("runs_dir", lambda: str(runs_dir()), replace=True)
     argv = with_user_dir(argv)        # ~/.config/specbench joins Hydra's search path
     sys.argv[1:] = argv
-    multirun = bool({"-m", "--multirun"} & set(argv))
     if argv == ["--version"]:   # Hydra's flag names Hydra's version alone
         from importlib.metadata import version
 
@@ -82,6 +95,13 @@ def main() -> None:
     if (problem := missing_dir(argv)) is not None:
         print(f"error: {problem}", file=sys.stderr)
         raise SystemExit(2)
+    return argv
+
+
+def _before_hydra(argv: list[str], multirun: bool) -> list[str]:
+    """Shell completion and `--help` answer and exit; a run's command line is checked (`_check`)."""
+    from . import completion
+
     if completion.requested(argv):
         if completion.answer(argv):   # our zsh script, or a query Hydra's candidates do not apply to
             _exit_now(0)
@@ -95,7 +115,15 @@ def main() -> None:
             print(render(argv), end="")
         _exit_now(0)
     elif not set(_HYDRA_INFO) & set(argv):
-        sys.argv[1:] = argv = _check(argv, multirun)
+        argv = _check(argv, multirun)
+    return argv
+
+
+def _hydra(multirun: bool) -> None:
+    """The Hydra app (one job, or a sweep's), then the exit: a sweep whose workers stopped their runs on a signal
+    exits as a signalled run does."""
+    from .. import signals
+    from ..sweep.callback import close_orphan_sweep
     from .app import hydra_main
 
     if multirun:
@@ -108,8 +136,6 @@ def main() -> None:
     except KeyboardInterrupt as exc:   # outside a job's own handling: Hydra's setup, between a sweep's jobs
         code = _interrupted(exc)
     finally:
-        from ..sweep.callback import close_orphan_sweep
-
         close_orphan_sweep()
     if not multirun:
         _exit_now(code)
@@ -124,7 +150,7 @@ def _check(argv: list[str], multirun: bool, values: bool = True) -> list[str]:
     validate.check_keys)."""
     from ..config.errors import ConfigError
     from ..config.sources import Configs, shadowed
-    from ..config.validate import check_group_choices, check_keys, check_sweep
+    from ..config.overrides import check_group_choices, check_keys, check_sweep
 
     for line in shadowed(argv):
         print(f"warning: {line}", file=sys.stderr)

@@ -1,28 +1,26 @@
-"""What each config knob allows: a table of `(key, rule)` per part of the config, read by orchestrator.config.validate.
+"""Every knob of a run, described once: a field of RunKnobs (the top-level knobs) or of a section's class (model,
+drafter, dataset, method, tracking, runner, pool; a host's are in orchestrator.hosts.settings), with its default,
+its rule and the sentence `--help` shows (orchestrator.knob).
 
-Contract: a rule is a function of the value that returns None when the value is allowed, else "must be <what is
-allowed>, got <value>" (the ConfigError message after `key: `). Bounds are constants here, each with its reason.
-Tables: RUN (top-level knobs; `max_new_tokens` is bounded per model, see `max_new_tokens`), TRACKING, MODEL
-(model, drafter and dataset: what the builtin runner reads), HOST (any host) and SSH (kind ssh: what SSHSettings
-reads).
-Non-goals: checks across keys (gpus within host.gpus, a device_map's indices, paths that must exist), which stay
-in validate; importing torch, transformers or paramiko (this is imported before every run).
+Contract: SECTIONS maps each config group to its class; RunKnobs' defaults are the config node `specbench_knobs`
+that conf/config.yaml's defaults list starts with (registered here, in Hydra's ConfigStore), so adding a knob is one
+field here plus the code that reads it. Defaults that the runner's spec also has are read from it (remote.spec).
+Bounds are constants here, each with its reason. Non-goal: checks across keys (orchestrator.config.validate).
 """
 from __future__ import annotations
 
-import json
-import math
 import os
-import re
-from typing import Any, Callable
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from omegaconf import DictConfig, ListConfig
+from hydra.core.config_store import ConfigStore
 
-from remote import assets
-from remote.spec import ATTN_IMPLEMENTATIONS, DATASETS, DTYPES, METHODS
+from remote.spec import ATTN_IMPLEMENTATIONS, DATASETS, DTYPES, DatasetSpec, DecodingSpec, DrafterSpec, ModelSpec, \
+    RunSpec
 
-Rule = Callable[[Any], "str | None"]
+from ..knob import ANY, FLAG, LIST, MAPPING, NAME, REQUIRED, TEXT, defaults_of, gpu_list, integer, is_int, knob, \
+    nullable, number, one_of, rule
+from .arms import AR, METHODS, Script
 
 # Non-root tree nodes: the largest tree the code is written for. remote.decoding.tree_build ranks at most
 # RANK_LIMIT = 4096 candidates a level (budgets to ~600; above, topk); the Triton search sorts all ~35K candidates
@@ -37,107 +35,59 @@ MAX_NEW_TOKENS_LIMIT = 32768
 BLOCK_SIZE_LIMIT = TREE_BUDGET_LIMIT   # a DFlash block is verified as one chain of block_size rows
 WARMUP_LIMIT = 100                     # warm-up generations per method (of <= 32 tokens); tests use 1-3
 SEED_LIMIT = 2**63 - 1                 # torch seeds are 64-bit; seed + prompt index must stay within them
-TIMEOUT_LIMIT = 3600.0                 # connect_timeout, io_timeout, keepalive: an hour of silence is a dead link
-RECONNECT_LIMIT = 86400.0              # reconnect_timeout: a day
 STALL_LIMIT = 7 * 86400.0              # stall_warning, stall_timeout: a week of silence; null says never
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def rule(allowed: str, ok: Callable[[Any], bool]) -> Rule:
-    return lambda value: None if ok(value) else f"must be {allowed}, got {value!r}"
-
-
-def integer(low: int, high: int | None = None, why: str = "") -> Rule:
-    span = f">= {low}" if high is None else f"from {low} to {high}"
-    return rule(f"an integer {span}{why}", lambda v: _is_int(v) and low <= v and (high is None or v <= high))
-
-
-def number(low: float, high: float | None = None, *, above: bool = False) -> Rule:
-    """A finite int or float >= low (> low with `above`), at most `high`."""
-    span = f"{'>' if above else '>='} {low:g}" + ("" if high is None else f" and <= {high:g}")
-
-    def ok(v) -> bool:
-        finite = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-        return finite and (v > low if above else v >= low) and (high is None or v <= high)
-    return rule(f"a finite number {span}", ok)
-
-
-def one_of(options) -> Rule:
-    return rule(f"one of {', '.join(options)}", lambda v: isinstance(v, str) and v in options)
-
-
-def nullable(inner: Rule) -> Rule:
-    def check(value) -> str | None:
-        problem = None if value is None else inner(value)
-        if problem is None:
-            return None
-        allowed, _, got = problem.partition(", got ")
-        return f"{allowed} or null, got {got}"
-    return check
-
-
-def gpu_list(value) -> str | None:
-    if not isinstance(value, (list, ListConfig)) or not all(_is_int(g) and g >= 0 for g in value):
-        return f"must be a list of non-negative integers such as [0,1], got {value!r}"
-    twice = sorted({g for g in value if list(value).count(g) > 1})
-    if twice:
-        return f"lists GPU {', '.join(map(str, twice))} more than once in {list(value)}; name each GPU once"
-    return None
-
-
-def _names(value) -> bool:
-    return all(isinstance(n, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", n) for n in value)
-
-
-FLAG = rule("true or false", lambda v: isinstance(v, bool))
-TEXT = rule("a non-empty string", lambda v: isinstance(v, str) and v != "")
-MAPPING = rule("a mapping {field: value}", lambda v: isinstance(v, (dict, DictConfig)))
-RANDOM_TARGET = rule("a mapping of transformers config fields with a model_type (e.g. qwen3)",
-                     lambda v: isinstance(v, (dict, DictConfig)) and isinstance(v.get("model_type"), str))
-ENV = rule("a mapping {NAME: value} whose names are shell identifiers",
-           lambda v: isinstance(v, (dict, DictConfig)) and _names(v.keys()))
-# Names that usually hold a credential (HF_TOKEN, WANDB_API_KEY, AWS_SECRET_ACCESS_KEY, ...)
-_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIAL", re.IGNORECASE)
-
-
-def env(value) -> str | None:
-    """ENV, and no name that looks like a secret's: host.env is logged with the run (a param each), while
-    host.forward_env sends a value from the user's shell to the runner alone. The value is never echoed."""
-    problem = nullable(ENV)(value)
-    if problem is not None or value is None:
-        return problem
-    secret = next((str(name) for name in value if _SECRET_NAME.search(str(name))), None)
-    return None if secret is None else (
-        f"{secret} looks like a secret, and host.env is logged with the run; leave it out of host.env and put its "
-        f"name in host.forward_env=[{secret}] (the value then goes from your shell to the runner, never logged)")
-
-
-ENV_NAMES = rule("a list of environment variable names such as [HF_TOKEN]",
-                 lambda v: isinstance(v, (list, ListConfig)) and _names(v))
-
 # Metrics a job can return to a sweeper (each is in remote.metrics.DEFINITIONS; a test checks it).
 OBJECTIVES = ("speedup_vs_ar", "tokens_per_s", "tau", "tau_prompt_mean", "tpot_ms", "ttft_ms",
               "exact_match_vs_ar", "peak_mem_gb")
+_STALL = nullable(number(0, STALL_LIMIT, above=True))
 
-RUN: tuple[tuple[str, Rule], ...] = (
-    ("method.name", one_of(METHODS)),
-    ("tree_budget", rule(f"an integer from 1 to {TREE_BUDGET_LIMIT} or auto",
-                         lambda v: v == "auto" or (_is_int(v) and 1 <= v <= TREE_BUDGET_LIMIT))),
-    ("tree_budget_max", integer(7, TREE_BUDGET_LIMIT, " (tree_budget=auto chooses among 7, 15, 31, ... up to it)")),
-    ("seed", integer(0, SEED_LIMIT)),
-    ("num_prompts", nullable(integer(1))),
-    ("warmup", integer(0, WARMUP_LIMIT)),
-    ("repeats", integer(1, 100)),
-    *((key, FLAG) for key in ("cuda_graphs", "compile_steps", "compile_drafter", "force", "fail_fast")),
-    *((key, nullable(number(0, STALL_LIMIT, above=True))) for key in ("stall_warning", "stall_timeout")),
-    ("temperature", number(0)),
-    ("gpus", gpu_list),
-    ("baseline", one_of(("ar", "none"))),
-    ("device", one_of(("auto", "cpu", "cuda"))),
-)
+
+@dataclass(frozen=True)
+class RunKnobs:
+    """The top-level knobs users type most (`specbench tree_budget=31 max_new_tokens=128`)."""
+
+    tree_budget: int | str = knob(
+        DecodingSpec.tree_budget, rule(f"an integer from 1 to {TREE_BUDGET_LIMIT} or auto", lambda v: v == "auto" or (
+            is_int(v) and 1 <= v <= TREE_BUDGET_LIMIT)),
+        "DDTree node budget (non-root nodes): with the root, a verify of budget + 1 rows (see README); auto: chosen "
+        "per step for the most tokens per second (measured costs, drafter confidence)")
+    tree_budget_max: int = knob(DecodingSpec.tree_budget_max, integer(
+        7, TREE_BUDGET_LIMIT, " (tree_budget=auto chooses among 7, 15, 31, ... up to it)"),
+        "tree_budget=auto: the largest budget it may choose (among 7, 15, 31, ... up to this)")
+    max_new_tokens: int = knob(DecodingSpec.max_new_tokens, integer(1, MAX_NEW_TOKENS_LIMIT),
+                               "tokens generated per prompt (at most the target's max_position_embeddings)")
+    temperature: float = knob(DecodingSpec.temperature, number(0),
+                              "0 = greedy; > 0 samples the target at every node (lossless at any temperature)")
+    num_prompts: int | None = knob(8, nullable(integer(1)), "the dataset's first N prompts; null = all of them")
+    seed: int = knob(RunSpec.seed, integer(0, SEED_LIMIT),
+                     "seeds sampling (temperature > 0) and random weights; prompt i uses seed + i")
+    gpus: list = knob([0], gpu_list, "GPU indices on the host, exported as CUDA_VISIBLE_DEVICES")
+    baseline: str = knob(DecodingSpec.baseline, one_of((AR.tag, "none")),
+                         "ar: also run AR on the same prompts, in turns (speedup_vs_ar, exact_match_vs_ar); none: skip")
+    device: str = knob(RunSpec.device, one_of(("auto", "cpu", "cuda")), "auto | cpu | cuda")
+    warmup: int = knob(DecodingSpec.warmup, integer(0, WARMUP_LIMIT), "warm-up generations per method before timing")
+    repeats: int = knob(DecodingSpec.repeats, integer(1, 100),
+                        "timed passes over all prompts (every method); > 1 reports the spread across them")
+    cuda_graphs: bool = knob(DecodingSpec.cuda_graphs, FLAG,
+                             "on CUDA (any temperature): replay each decoding step as one CUDA graph (all methods)")
+    compile_steps: bool = knob(DecodingSpec.compile_steps, FLAG,
+                               "with cuda_graphs: torch.compile each step first (fused kernels; ~1 min compile per "
+                               "shape)")
+    compile_drafter: bool = knob(DecodingSpec.compile_drafter, FLAG,
+                                 "with cuda_graphs: torch.compile the drafter and the target's elementwise glue "
+                                 "(fewer kernels)")
+    force: bool = knob(False, FLAG, "run even on GPUs that preflight finds in use")
+    fail_fast: bool = knob(True, FLAG, "stop the job at the first fatal failure signature in its log")
+    stall_warning: float | None = knob(
+        300, _STALL, "seconds without a byte of runner log or event before one warning that the runner is silent, "
+        "with its state on the host (ps) and how to stop it; null = never (loading, compiles and CUDA-graph captures "
+        "can be silent for minutes, each prompt's decode is not)")
+    stall_timeout: float | None = knob(
+        None, _STALL, "seconds of that silence after which the runner is stopped and the run ends FAILED "
+        "(runner_stalled), its log kept; null = never; e.g. 1800 for an unattended sweep")
+    objective: str = knob("speedup_vs_ar", TEXT,
+                          "the metric a job returns to a sweeper that optimises (hydra/sweeper=optuna, ...): "
+                          "speedup_vs_ar, tokens_per_s, tau, tpot_ms, ttft_ms (set the sweeper's direction)")
 
 
 def tracking_uri(value) -> str | None:
@@ -169,75 +119,96 @@ def _file_store(value: str) -> str | None:
             f"MLFLOW_ALLOW_FILE_STORE=true; use a database, e.g. tracking.uri=sqlite:///mlflow.db")
 
 
-TRACKING: tuple[tuple[str, Rule], ...] = (
-    ("tracking.uri", tracking_uri),
-    # MLflow refuses a number (and an empty name) once the run is under way: the run went on outside MLflow, and
-    # `sync` failed the same way
-    ("tracking.experiment", rule("a non-empty string (quote a numeric one: tracking.experiment=\"'2024'\")",
-                                 lambda v: isinstance(v, str) and v.strip() != "")),
-)
-MODEL: tuple[tuple[str, Rule], ...] = (
-    ("model.path", nullable(TEXT)),
-    ("model.random", nullable(RANDOM_TARGET)),
-    ("model.tokenizer", nullable(TEXT)),
-    ("model.dtype", one_of(DTYPES)),
-    ("model.attn_implementation", nullable(one_of(ATTN_IMPLEMENTATIONS))),
-    ("model.trust_remote_code", FLAG),
-    ("model.revision", nullable(rule("a string (quote a numeric one: model.revision=\"'1234'\")",
-                                     lambda v: isinstance(v, str)))),
-    ("drafter.path", nullable(TEXT)),
-    ("drafter.random", nullable(MAPPING)),
-    ("drafter.block_size", nullable(integer(2, BLOCK_SIZE_LIMIT))),
-    ("dataset.name", one_of(DATASETS)),
-    ("dataset.field", TEXT),
-    ("dataset.chat_template", FLAG),
-    ("dataset.split", nullable(TEXT)),
-    ("dataset.subset", nullable(TEXT)),
-)
-HOST: tuple[tuple[str, Rule], ...] = (
-    ("kind", one_of(("local", "ssh"))),
-    *((key, nullable(TEXT)) for key in ("name", "workdir", "python")),
-    ("gpus", nullable(gpu_list)),
-    ("env", env),
-    ("forward_env", nullable(ENV_NAMES)),
-)
-SSH: tuple[tuple[str, Rule], ...] = (   # null: SSHSettings' default (or ~/.ssh/config's)
-    ("hostname", rule("a host name or ~/.ssh/config alias, e.g. host.hostname=gpu1.example.com",
-                      lambda v: isinstance(v, str) and v != "")),
-    ("port", nullable(integer(1, 65535))),
-    *((key, nullable(TEXT)) for key in ("user", "identity_file", "known_hosts", "ssh_config")),
-    ("connect_timeout", nullable(number(0, TIMEOUT_LIMIT, above=True))),
-    ("io_timeout", nullable(number(0, TIMEOUT_LIMIT, above=True))),
-    ("keepalive", nullable(number(0, TIMEOUT_LIMIT))),
-    ("reconnect_timeout", nullable(number(0, RECONNECT_LIMIT, above=True))),
-    ("strict_host_key_checking", rule("true, false or null", lambda v: v is None or isinstance(v, bool))),
-    # Relative, it would name another folder once a command cds into the run's (the bundle install did, and
-    # failed); the host expands ~ (SSHHost).
-    ("workdir", nullable(rule("an absolute path on the host or one under ~/, e.g. ~/specbench",
-                              lambda v: isinstance(v, str) and (v == "~" or v.startswith(("/", "~/")))))),
-)
+_NAME = knob(NAME, TEXT, "the option's name, in run names and the `model` column")
+_OPTIONAL_TEXT = nullable(TEXT)
 
 
-def max_new_tokens(model: DictConfig | None) -> Rule:
-    """At most the target's max_position_embeddings where it can be read here (model.random, a shipped model's
-    config.json), else MAX_NEW_TOKENS_LIMIT."""
-    positions = _positions(model) if model is not None else None
-    if positions is not None and positions < MAX_NEW_TOKENS_LIMIT:
-        return integer(1, positions, " (the target's max_position_embeddings)")
-    return integer(1, MAX_NEW_TOKENS_LIMIT)
+@dataclass(frozen=True)
+class ModelKnobs:
+    """The target model: a hub id or local path, or a random model built from `random` config fields."""
+
+    name: str = _NAME
+    path: str | None = knob(ModelSpec.path, _OPTIONAL_TEXT, "a hub id, a local directory or assets:<shipped>; null "
+                            "with `random`")
+    random: dict | None = knob(ModelSpec.random, nullable(rule(
+        "a mapping of transformers config fields with a model_type (e.g. qwen3)",
+        lambda v: MAPPING(v) is None and isinstance(v.get("model_type"), str))),
+        "transformers config fields (with model_type) of a random-weight target, seeded by `seed`")
+    tokenizer: str | None = knob(ModelSpec.tokenizer, _OPTIONAL_TEXT, "null = the target's own (random targets: "
+                                 "the shipped one)")
+    dtype: str = knob(ModelSpec.dtype, one_of(tuple(DTYPES)), "float32 | bfloat16 | float16")
+    attn_implementation: str | None = knob(ModelSpec.attn_implementation, nullable(one_of(ATTN_IMPLEMENTATIONS)),
+                                           "as from_pretrained takes it (sdpa, eager, flash_attention_2, ...)")
+    device_map: object = knob(ModelSpec.device_map, ANY, "null (one GPU), auto, balanced, sequential or {module: "
+                              "GPU index among the run's gpus}: the target spread over the run's GPUs")
+    trust_remote_code: bool = knob(ModelSpec.trust_remote_code, FLAG, "as from_pretrained takes it")
+    revision: str | None = knob(ModelSpec.revision, nullable(rule(
+        "a string (quote a numeric one: model.revision=\"'1234'\")", lambda v: isinstance(v, str))),
+        "a hub revision (branch, tag or commit)")
 
 
-def _positions(model: DictConfig) -> int | None:
-    random = model.get("random")
-    if isinstance(random, DictConfig):
-        fields = random
-    elif assets.is_asset(model.get("path")) and assets.problem(model.path) is None:
-        try:
-            with open(f"{assets.resolve(model.path)}/config.json", encoding="utf-8") as file:
-                fields = json.load(file)
-        except (OSError, ValueError):
-            return None
-    else:
-        return None
-    positions = fields.get("max_position_embeddings")
-    return positions if _is_int(positions) and positions > 0 else None
+@dataclass(frozen=True)
+class DrafterKnobs:
+    """A DFlash drafter in the published format, or a random one whose shape is derived from the target."""
+
+    name: str = _NAME
+    path: str | None = knob(DrafterSpec.path, _OPTIONAL_TEXT, "a hub id, a local directory or assets:<shipped>")
+    random: dict | None = knob(DrafterSpec.random, nullable(MAPPING), "drafter config overrides of a random drafter "
+                               "(num_hidden_layers, block_size, ...)")
+    block_size: int | None = knob(DrafterSpec.block_size, nullable(integer(2, BLOCK_SIZE_LIMIT)),
+                                  "tokens a DFlash draft proposes at once; null = the checkpoint's")
+
+
+@dataclass(frozen=True)
+class DatasetKnobs:
+    """Where the prompts come from."""
+
+    name: str = knob(REQUIRED, one_of(DATASETS), "builtin | humaneval | jsonl | hub",
+                     example="name: jsonl (builtin, humaneval, jsonl or hub)")
+    path: str | None = knob(DatasetSpec.path, _OPTIONAL_TEXT, "the JSONL file, or the hub dataset id")
+    split: str | None = knob(DatasetSpec.split, _OPTIONAL_TEXT, "a hub dataset's split")
+    field: str = knob(DatasetSpec.field, TEXT, "the field that holds the prompt text")
+    chat_template: bool = knob(DatasetSpec.chat_template, FLAG, "wrap each prompt with the tokenizer's chat template")
+    subset: str | None = knob(DatasetSpec.subset, _OPTIONAL_TEXT, "a hub dataset's subset")
+
+
+@dataclass(frozen=True)
+class MethodKnobs:
+    name: str = knob(NAME, one_of(tuple(METHODS)), "what our runner measures against AR: ar | dflash | ddtree")
+
+
+@dataclass(frozen=True)
+class TrackingKnobs:
+    uri: str | None = knob(None, tracking_uri, "null = sqlite:///<runs dir>/mlflow.db (checkout: runs/; installed: "
+                           "./runs; or $SPECBENCH_RUNS_DIR)")
+    experiment: str = knob("specbench", rule(
+        "a non-empty string (quote a numeric one: tracking.experiment=\"'2024'\")",
+        # MLflow refuses a number (and an empty name) once the run is under way: the run went on outside MLflow
+        lambda v: isinstance(v, str) and v.strip() != ""), "the MLflow experiment runs go to")
+
+
+@dataclass(frozen=True)
+class RunnerKnobs:
+    kind: str = knob("builtin", one_of(("builtin", Script.tag)), "builtin: our runner; script: runner.path, your own")
+    path: str | None = knob(None, _OPTIONAL_TEXT, "runner=script: the script, synced and launched like ours")
+    args: list = knob([], LIST, "runner=script: its arguments")
+
+
+@dataclass(frozen=True)
+class PoolKnobs:
+    hosts: list = knob([], LIST, "[{host: {...}, gpus: [...]}, ...]: each job leases len(gpus) free GPUs of one "
+                       "host; [] = no pool, the job runs on `host` with `gpus`")
+    lock_dir: str = knob("~/.cache/specbench/leases", TEXT, "this machine's lease files")
+
+
+@dataclass(frozen=True)
+class PoolEntryKnobs:
+    host: dict = knob(REQUIRED, MAPPING, "the host's settings", example="host: {name: gpu1, kind: ssh, hostname: gpu1}")
+    gpus: list = knob(REQUIRED, gpu_list, "the GPUs of it the pool may lease", example="gpus: [0, 1]")
+
+
+SECTIONS = {"model": ModelKnobs, "drafter": DrafterKnobs, "dataset": DatasetKnobs, "method": MethodKnobs,
+            "tracking": TrackingKnobs, "runner": RunnerKnobs, "pool": PoolKnobs}
+NO_DRAFTER = "none"   # the drafter of a model that has no drafter/<model>.yaml (config.yaml: `optional`)
+DEFAULTS_NODE = "specbench_knobs"
+ConfigStore.instance().store(name=DEFAULTS_NODE, node=defaults_of(RunKnobs))

@@ -1,56 +1,29 @@
-"""The keys each config group's section holds and their defaults, whichever file the section comes from.
+"""The keys each config group's section holds, whichever file it comes from: what is left out gets its default,
+and a key no reader knows is refused.
 
 Why: Hydra composes a user's own file (a box, a pool, a model under ~/.config/specbench) as it is written. A
 misspelt key (`workdr:`, `hostz:`) was ignored, so the job ran with the default workdir or on no pool at all,
 and a key left out failed where it was first read, as a traceback (`Key 'path' is not in struct`).
-`complete(cfg, choices, source)` fills every key a section leaves out with its default (so a minimal file works,
-and what a run logs is whole), then names a key its schema lacks: one line with the file and the closest key.
-The schemas are the readers' own: remote.spec's ModelSpec / DrafterSpec / DatasetSpec, SSHSettings for an SSH
-host, plus the keys only the orchestrator reads (names, a local host's, the pool's, tracking's, the runner's).
-Values are left to orchestrator.config.knobs' rules; free-form values (host.env, model.random, ...) are not looked into.
+Contract: `complete(cfg, choices, source)` fills every key a section leaves out with its knob's default (so a minimal
+file works, and what a run logs is whole), then returns (key, why) of the first key its class lacks or a REQUIRED
+one left out: the file and the closest key. The classes are orchestrator.config.knobs' and, for a host by its kind,
+orchestrator.hosts.settings'. `knows(cfg, key)` says whether `complete` would fill `key`.
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Callable, Mapping
 
 from omegaconf import DictConfig, ListConfig, open_dict
 
-from remote.spec import DatasetSpec, DrafterSpec, ModelSpec
+from ..hosts.settings import KIND_RULE, SSHSettings, settings_class
+from ..knob import NAME, REQUIRED, Knob, knobs_of
+from .errors import did_you_mean
+from .knobs import NO_DRAFTER, SECTIONS, PoolEntryKnobs
 
-from ..hosts.settings import SSHSettings
-
-
-class Required:
-    """A key a section must set (no default would mean anything)."""
-
-    def __init__(self, example: str):
-        self.example = example
-
-
-def _defaults(spec, *drop: str) -> dict[str, Any]:
-    return {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
-            for f in dataclasses.fields(spec) if f.name not in drop}
-
-
-NAME = object()   # the default name: the option's (host=mybox: mybox)
-LOCAL_HOST = {"name": NAME, "kind": "local", "workdir": None, "python": None, "gpus": None, "env": {},
-              "forward_env": []}
-SSH_HOST = {**_defaults(SSHSettings, "hostname"), "name": NAME,
-            "hostname": Required("hostname: gpu1.example.com (or an alias of ~/.ssh/config)")}
-HOSTS = {"local": LOCAL_HOST, "ssh": SSH_HOST}
-SECTIONS: dict[str, dict[str, Any]] = {
-    "model": {"name": NAME, **_defaults(ModelSpec)},
-    "drafter": {"name": NAME, **_defaults(DrafterSpec)},
-    "dataset": {**_defaults(DatasetSpec, "num_prompts"), "name": Required("name: jsonl (builtin, humaneval, "
-                                                                          "jsonl or hub)")},
-    "method": {"name": NAME},
-    "tracking": {"uri": None, "experiment": "specbench"},
-    "runner": {"kind": "builtin", "path": None, "args": []},
-    "pool": {"hosts": [], "lock_dir": "~/.cache/specbench/leases"},
-}
-POOL_ENTRY = {"host": Required("host: {name: gpu1, kind: ssh, hostname: gpu1}"), "gpus": Required("gpus: [0, 1]")}
-NO_DRAFTER = "none"   # the drafter of a model that has no drafter/<model>.yaml (config.yaml: `optional`)
+def host_knobs(node) -> dict[str, Knob] | None:
+    """The knobs of a host section by its kind (None for an unknown kind, which the kind's rule refuses)."""
+    cls = settings_class(node.get("kind"))
+    return None if cls is None else {"kind": Knob("kind", cls.kind, KIND_RULE, "local | ssh"), **knobs_of(cls)}
 
 
 def complete(cfg: DictConfig, choices: Mapping[str, Any],
@@ -62,60 +35,65 @@ def complete(cfg: DictConfig, choices: Mapping[str, Any],
     source = source or (lambda group, option: f"{group}/{option}.yaml")
     problems: list[tuple[str, str]] = []
     with open_dict(cfg):
-        for group, schema in SECTIONS.items():
+        for group, cls in SECTIONS.items():
             option = str(choices.get(group) or group)
             if cfg.get(group) is None:
                 cfg[group] = {}
                 if group == "drafter":   # a model without a drafter file of its name: no drafter
                     option = NO_DRAFTER
             where = source(group, option)
-            _fill(cfg[group], schema, group, option, where, problems)
+            _fill(cfg[group], knobs_of(cls), group, option, where, problems)
             if group == "pool":
-                for index, entry in enumerate(cfg.pool.hosts if isinstance(cfg.pool.hosts, ListConfig) else []):
-                    if isinstance(entry, DictConfig):
-                        _fill(entry, POOL_ENTRY, f"pool.hosts[{index}]", option, where, problems)
-                        if isinstance(entry.host, DictConfig):
-                            _host(entry.host, f"pool.hosts[{index}].host", None, where, problems)
-                        elif "host" in entry:   # a host file's name (host: box1) is not looked up here
-                            problems.append((f"pool.hosts[{index}].host", f"must be a host's settings, e.g. "
-                                             f"`{POOL_ENTRY['host'].example}` (in {where}), got {entry.host!r}"))
+                _pool_hosts(cfg.pool, where, problems)
         option = str(choices.get("host") or "host")
         _host(cfg.host, "host", option, source("host", option), problems)
     return problems[0] if problems else None
 
 
+def _pool_hosts(pool: DictConfig, where: str, problems: list) -> None:
+    entry_knobs = knobs_of(PoolEntryKnobs)
+    for index, entry in enumerate(pool.hosts if isinstance(pool.hosts, ListConfig) else []):
+        if not isinstance(entry, DictConfig):
+            continue
+        _fill(entry, entry_knobs, f"pool.hosts[{index}]", "", where, problems)
+        if isinstance(entry.host, DictConfig):
+            _host(entry.host, f"pool.hosts[{index}].host", None, where, problems)
+        elif "host" in entry:   # a host file's name (host: box1) is not looked up here
+            problems.append((f"pool.hosts[{index}].host", f"must be a host's settings, e.g. "
+                             f"`{entry_knobs['host'].example}` (in {where}), got {entry.host!r}"))
+
+
 def _host(node: DictConfig, prefix: str, option: str | None, where: str, problems: list) -> None:
-    """A host by its kind (an unknown kind is knobs' to refuse); a pool's host is named by its hostname."""
-    kind = node.get("kind") or "local"
-    schema = HOSTS.get(kind)
-    if schema is None:
+    """A host by its kind (an unknown kind is the rules' to refuse); a pool's host is named by its hostname."""
+    knobs = host_knobs(node)
+    if knobs is None:
         return
-    default = option or (node.get("hostname") if kind == "ssh" else None) or kind
-    _fill(node, schema, prefix, default, where, problems, kind)
+    default = option or node.get("hostname") or knobs["kind"].default
+    _fill(node, knobs, prefix, default, where, problems, host=settings_class(node.get("kind")))
 
 
-def _fill(node: DictConfig, schema: dict, prefix: str, name: str, where: str, problems: list,
-          kind: str | None = None) -> None:
+def _fill(node: DictConfig, knobs: dict[str, Knob], prefix: str, name: str, where: str, problems: list,
+          host=None) -> None:
+    """`host`: the settings class of a host section."""
     for key in node:     # first: a misspelt key is also a missing one, and its hint is the useful line
-        if key not in schema:
-            problems.append((f"{prefix}.{key}", _unknown(str(key), schema, where, kind)))
-    for key, default in schema.items():
+        if key not in knobs:
+            problems.append((f"{prefix}.{key}", _unknown(str(key), knobs, where, host)))
+    for key, k in knobs.items():
         if key in node:
             continue
-        if isinstance(default, Required):
-            problems.append((f"{prefix}.{key}", f"missing in {where}; set it, e.g. `{default.example}`"))
+        if k.default is REQUIRED:
+            problems.append((f"{prefix}.{key}", f"missing in {where}; set it, e.g. `{k.example}`"))
         else:
-            node[key] = name if default is NAME else default
+            node[key] = name if k.default is NAME else k.default
 
 
-def _unknown(key: str, schema: dict, where: str, kind: str | None) -> str:
-    from .errors import did_you_mean  # (validate imports this module)
-
-    hint = did_you_mean(key, schema)
-    if kind == "local" and key in SSH_HOST:
-        return f"a local host has no {key} (in {where}); for a box reached by SSH add `kind: ssh` there"
-    kinds = f"a {kind} host reads" if kind else "it reads"
-    return f"unknown key in {where}{hint} ({kinds} {', '.join(schema)})"
+def _unknown(key: str, knobs: dict[str, Knob], where: str, host) -> str:
+    hint = did_you_mean(key, knobs)
+    if host is not None and host.local and key in knobs_of(SSHSettings):
+        return (f"a {host.kind} host has no {key} (in {where}); for a box reached by SSH add `kind: "
+                f"{SSHSettings.kind}` there")
+    reads = f"a {host.kind} host reads" if host is not None else "it reads"
+    return f"unknown key in {where}{hint} ({reads} {', '.join(knobs)})"
 
 
 def knows(cfg: DictConfig, key: str) -> bool:
@@ -125,5 +103,5 @@ def knows(cfg: DictConfig, key: str) -> bool:
     section = cfg.get(group) if group in SECTIONS or group == "host" else None
     if not isinstance(section, DictConfig) or "." in leaf:
         return False
-    schema = HOSTS.get(section.get("kind") or "local", {}) if group == "host" else SECTIONS[group]
-    return leaf in schema
+    knobs = (host_knobs(section) or {}) if group == "host" else knobs_of(SECTIONS[group])
+    return leaf in knobs

@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 
 from ..paths import CONF_DIR
+from . import knobs  # noqa: F401  (registers the knob defaults that conf/config.yaml's defaults list names)
 
 CONFIG_DIR_ENV = "SPECBENCH_CONFIG_DIR"
 _SEARCHPATH = "hydra.searchpath"

@@ -10,7 +10,7 @@ overrides it. `--json` prints the report as one JSON document instead (the field
 
 The command keeps its documented name through orchestrator/diagnose.py, which only calls `main`.
 
-Non-goals: fetching logs from hosts (the lifecycle copies them back), editing the catalog.
+Non-goals: fetching logs from hosts (the job lifecycle, orchestrator.run.job, copies them back), editing the catalog.
 """
 from __future__ import annotations
 

@@ -1,22 +1,14 @@
 """GPU leases over a pool of hosts: no two jobs share a GPU, also across orchestrator processes.
 
-Contract: `GpuPool.acquire(count, held=...)` blocks until `count` GPUs of one host are free, then holds one lock
-file per GPU until the lease is released. The locks are OS file locks (filelock), so a crashed or interrupted
-orchestrator releases its GPUs when its process ends; nothing needs cleaning up. These local locks only keep
-orchestrators of this machine from picking the same GPU at once: what makes a GPU taken is the lease a runner
-holds on the host (orchestrator.run.job), which `held(host config)` reports, so a GPU whose runner outlived a
-killed sweep is skipped until that runner ends.
-
-Asking a host costs an SSH login, so a host is asked only when enough of its GPUs are free here, and an answer that
-left too few is reused for `recheck` seconds while that local state is unchanged: a lease is granted only on an
-answer of the same try. This machine (kind local) costs no login and is asked at every try: a GPU its runner frees
-is taken at the next poll, not up to `recheck` seconds later. A host that cannot be asked (`held` raises
-Unreachable) is skipped, said once per outage, and asked again after `recheck` seconds; when every host that could
-take the job is unreachable, `acquire` raises NoHostReachable rather than wait for hosts that may never come back.
-Hosts merely busy are waited for. A host found unreachable goes last in the order for every job of this machine for
-DOWN_MEMORY_S (a `<host>.down` file beside the lock files, gone at its next answer): the jobs after the first do not
-each pay its connect timeout (10 s a try where it drops packets) and say it again while another host can take them,
-and it is still asked where none can.
+Contract: `GpuPool.acquire(count, held=...)` blocks until `count` GPUs of one host are free, then holds one lock file
+per GPU until the lease is released. The locks are OS file locks (filelock), so a crashed or interrupted orchestrator
+releases its GPUs when its process ends; nothing needs cleaning up. They only keep orchestrators of this machine from
+picking the same GPU at once: what makes a GPU taken is the lease a runner holds on the host (orchestrator.run.job),
+which `held(host settings, gpus)` reports, so a GPU whose runner outlived a killed sweep is skipped until that runner
+ends. A GPU freed on an SSH host, or a host back up, is seen within `recheck` seconds; on this machine (kind local), at
+the next poll. A host whose `held` raises Unreachable is skipped (said once per outage) and, for DOWN_MEMORY_S, asked
+last by every job of this machine (a `<host>.down` file beside the lock files, gone at its next answer). Hosts merely
+busy are waited for; when every host that could take the job is unreachable, `acquire` raises NoHostReachable.
 """
 from __future__ import annotations
 
@@ -24,11 +16,13 @@ import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from filelock import FileLock, Timeout
 
-Held = Callable[[dict[str, Any], list[int]], set[int]]   # (host config, its pool GPUs) -> GPUs held there now
+from .settings import HostSettings, host_settings
+
+Held = Callable[[HostSettings, list[int]], set[int]]   # (a pool host, its pool GPUs) -> GPUs held there now
 RECHECK_S = 10.0   # a GPU held on an SSH host freed by a runner ending, or a host back up, is seen this late at most
 DOWN_MEMORY_S = 600.0   # a host found unreachable is asked last this long (placement prefers the listed order again)
 
@@ -48,15 +42,34 @@ class NoHostReachable(RuntimeError):
         return f"{self}: " + "; ".join(f"{name}: {why}" for name, why in self.reasons.items())
 
 
-def pool_entries(cfg) -> list:
-    """A job config's pool entries ({host, gpus} each, as configured); none where it has no pool."""
-    pool = cfg.get("pool")
-    return list(pool.hosts) if pool and pool.get("hosts") else []
+@dataclass(frozen=True)
+class PoolEntry:
+    """A host of the pool and the GPUs of it the pool may lease."""
+
+    host: HostSettings
+    gpus: tuple[int, ...]
+
+    @classmethod
+    def of(cls, entry: Mapping[str, Any]) -> "PoolEntry":
+        """From a `pool.hosts` entry ({host: {...}, gpus: [...]}, validated)."""
+        return cls(host_settings(entry["host"]), tuple(entry["gpus"]))
+
+    @property
+    def name(self) -> str:
+        return str(self.host.name)
+
+
+@dataclass(frozen=True)
+class Pool:
+    """The `pool` section: hosts whose GPUs jobs lease, and where this machine keeps its lock files."""
+
+    entries: tuple[PoolEntry, ...]
+    lock_dir: str
 
 
 @dataclass
 class Lease:
-    host: dict[str, Any]      # the host config of the leased GPUs
+    host: HostSettings      # the host of the leased GPUs
     gpus: list[int]
     _locks: ExitStack = field(default_factory=ExitStack, repr=False)
 
@@ -80,14 +93,8 @@ class _Answer:
     down: str | None = None
 
 
-def _login(host: dict[str, Any]) -> bool:
-    """Whether asking `host` costs a login (an SSH host); this machine's answer is a local command."""
-    return host.get("kind", "local") != "local"
-
-
 class GpuPool:
-    def __init__(self, entries: list[dict[str, Any]], lock_dir: str | Path, recheck: float = RECHECK_S):
-        """`entries`: [{"host": <host config>, "gpus": [0, 1]}, ...]."""
+    def __init__(self, entries: list[PoolEntry], lock_dir: str | Path, recheck: float = RECHECK_S):
         if not entries:
             raise ValueError("pool.hosts: the pool lists no hosts")
         self.entries = entries
@@ -102,18 +109,21 @@ class GpuPool:
     def try_acquire(self, count: int, held: Held | None = None,
                     tell: Callable[[str], None] = lambda message: None) -> Lease | None:
         """A lease of `count` GPUs of one host, or None; `tell(message)`: a host skipped as unreachable, or back."""
-        for entry in sorted(self.entries, key=lambda e: self._recently_down(e["host"]["name"])):
-            name = entry["host"]["name"]
-            if len(entry["gpus"]) < count or self._down(name):
+        # A host found unreachable goes last for DOWN_MEMORY_S (its `.down` file): the jobs after the first do not
+        # each pay its connect timeout (10 s a try where it drops packets) and say it again while another host can
+        # take them, and it is still asked where none can.
+        for entry in sorted(self.entries, key=lambda e: self._recently_down(e.name)):
+            name = entry.name
+            if len(entry.gpus) < count or self._down(name):
                 continue
-            free = tuple(gpu for gpu in entry["gpus"] if self._free_here(name, gpu))
+            free = tuple(gpu for gpu in entry.gpus if self._free_here(name, gpu))
             if len(free) < count:
                 continue   # our other jobs lease them: nothing the host could say would change that
-            busy = self._ask(entry, free, count, held, tell)
+            busy = self._ask(entry, free, count, held, tell)   # an SSH login: only where enough are free here
             if busy is not None and (lease := self._take(entry, [g for g in free if g not in busy], count)):
                 return lease
-        capable = [e["host"]["name"] for e in self.entries if len(e["gpus"]) >= count]
-        if all(self._down(name) for name in capable):
+        capable = [e.name for e in self.entries if len(e.gpus) >= count]
+        if all(self._down(name) for name in capable):   # rather than wait for hosts that may never come back
             raise NoHostReachable(f"no host of the pool can take this job: {', '.join(capable)} (every one with "
                                   f"{count}+ GPU(s)) unreachable", {n: str(self.answers[n].down) for n in capable})
         return None
@@ -142,16 +152,19 @@ class GpuPool:
         lock.release()
         return True
 
-    def _ask(self, entry: dict, free: tuple[int, ...], count: int, held: Held | None,
+    def _ask(self, entry: PoolEntry, free: tuple[int, ...], count: int, held: Held | None,
              tell: Callable[[str], None]) -> set[int] | None:
         """The GPUs `entry`'s host holds, None if it is unreachable. A recent "too few" answer for the same free GPUs
         stands in for asking; one that left enough is never reused (the GPUs went to another job of ours since)."""
-        name, last, now = entry["host"]["name"], self.answers.get(entry["host"]["name"]), time.monotonic()
-        if (_login(entry["host"]) and last is not None and last.down is None and last.free == free
+        name, last, now = entry.name, self.answers.get(entry.name), time.monotonic()
+        # Asking costs an SSH login: an answer that left too few is reused for `recheck` s while the local state is
+        # unchanged, and a lease is granted only on an answer of the same try. This machine (kind local) costs no
+        # login and is asked at every try: a GPU its runner frees is taken at the next poll, not `recheck` s later.
+        if (not entry.host.local and last is not None and last.down is None and last.free == free
                 and now - last.at < self.recheck and len(set(free) - last.held) < count):
             return last.held
         try:
-            busy = held(entry["host"], entry["gpus"]) if held is not None else set()
+            busy = held(entry.host, list(entry.gpus)) if held is not None else set()
         except Unreachable as exc:
             if last is None or last.down is None:
                 tell(f"skipping pool host {name}: {exc}")
@@ -164,10 +177,10 @@ class GpuPool:
         (self.lock_dir / f"{name}.down").unlink(missing_ok=True)
         return busy
 
-    def _take(self, entry: dict, candidates: list[int], count: int) -> Lease | None:
+    def _take(self, entry: PoolEntry, candidates: list[int], count: int) -> Lease | None:
         stack, taken = ExitStack(), []
         for gpu in candidates:
-            lock = self._lock(entry["host"]["name"], gpu)
+            lock = self._lock(entry.name, gpu)
             try:
                 lock.acquire(timeout=0)
             except Timeout:
@@ -175,7 +188,7 @@ class GpuPool:
             stack.callback(lock.release)
             taken.append(gpu)
             if len(taken) == count:
-                return Lease(entry["host"], taken, stack)
+                return Lease(entry.host, taken, stack)
         stack.close()
         return None
 
@@ -183,7 +196,7 @@ class GpuPool:
                 tell: Callable[[str], None] = lambda message: None) -> Lease:
         """`tell(message)` is told once, when the first try finds no free GPUs, what it waits for; and once per
         outage of a host, that it is skipped and why (and when it answers again). Raises NoHostReachable."""
-        if not any(len(e["gpus"]) >= count for e in self.entries):
+        if not any(len(e.gpus) >= count for e in self.entries):
             raise ValueError(f"gpus: no host in the pool has {count} GPUs")
         deadline = None if timeout is None else time.monotonic() + timeout
         told = False

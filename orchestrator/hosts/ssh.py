@@ -1,30 +1,17 @@
-"""The SSH host: the Host primitives over one Fabric/paramiko connection, with host keys checked.
+"""The SSH host: the Host primitives over one Fabric/paramiko connection, opened lazily, with host keys checked.
 
-Contract:
-- Connects lazily, on first use. The host key must be in `known_hosts` (default ~/.ssh/known_hosts, or the
-  alias's UserKnownHostsFile); an unknown or changed key refuses the connection with a HostError that gives the
-  exact `ssh-keyscan` command. Nothing is ever written to known_hosts. `strict_host_key_checking: false` is the
-  explicit, per-host way to skip the check (the key is then accepted for this connection only, with a warning).
-- `hostname` may be an alias of ~/.ssh/config (HostName, User, Port, IdentityFile, UserKnownHostsFile and
-  ProxyCommand are honoured; explicit settings win). ProxyJump is refused: its inner hops would be opened by
-  Fabric with auto-added host keys; write it as `ProxyCommand ssh -W %h:%p jumphost` instead.
-- `run(command)` runs `bash -c <command>` on the host (through the login shell, as sshd always does). The
-  command is complete and already quoted by the caller; nothing here quotes or rewrites it. `stdin` (bytes)
-  is fed to it and then closed: how a secret reaches the host without being in a command line (which `ps`
-  shows to every user) or a file. A `timeout` returns exit 124 (the remote command is not killed).
-- `put` / `get` / `read_from` use SFTP and are idempotent, so a connection that breaks during them is re-opened
-  (backoff, `reconnect_timeout` seconds in all) and the operation repeated. `read_from(path, off)` returns the
-  bytes [off, size) of one stat of the file, whole or not at all: a tail that advances its offset by what it
-  got loses or doubles nothing across a reconnect. `put` writes a temporary name then renames (atomic); a put
-  the host refused (a full disk) removes that name and, where the file cannot fit, says how much room it needs.
-- `run` is retried only if the connection was found dead before the command was sent (the session channel
-  could not be opened); once sent, a lost connection is a LinkLost (a HostError), since the command may or may not
-  have run: the caller decides whether it is safe to send again.
-- A connection that goes silent (link down, no RST) is detected by `io_timeout`: SFTP calls time out, and a
-  command with no output for that long triggers a keepalive probe.
-
-Non-goals: password or keyboard-interactive auth, agent forwarding, ControlMaster, ProxyJump, thread safety
-(use one SSHHost per thread).
+- The host key must be in `known_hosts` (~/.ssh/known_hosts, or an alias's UserKnownHostsFile), never written here: an
+  unknown or changed key is a HostError giving the exact `ssh-keyscan` command; `strict_host_key_checking: false` skips
+  the check for that host (this connection only, with a warning). `hostname` may be an alias of ~/.ssh/config (HostName,
+  User, Port, IdentityFile, UserKnownHostsFile, ProxyCommand; explicit settings win); ProxyJump is refused.
+- `run(command)` runs `bash -c <command>` through the login shell, as the caller quoted it; `stdin` (bytes) is fed to
+  it, then closed; a `timeout` returns exit 124 (the remote command is not killed). Sent again only if the session could
+  not be opened; once sent, a lost connection is a LinkLost (a HostError). A silent link is caught by `io_timeout`: SFTP
+  calls time out, and a command quiet that long sends a keepalive probe.
+- `put` / `get` / `read_from` (SFTP) are repeated over a re-opened connection (backoff, `reconnect_timeout` s in all);
+  `read_from(path, off)` is the bytes [off, size) of one stat, whole or not at all; `put` is atomic (temporary name,
+  rename), and one the host refused (a full disk) leaves no temporary and, where it cannot fit, says the room it needs.
+Non-goals: password or keyboard-interactive auth, agent forwarding, ControlMaster, thread safety (one per thread).
 """
 from __future__ import annotations
 
@@ -42,7 +29,7 @@ from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, TypeVar
+from typing import Any, Callable, Iterator, TypeVar
 
 import paramiko
 from fabric import Config, Connection
@@ -144,9 +131,6 @@ class SSHHost(Host):
         self.settings = settings
         self.name = settings.name or settings.hostname
         self.python = settings.python
-        self.env = dict(settings.env)
-        self.gpus = settings.gpus
-        self.forward_env = list(settings.forward_env)
         self.address = resolve_address(settings)
         self.calls: Counter[str] = Counter()   # operations sent, by kind (for benchmarks and tests)
         self.reconnects = 0
@@ -154,10 +138,6 @@ class SSHHost(Host):
         self._conn: Connection | None = None
         self._sftp: paramiko.SFTPClient | None = None
         self._ever_connected = False
-
-    @classmethod
-    def from_config(cls, cfg: Mapping[str, Any]) -> "SSHHost":
-        return cls(SSHSettings.from_config(cfg))
 
     def __repr__(self) -> str:
         return f"SSHHost({self.name!r}, {self.address})"
@@ -217,6 +197,8 @@ class SSHHost(Host):
                 os.unlink(tmp)
 
     def read_from(self, path: str, offset: int) -> bytes:
+        # One stat's bytes, whole or not at all: a tail that advances its offset by what it got loses or doubles
+        # nothing across a reconnect.
         self.calls["read_from"] += 1
         return self._sftp_op(f"read {path} from byte {offset}", lambda sftp: _read_tail(sftp, path, offset))
 
@@ -374,6 +356,7 @@ class SSHHost(Host):
                     self._sftp_close()
                 raise
 
+        # Safe to repeat over a new connection: put/get write a temporary name and rename, read_from reads one stat.
         return self._retrying(what, attempt)
 
     def _sftp_close(self) -> None:
@@ -411,16 +394,17 @@ class SSHHost(Host):
             # the second bash doing it again (it is slow on boxes with conda/pyenv init there).
             with _watchdog(transport, self.settings.io_timeout):
                 chan.exec_command(f"exec bash --norc --noprofile -c {shlex.quote(command)}")
-            # In pieces: sendall re-slices what is left after every packet, quadratic in a bundle's 39 MB (10x
-            # slower). Each piece under the watchdog: once the socket's buffers are full, paramiko's write blocks
-            # for as long as a cut lasts, whatever the channel's timeout.
+            # stdin is how a secret reaches the host without being in a command line (which `ps` shows to every
+            # user) or in a file. In pieces: sendall re-slices what is left after every packet, quadratic in a
+            # bundle's 39 MB (10x slower). Each piece under the watchdog: once the socket's buffers are full,
+            # paramiko's write blocks for as long as a cut lasts, whatever the channel's timeout.
             for start in range(0, len(stdin or b""), _STDIN_PIECE):
                 with _watchdog(transport, self.settings.io_timeout):
                     chan.sendall(stdin[start:start + _STDIN_PIECE])
             chan.shutdown_write()
             out, err, code = self._wait(chan, transport, command, timeout)
         except (_Lost, *_NETWORK_ERRORS) as exc:   # sent: never retried, whatever happened
-            self._drop()
+            self._drop()   # it may or may not have run: the caller decides whether it is safe to send again
             raise LinkLost(f"{self.name}: connection to {self.address} lost while running a command; it may or "
                             f"may not have run ({type(exc).__name__}: {exc}): {_gist(command)}") from None
         finally:
@@ -431,6 +415,7 @@ class SSHHost(Host):
               timeout: float | None) -> tuple[bytes, bytes, int]:
         """Collect stdout/stderr until EOF, then the exit status; probe the link when it goes quiet."""
         out, err = bytearray(), bytearray()
+        # A link that goes silent (down, no RST) shows only as no output: after io_timeout of it, a probe asks.
         deadline = time.monotonic() + timeout if timeout else None
         while not (chan.eof_received or chan.closed):
             wait = self.settings.io_timeout if deadline is None else min(self.settings.io_timeout,

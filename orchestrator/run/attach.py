@@ -1,13 +1,13 @@
 """`python -m orchestrator attach <run dir | run id>`: follow a run that is still going, and finish its logging.
 
-For when the laptop slept or the terminal closed: the runner went on (it runs detached on the host); this
-re-opens the host from the run's `job.json`, resumes the tail where the local mirror ends, and then does what
-the original command would have done (collect, MLflow status, metrics, artifacts). It says how long the run has
-been going by the host's own files (Job.started_at), and the display replays the run's events so far, so its
-stage, bars and ETA are the run's, not this command's. `find_run_dir` is the lookup `show` uses too: a run dir,
-its run id, its directory name or its MLflow run id (one that names several runs, as job 0 of two sweeps, is refused
-with the matches). `stop` leaves a run whose runner already ended as it is; a host that does not answer is one line
-(with the `kill` to type there), never a guess about the runner.
+For when the laptop slept or the terminal closed: the runner went on (it runs detached on the host); this re-opens the
+host from the run's `job.json`, resumes the tail where the local mirror ends, and then does what the original command
+would have done (collect, MLflow status, metrics, artifacts). It says how long the run has been going by the host's own
+files (Job.started_at), and the display replays the run's events so far, so its stage, bars and ETA are the run's, not
+this command's. `find_run_dir` (orchestrator.tracking.find) is the lookup `show` uses too: a run dir, its run id, its
+directory name or its MLflow run id (one that names several runs, as job 0 of two sweeps, is refused with the matches).
+`stop` leaves a run whose runner already ended as it is; a host that does not answer is one line (with the `kill` to
+type there), never a guess about the runner.
 """
 from __future__ import annotations
 
@@ -20,7 +20,10 @@ from pathlib import Path
 import yaml
 from rich.console import Console
 
-from ..hosts import HostError, make_host
+from ..config.plan import StallLimits
+from ..hosts import HostError
+from ..hosts.connect import open_host
+from ..hosts.settings import host_settings
 from ..locks import try_following
 from ..program import program
 from ..tracking.find import JOB_FILE, find_run_dir, one_line, tracking_of
@@ -28,10 +31,20 @@ from ..tracking.tracker import Status, Tracker
 from .job import Job
 from .monitor import Outcome, follow, report
 from .progress import clock
-from .stall import StallLimits
 
 STOP_DOC = ("`python -m orchestrator stop <run dir | run id>`: stop a run's process group on its host (also one "
             "whose orchestrator died) and close its MLflow run KILLED.")
+
+
+def job_of(run_dir: Path, meta: dict) -> Job:
+    """The job of a run dir, on the host its job.json names (not yet connected)."""
+    return Job(open_host(host_settings(meta["host"])), meta["run_id"], run_dir)
+
+
+def follow_again(host_name: str, run_dir: Path) -> str:
+    """What to do when the link to a runner's host is lost while it runs."""
+    return (f"the runner may still be running on {host_name}: `{program()} attach {run_dir}` follows it again and "
+            f"logs the run at its end (`{program()} stop {run_dir}` stops it)")
 
 
 def attach(run_dir: Path, console: Console | None = None, fail_fast: bool = True, stop: bool = False) -> Outcome:
@@ -39,7 +52,7 @@ def attach(run_dir: Path, console: Console | None = None, fail_fast: bool = True
     HostError if the host does not answer (the runner may well still be going there)."""
     console = console or Console()
     meta = json.loads((run_dir / JOB_FILE).read_text())
-    job = Job(make_host(meta["host"]), meta["run_id"], run_dir)
+    job = job_of(run_dir, meta)
     outcome = Outcome(job)
     with job.host:
         if stop and not job.running():   # nothing to stop: its record stays as it is, and no stale pgid is hit
@@ -113,7 +126,8 @@ def main(argv: list[str]) -> int:
     try:
         outcome = attach(run_dir, fail_fast=not getattr(args, "no_fail_fast", False), stop=command == "stop")
     except HostError as exc:
-        how = (f"; on the host, stop it with `{Job(make_host(meta['host']), meta['run_id'], run_dir).describe_stop()}`"
+        stopping = job_of(run_dir, meta).describe_stop()
+        how = (f"; on the host, stop it with `{stopping}`"
                if command == "stop" else f"; try again later: {program()} attach {run_dir}")
         print(f"error: cannot reach the host of run {meta['run_id']}, it may still be running ({one_line(exc)}){how}",
               file=sys.stderr)

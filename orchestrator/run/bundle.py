@@ -1,18 +1,16 @@
 """The runner bundle: the `remote/` package, content-addressed and synced to a host.
 
-Contract: `sync_bundle(host)` returns the directory on the host that holds `remote/` exactly as it is here.
-Bundles live in `<workdir>/bundles/<sha>/`, are immutable once complete, and are reused: an unchanged bundle
-costs one round trip and no upload (`BundleSync` lets that be the round trip preflight makes anyway). A new
-bundle starts as a copy of the host's latest one and receives only the files whose content changed; the host
-checks every file's sha256 before the bundle is marked complete. The probe checks them again: a complete bundle
-whose files no longer match its manifest (truncated, edited on the host) gets those files back, each by an
-atomic rename, and a damaged copy source's files travel with the new bundle; `BundleSync.note` says so.
-The files travel as one tar on the installing command's stdin, unpacked as they arrive, so an install needs the
-bundle's size on the host (not twice that); a failed install removes its staging dir, and a full disk is one
-HostError line naming the path, the room needed and what is free (orchestrator.hosts.room). A link lost mid-install
-sends it once more (both steps are safe to repeat: a new staging dir each time, and an install that did complete
-leaves the target complete, which the repeat keeps). A new bundle's install also removes old ones (`_prune`: all
-but the KEEP_BUNDLES newest and those unfinished runs were launched from) and staging dirs of killed installs.
+Contract: `sync_bundle(host)` returns the directory on the host that holds `remote/` exactly as it is here. Bundles live
+in `<workdir>/bundles/<sha>/`, are immutable once complete, and are reused: an unchanged bundle costs one round trip and
+no upload (`BundleSync` lets that be the round trip preflight makes anyway). A new bundle starts as a copy of the host's
+latest one and receives only the files whose content changed; the host checks every file's sha256 before the bundle is
+marked complete. The probe checks them again: a complete bundle whose files no longer match its manifest (truncated,
+edited on the host) gets those files back, each by an atomic rename, and a damaged copy source's files travel with the
+new bundle; `BundleSync.note` says so. The files travel as one tar on the installing command's stdin, unpacked as they
+arrive, so an install needs the bundle's size on the host (not twice that); a failed install removes its staging dir,
+and a full disk is one HostError line naming the path, the room needed and what is free (orchestrator.hosts.room). A
+link lost mid-install sends it once more. A new bundle's install also removes old ones (`_prune`: all but the
+KEEP_BUNDLES newest and those unfinished runs were launched from) and staging dirs of killed installs.
 """
 from __future__ import annotations
 
@@ -141,6 +139,8 @@ class BundleSync:
                 step(self.host, self.bundle, files, *args)
             except LinkLost as exc:   # the files travel with the command: sent once more, over a new connection
                 logging.getLogger(__name__).warning("%s; sending the bundle again", exc)
+                # Both steps are safe to repeat: a new staging dir each time, and an install that did complete
+                # leaves the target complete, which the repeat keeps.
                 step(self.host, self.bundle, files, *args)
         except CommandFailed as exc:   # the step removed its staging dir
             output = f"{exc.result.stderr}\n{exc.result.stdout}"
@@ -219,8 +219,8 @@ def _prune(workdir: str, keep: str) -> str:
     launched from (its launch.sh names its bundle; a run without exit_code may still import from it), and so do
     staging dirs an install killed midway left (older than STALE_STAGING_MIN; an install takes seconds). A bundle
     gone is sent again when asked for. (A job between its probe and its launch is not seen here: its bundle would
-    go only if five newer ones were installed in those seconds.) A `{ }` group whose status is 0: it never fails the install, and after `&&`
-    it runs only when the install succeeded."""
+    go only if five newer ones were installed in those seconds.) A `{ }` group whose status is 0: it never fails the
+    install, and after `&&` it runs only when the install succeeded."""
     q = shlex.quote
     hex16 = "[0-9a-f]\\{16\\}"
     return (f"{{ ( used=$(for f in {q(workdir)}/runs/*/launch.sh; do [ -f \"${{f%/launch.sh}}/exit_code\" ] || "

@@ -1,26 +1,17 @@
 """The job lifecycle, written once against the Host interface: prepare, launch detached, tail, collect, cancel.
 
-Contract: a `Job` owns one run directory on a host (`<workdir>/runs/<run_id>/`, file names from RunFiles) and
-its local mirror. `prepare()` stages the run's files (spec, secrets, a user's script) and sends nothing;
-`launch()` writes them and launch.sh into the run dir and starts the runner in its own session (setsid), so a
-dropped connection does not stop it: one command, one round trip. `poll()` returns new complete lines of
-runner.log and events.jsonl, appending the exact bytes to the local mirror (so the local log equals the remote
-one byte for byte); `attach()` resumes the tail where the mirror ends, and its first poll hands out the events
-mirrored so far once more (not the log), so whatever follows the events (the display) starts from the run's whole
-story. `started_at` is when the runner started, in local epoch seconds: the launch, or for `attach` the host's own
-word (its clock now less the mtime of the pid file launch.sh wrote as it started; None if the host did not say);
-`quiet_at_attach` how long the runner had then written nothing, by the host's clock too (orchestrator.run.stall).
-`finished()` is true once the launch wrapper wrote `exit_code`, or once the host says the runner's process group
-is gone without one (`lost`: killed with its wrapper, the OOM killer, a reboot); `cancel()` stops the whole process
-group (TERM, then KILL after a grace period), first recording who asked (`stopped_by`, read by whoever follows).
-Leases live on the host: launch.sh holds one `flock` per GPU (`<workdir>/locks/gpu<N>.lock`, see `_gpu_locks` for
-when) for the runner's lifetime, inherited by the runner, so a GPU stays taken while a runner of ours holds it,
-whatever happened to the orchestrator that launched it; a held GPU refuses the launch (exit GPU_BUSY_EXIT, one line in
-runner.log).
-A full disk costs neither the exit code nor the diagnosis: launch.sh takes the room for both as it starts, and a
-runner that failed on a disk left (nearly) full gets a line in runner.log saying where and how much is free (the
-catalog's disk_full); a run dir that cannot be written at launch is one HostError line (orchestrator.hosts.room).
-Every value that reaches a shell is quoted here; nothing in this module knows which host it talks to.
+Contract: a `Job` owns one run directory on a host (`<workdir>/runs/<run_id>/`, file names from RunFiles) and its local
+mirror; it quotes every value that reaches a shell and never knows which host it talks to. `prepare()` stages the run's
+files (spec, secrets, a user's script), sending nothing; `launch()` writes them and launch.sh into the run dir and
+starts the runner in its own session (setsid): one command. `poll()`: the new complete lines of runner.log and
+events.jsonl, mirrored byte for byte; `attach()` resumes where the mirror ends, and its first poll hands out the
+mirrored events once more (not the log). `started_at`: the runner's start in local epoch seconds (the launch; for
+`attach`, the host's word, or None); `quiet_at_attach`: how long it had then written nothing, by the host's clock
+(orchestrator.run.stall). `finished()`: launch.sh wrote `exit_code`, or the host says the process group is gone without
+one (`lost`). `cancel()` records who asked (`stopped_by`), then stops the group (TERM, then KILL after a grace period).
+launch.sh holds one `flock` per GPU (`<workdir>/locks/gpu<N>.lock`; when: `_gpu_locks`) for the runner's lifetime; a
+held GPU refuses the launch (exit GPU_BUSY_EXIT, one line in runner.log). A full disk loses no exit code, and runner.log
+says so (the catalog's disk_full); an unwritable run dir is one HostError line at launch (orchestrator.hosts.room).
 """
 from __future__ import annotations
 
@@ -141,6 +132,8 @@ def _room_for_the_end() -> list[str]:
     ]
 
 
+# The GPU leases live on the host, held by launch.sh and inherited by the runner: a GPU stays taken while a runner
+# of ours holds it, whatever happened to the orchestrator that launched it.
 def _gpu_locks(locks: str | None, gpus: list[int] | None) -> list[str]:
     """launch.sh lines taking one lock per GPU on fds the runner inherits: the kernel drops them when the last
     process holding them ends (runner and wrapper alike), so no lock outlives its runner and none is stale.
@@ -216,6 +209,7 @@ class _Stream:
     replay: list[str] = field(default_factory=list)   # mirrored lines handed out again by the next feed
 
     def feed(self, data: bytes) -> list[str]:
+        # the exact bytes: the local mirror equals the remote file byte for byte
         self.offset += len(data)
         with open(self.local, "ab") as f:
             f.write(data)
@@ -273,6 +267,7 @@ class Job:
         self._staged = {}
         path = shlex.quote(self.files.launch_script)
         root = shlex.quote(self.files.root)
+        # Its own session (setsid): a dropped connection does not stop the runner. One command, one round trip.
         # The start is one simple command backgrounded: `a && b &` would background a subshell that keeps the
         # channel open. A run dir that could not be written whole goes (on a full disk, its part took room).
         try:
@@ -304,6 +299,7 @@ class Job:
                 mirrored = s.local.read_bytes()
                 s.offset = len(mirrored)
                 s.partial = mirrored[mirrored.rfind(b"\n") + 1:]   # an unfinished line stays pending
+                # the events again (not the log): whatever follows them (the display) starts from the run's whole story
                 if s is self._streams["events"]:
                     s.replay = mirrored[:len(mirrored) - len(s.partial)].decode("utf-8", "replace").split("\n")[:-1]
             else:

@@ -1,19 +1,16 @@
 """Following a launched job to its end: live display, live failure detection, cancel, and the final report.
 
-Contract: `follow(job, outcome, ...)` tails the job until it exits, shows progress and the runner's log, and
-matches every log line against the failure catalog as it arrives: a fatal finding is shown at once with its
-fix and, with `fail_fast`, stops the job. Ctrl-C stops the job's process group on the host (KILLED).
-A runner that the host reports gone without an exit code ends the follow as FAILED (`runner_vanished`).
-A runner alive but silent for `stall_warning` s gets one warning (orchestrator.run.stall: its state on the host and
-what to do), repeated only after a much longer silence, and a line when it resumes; silent `stall_timeout` s, it
-is stopped like a Ctrl-C would and the run ends FAILED (`runner_stalled`, stopped_by=stall_timeout).
-Ctrl-C, SIGTERM and SIGHUP stop the job's process group on the host (KILLED), bounded: if the host does not
-answer within STOP_BOUND seconds (a cut link), the user is told the runner may still be running and how to stop
-or re-attach to it.
-`report(outcome, tracker, ...)` turns what happened into the MLflow status, `failure.*` tags, a traceback
-artifact and the terminal summary; a run whose AR and method took different paths (remote.fairness) gets a
-`fairness` tag saying so, a warning and a mark in the results table (a fair one: `fairness=ok`). Used by a fresh
-run and by `attach` alike.
+Contract: `follow(job, outcome, ...)` tails the job until it exits, shows progress and the runner's log, and matches
+every log line against the failure catalog as it arrives: a fatal finding is shown at once with its fix and, with
+`fail_fast`, stops the job. A runner that the host reports gone without an exit code ends the follow as FAILED
+(`runner_vanished`). A runner alive but silent for `stall_warning` s gets one warning (orchestrator.run.stall: its state
+on the host and what to do), repeated only after a much longer silence, and a line when it resumes; silent
+`stall_timeout` s, it is stopped as by Ctrl-C and the run ends FAILED (`runner_stalled`, stopped_by=stall_timeout).
+Ctrl-C, SIGTERM and SIGHUP stop the job's process group on the host (KILLED), bounded: if the host does not answer
+within STOP_BOUND s (a cut link), the user is told the runner may still be running and how to stop or re-attach to it.
+`report(outcome, tracker, ...)` turns what happened into the MLflow status, `failure.*` tags, a traceback artifact and
+the terminal summary; a run whose AR and method took different paths (remote.fairness) gets a `fairness` tag saying so,
+a warning and a mark in the results table (a fair one: `fairness=ok`). Used by a fresh run and by `attach` alike.
 """
 from __future__ import annotations
 
@@ -64,6 +61,16 @@ class Outcome:
                                      # fail-fast stopped on
     interrupt: BaseException | None = None   # the Ctrl-C or signal that stopped the run
     history: list[tuple[str, float, int]] = field(default_factory=list)   # (metric, value, step) from the log
+
+    @classmethod
+    def not_started(cls, interrupted: BaseException | None = None, error: str | None = None) -> "Outcome":
+        """A job that ended before any host was used (a signal while it waited for the pool, no host reachable)."""
+        outcome = cls(None)
+        if interrupted is not None:
+            outcome.interrupted(interrupted)
+        if error is not None:
+            outcome.error(error)
+        return outcome
 
     def scan_metric_lines(self, lines: list[str]) -> None:
         """A user script reports metrics as JSON lines: {"metric": name, "value": v, "step": n}."""

@@ -1,20 +1,16 @@
 """What a job is doing while nothing else moves: one line naming its stage, and each decoding bar's ETA.
 
 Contract:
-- `StageLine(console).show(text)`: the orchestrator's own stages (connect and preflight, bundle sync, launch)
-  before the runner speaks. On a terminal one spinner line, rewritten at each stage; elsewhere (a log, CI,
-  captured output) one printed line per stage, so the stages are in the output, in order, either way. `close()`
-  ends it (idempotent); it must end before LiveDisplay starts (rich runs one live display at a time).
-- `RunnerStages`: the runner's stage from its events: `starting runner` until an event arrives, then what its
-  `stage` events say (remote.events.RunnerStage); a runner that sends none (an older bundle) is `warming up`
-  from its `start` event (sent once loading is done) to its first `progress` event. None while it decodes.
-  `ended`: its `result` event came (what it does after is exit).
-- `Pace`: a method's ETA from its `progress` events' own `time` fields (the runner's clock), so a burst of lines
-  (attach catching up) gives the same figure as lines that came one by one: seconds per prompt since decoding
-  began (the `decoding` stage event; from an older runner, the first `prompt` event less that generation's own
-  time) times the prompts left.
-- `EtaColumn` and `RunElapsedColumn`: progress columns for the ETA and the run's own elapsed time (since
-  `started_at`, the runner's start where known: `Job.started_at`).
+- `StageLine(console).show(text)`: the orchestrator's own stages (connect and preflight, bundle sync, launch) before the
+  runner speaks: on a terminal one spinner line, rewritten at each stage; elsewhere (a log, CI, captured output) one
+  printed line per stage. `close()` ends it (idempotent); it must end before LiveDisplay starts.
+- `RunnerStages`: the runner's stage from its events: `starting runner` until an event arrives, then what its `stage`
+  events say (remote.events.RunnerStage); a runner that sends none (an older bundle) is `warming up` from its `start`
+  event to its first `progress` event. None while it decodes. `ended`: its `result` event came.
+- `Pace`: a method's ETA: prompts left times seconds per prompt since decoding began (its `decoding` stage event, or an
+  older runner's first `prompt` less its own time), by its `progress` events' `time` (runner clock).
+- `EtaColumn` and `RunElapsedColumn`: progress columns for the ETA and the run's own elapsed time (since `started_at`,
+  the runner's start where known: `Job.started_at`).
 Non-goals: time estimates for loading or warm-up (nothing says how long they take before they end).
 """
 from __future__ import annotations
@@ -45,6 +41,7 @@ class StageLine:
         self.console = console
         self._status = None
 
+    # Either way the stages are in the output, in order: one spinner line on a terminal, printed lines elsewhere.
     def show(self, text: str) -> None:
         if not self.console.is_terminal:
             self.console.print(f"[{STAGE_STYLE}]{escape(text)}[/]", highlight=False)
@@ -54,6 +51,7 @@ class StageLine:
         else:
             self._status.update(f"[{STAGE_STYLE}]{escape(text)}[/]")
 
+    # Called before LiveDisplay starts: rich runs one live display at a time.
     def close(self) -> None:
         if self._status is not None:
             self._status.stop()
@@ -67,7 +65,7 @@ class RunnerStages:
         self.label: str | None = STARTING
         self.decoding_since: float | None = None   # the `decoding` stage event's time (runner clock)
         self._told = False                         # the runner sends stage events
-        self.ended = False                         # the `result` event came
+        self.ended = False                         # the `result` event came (what it does after is exit)
 
     def on_event(self, event: dict) -> bool:
         """Update from one event; True when the label changed."""
@@ -85,7 +83,7 @@ class RunnerStages:
                 else:
                     detail = event.get("detail")
                     self.label = f"{LABELS[stage]}{f' {detail}' if detail else ''}…"
-        elif kind == "start" and not self._told:
+        elif kind == "start" and not self._told:   # no stage events so far: `start` is sent once loading is done
             self.label = "warming up…"
         elif kind in ("progress", "result"):
             self.label = None
@@ -97,6 +95,8 @@ class RunnerStages:
         return self.label != before
 
 
+# From the events' own times, not their arrival: a burst of lines (attach catching up) gives the same figure as
+# lines that came one by one.
 class Pace:
     """One method's seconds left, from its progress events' times (runner clock)."""
 

@@ -1,16 +1,15 @@
 """`python -m orchestrator reap`: close the runs an orchestrator left RUNNING when it died.
 
-A run is orphaned when its MLflow run is RUNNING (or was never opened: its orchestrator died first) and nobody
-follows it: `locks.try_following(run_dir)` is an OS file lock that run_job and attach hold while they follow a run,
-so it is free once their process is gone (`kill -9`, a closed laptop), whatever it did before. Orphans are settled
-by what the host says, not remembered: one whose runner ended (exit code, or its process group gone) is finished as
-attach would finish it (the rest of its log, its results, its status from the exit code, or FAILED
-runner_vanished); one still running is left, with the command that follows it. A sweep whose process is gone
-(its lock free) without recording its end (orchestrator.sweep.callback) is closed from its jobs' records once none of them
-is left running: its summary and status, KILLED where planned jobs never ran, on its parent where MLflow has one.
-A run's MLflow run is looked up where its tracking record says (`sync --tracking-uri` moves it there). A run that
-cannot be settled now (its host or its MLflow does not answer) gets one warning line and is left as it is; the
-others are settled all the same.
+A run is orphaned when its MLflow run is RUNNING (or was never opened: its orchestrator died first) and nobody follows
+it: `locks.try_following(run_dir)` is an OS file lock that a job (orchestrator.sweep.job) and attach hold while they
+follow a run, so it is free once their process is gone (`kill -9`, a closed laptop), whatever it did before. Orphans are
+settled by what the host says, not remembered: one whose runner ended (exit code, or its process group gone) is finished
+as attach would finish it (the rest of its log, its results, its status from the exit code, or FAILED runner_vanished);
+one still running is left, with the command that follows it. A sweep whose process is gone (its lock free) without
+recording its end (orchestrator.tracking.sweeps) is closed from its jobs' records once none of them is left running: its
+summary and status, KILLED where planned jobs never ran, on its parent where MLflow has one. A run's MLflow run is
+looked up where its tracking record says (`sync --tracking-uri` moves it there). A run that cannot be settled now (its
+host or its MLflow does not answer) gets one warning line and is left as it is; the others are settled all the same.
 """
 from __future__ import annotations
 
@@ -27,7 +26,7 @@ from ..program import program
 from ..tracking.find import JOB_FILE, one_line, tracking_of
 from ..tracking.sweeps import SWEEP_RECORD, close_sweep, sweep_id
 from ..tracking.tracker import RECORD, Status, Tracker, sync_command
-from .attach import attach
+from .attach import attach, job_of
 
 
 def orphans(root: Path) -> list[Path]:
@@ -54,9 +53,8 @@ def reap(root: Path, console: Console) -> int:
 
 def _settle(run_dir: Path, console: Console) -> int:
     """Close the orphan in `run_dir` if its runner ended (1), else say why it is left (0)."""
-    from ..hosts import HostError, make_host
+    from ..hosts import HostError
     from ..tracking.tracker import mlflow_client
-    from .job import Job
 
     meta = json.loads((run_dir / JOB_FILE).read_text())
     record = json.loads((run_dir / RECORD).read_text()) if (run_dir / RECORD).is_file() else {}
@@ -71,8 +69,9 @@ def _settle(run_dir: Path, console: Console) -> int:
         return 0
     # else: its orchestrator died before MLflow had the run (it opens in the background): settled like the rest
     try:
-        with make_host(meta["host"]) as host:
-            alive = Job(host, meta["run_id"], run_dir).running()
+        job = job_of(run_dir, meta)
+        with job.host:
+            alive = job.running()
     except HostError as exc:
         console.print(f"[yellow]{meta['run_id']}: host unreachable, left RUNNING ({escape(one_line(exc))})[/]",
                       soft_wrap=True)

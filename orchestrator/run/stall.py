@@ -1,61 +1,31 @@
 """Telling a hung runner from a quiet one: the follower's stall warning and its optional bound.
 
 Contract:
-- `StallLimits.of(cfg)`: `stall_warning` and `stall_timeout` (seconds; null = never) of a run's config, or of
-  conf/config.yaml for a key the run's config lacks (`attach` to a run launched before the keys existed).
-- `StallWatch(limits).check(received)`, after every poll of the tail, with the bytes tailed so far
-  (Job.received: any byte counts, a progress bar redrawn with \\r too), returns what to tell, or None:
-  WARN once the runner has been silent `stall_warning` s, again only at AGAIN times that silence (4x, 16x, ...);
-  RESUMED when bytes come after a warning; STOP once silent `stall_timeout` s. Silence is measured on this
-  machine's clock from the last byte this follower saw; the bytes of the first check are what was there already
-  (after `attach`, the log written while nobody followed), and the silence then is `silent_for` (after `attach`,
-  how long the host says the runner had written nothing: a run hung for an hour is said to be at once).
+- `StallWatch(limits).check(received)`, after every poll of the tail, with the bytes tailed so far (Job.received: any
+  byte counts, a progress bar redrawn with \\r too), returns what to tell, or None: WARN once the runner has been silent
+  `stall_warning` s, again only at AGAIN times that silence (4x, 16x, ...); RESUMED when bytes come after a warning;
+  STOP once silent `stall_timeout` s. `limits` is a StallLimits (orchestrator.config.plan). Silence is measured on this
+  machine's clock from the last byte this follower saw; the bytes of the first check are what was there already (after
+  `attach`, the log written while nobody followed), and the silence then is `silent_for` (after `attach`, how long the
+  host says the runner had written nothing: a run hung for an hour is said to be at once).
 - `runner_state(job)`: what `ps` on the host says of the runner's processes (a RunnerState: "stopped (T in ps)"), None
   where it cannot tell; the texts (`warning`, `resumed`, `diagnosis`) are built here too.
-Why silence, not a heartbeat: a heartbeat thread in the runner beats on while its main thread hangs in an NCCL
-collective or a GPU wait (those C calls release the GIL), and whether the process group lives is asked of the host
-already (Job.poll). Only output that moves tells a working runner from a hung one.
-Non-goals: calling a silent runner hung (loading, compiles and CUDA-graph captures are quiet for minutes: the
-warning says silent, with the state and what to do); stopping it (the follower does, orchestrator.run.monitor).
+Non-goals: calling a silent runner hung (loading, compiles and CUDA-graph captures are quiet for minutes: the warning
+says silent, with the state and what to do); stopping it (the follower does, orchestrator.run.monitor).
 """
 from __future__ import annotations
 
 import enum
-import functools
 import shlex
 import time
 from dataclasses import dataclass
-from typing import Any
 
 from ..hosts.base import HostError
 from ..program import program
+from ..config.plan import TIMEOUT_KEY, StallLimits
 from .progress import STARTING
 
 AGAIN = 4.0      # a warning is repeated only once the silence is this many times longer than at the last one
-WARNING_KEY, TIMEOUT_KEY = "stall_warning", "stall_timeout"
-
-
-@dataclass(frozen=True)
-class StallLimits:
-    warning: float | None    # seconds of silence before the warning; None: never
-    timeout: float | None    # seconds of silence before the run is stopped (FAILED, runner_stalled); None: never
-
-    @classmethod
-    def of(cls, cfg: Any) -> "StallLimits":
-        """From a run's config (a DictConfig or a dict; None: none), conf/config.yaml's value for a key it lacks."""
-        cfg = cfg if cfg is not None else {}
-        values = [cfg.get(key, _shipped()[key]) for key in (WARNING_KEY, TIMEOUT_KEY)]
-        return cls(*(None if value is None else float(value) for value in values))
-
-
-@functools.lru_cache(maxsize=1)
-def _shipped() -> dict:
-    from omegaconf import OmegaConf
-
-    from ..paths import CONF_DIR
-
-    shipped = OmegaConf.load(CONF_DIR / "config.yaml")
-    return {key: shipped.get(key) for key in (WARNING_KEY, TIMEOUT_KEY)}
 
 
 class Say(enum.Enum):
@@ -66,6 +36,9 @@ class Say(enum.Enum):
     STOP = "stop"          # silent stall_timeout s: stop the runner
 
 
+# Silence, not a heartbeat: a heartbeat thread in the runner beats on while its main thread hangs in an NCCL
+# collective or a GPU wait (those C calls release the GIL), and whether the process group lives is asked of the
+# host already (Job.poll). Only output that moves tells a working runner from a hung one.
 class StallWatch:
     """The silence of one followed run, and what to say about it (see the module's contract)."""
 
@@ -138,7 +111,7 @@ def runner_state(job) -> RunnerState | None:
 
 
 def _doing(stages) -> str:
-    """What the runner was at when it fell silent (orchestrator.run.progress.RunnerStages), and whether that is quiet."""
+    """What the runner was at when it fell silent (progress.RunnerStages), and whether that is quiet."""
     if stages.ended:
         return "since its result (exiting: freeing the GPU, closing NCCL)"
     if stages.label is None:

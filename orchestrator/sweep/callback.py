@@ -1,26 +1,16 @@
 """A multirun is one MLflow parent run with a child per job, and a summary logged on the parent.
 
-Contract: `SweepCallback.on_multirun_start` records the parent in the sweep dir (SWEEP_RECORD, a tracking record
-as a run's, orchestrator.tracking.tracker) and opens it in MLflow, bounded as a run's logging is; the jobs read its id from
-SPECBENCH_PARENT_RUN_ID (also in joblib workers, which inherit the environment). Where it could not be opened, the
-jobs (`job_tracker`) keep their records without trying MLflow (AWAY_ENV says why), for `sync <sweep dir>`.
-`close_sweep` ends a sweep from its jobs' local records (orchestrator.tracking.records), so its table, status and exit
-code never depend on MLflow: it prints the table, writes
-the summary (CSV, plots) to `<sweep dir>/summary`, records the sweep's end in SWEEP_RECORD and, where MLflow has the
-parent, logs the summary there and closes the parent FAILED if any job did not finish (or a job of its plan,
-`sweep.planned` tag, left no record: it failed), KILLED if every job that did not finish was stopped, FINISHED
-otherwise; a failed sweep then exits non-zero, once, at the end. What MLflow did not get, `sync <sweep dir>` logs
-later: the parent, the jobs under it, the summary (orchestrator.tracking.sync). A signal stops the sweep
-(orchestrator.signals: the jobs not started yet do not run). Hydra skips `on_multirun_end` when a job raises, so
-jobs of the basic sweeper never raise (run_job turns every error into a FAILED child); an optimising sweeper's
-jobs do (a failed trial, and a stopped one, which ends the sweep), and `close_orphan_sweep` closes the sweep from
-`__main__`. For `reap` (the sweep process died) and a stopped sweep, planned jobs without a record never ran:
-KILLED.
-The parent is named `sweep-<model> <swept overrides>`; SWEPT_ENV (orchestrator.tracking.names) tells the jobs which keys vary,
-so their names tell them apart. The summary (also the parent's description, as markdown) ends with the absolute
-compare URL of the children that ran (also the parent's `sweep.compare_url` tag); each skipped duplicate
-(orchestrator.sweep.dedupe) is resolved to the run that holds its result (`duplicate_of` tag; `sweep.skipped` counts
-them).
+Contract: `SweepCallback.on_multirun_start` records the parent in the sweep dir (SWEEP_RECORD, a tracking record as a
+run's: orchestrator.tracking.sweeps) and opens it in MLflow, bounded as a run's logging is; the jobs read its id from
+SPECBENCH_PARENT_RUN_ID (PARENT_ENV; joblib workers inherit it). Where it could not be opened, the jobs (`job_tracker`)
+keep their records without trying MLflow (AWAY_ENV says why), for `sync <sweep dir>` (orchestrator.tracking.sync). The
+parent is named `sweep-<model> <swept overrides>`; SWEPT_ENV (orchestrator.tracking.names) tells the jobs which keys
+vary, so their names tell them apart. `on_multirun_end` closes the sweep from its jobs' local records (`close_sweep`,
+orchestrator.tracking.sweeps: table, summary, status); a failed sweep then exits non-zero, once, at the end; a stopped
+one (orchestrator.signals: the jobs not started yet do not run) exits 128 + the signal, its planned jobs without a
+record KILLED (they never ran). Hydra skips `on_multirun_end` when a job raises: the basic sweeper's jobs never do
+(orchestrator.sweep.job turns every error into a FAILED child); an optimising sweeper's do (a failed trial, and a
+stopped one, which ends the sweep), and `close_orphan_sweep` then closes the sweep from orchestrator.cli.main.
 """
 from __future__ import annotations
 
@@ -33,6 +23,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from .. import signals
+from ..config.plan import Tracking
 from ..locks import SWEEP_LOCK, take
 from ..tracking.names import SWEPT_ENV, sweep_name, swept_keys
 from ..tracking.sweeps import PLANNED_TAG, SWEEP_RECORD, close_sweep, sweep_id
@@ -83,13 +74,13 @@ class SweepCallback(Callback):
         # every job ran or was stopped (a KILLED child): a planned job without a record failed before it began
         failed = close_sweep(Tracker.load(sweep_dir, name=SWEEP_RECORD),
                              missing=Status.KILLED if signals.pending else Status.FAILED)
-        if failed and not signals.pending:   # stopped: __main__ exits 128 + the signal
+        if failed and not signals.pending:   # stopped: orchestrator.cli.main exits 128 + the signal
             raise SystemExit(f"sweep: {failed} job(s) did not finish; see {sweep_dir}")
 
 
-def job_tracker(cfg: DictConfig, run_dir: Path) -> Tracker:
+def job_tracker(tracking: Tracking, run_dir: Path) -> Tracker:
     """A job's tracker; in a sweep whose parent MLflow could not open, one that does not try MLflow."""
-    return Tracker(cfg.tracking.uri, cfg.tracking.experiment, run_dir=run_dir, away=os.environ.get(AWAY_ENV),
+    return Tracker(tracking.uri, tracking.experiment, run_dir=run_dir, away=os.environ.get(AWAY_ENV),
                    sweep_job=SWEEP_DIR_ENV in os.environ, parent_run_id=os.environ.get(PARENT_ENV))
 
 

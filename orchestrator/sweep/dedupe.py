@@ -1,16 +1,15 @@
 """A sweep runs each effective config once: `-m method=ar,dflash,ddtree tree_budget=8,32` runs ar and dflash once.
 
-Contract: the effective config of a job is what its runner reads: the run spec (orchestrator.config.runspec.build_spec)
-less its run id, as the runner reads it (`as_read`), plus where it runs (the host's config and the GPUs, which
-reach the runner as its environment). Jobs of one sweep claim their effective config in the sweep dir
+Contract: the effective config of a job is what its runner reads: the plan's run spec less its run id, as the
+runner reads it (`as_read`), plus where it runs (the host's settings and the GPUs, which reach the runner as its
+environment). Jobs of one sweep claim their effective config in the sweep dir
 (`<sweep dir>/effective/<parent run>/<hash>.json`, created whole by a hard link, so parallel joblib or submitit
 workers cannot both win); `skip_if_ran` returns None to the job that holds the claim (it runs) and, to any later
 one, a `Skipped` outcome after recording it: a FINISHED child run tagged `status=skipped`, named
 `<base> (skipped: <its swept values>)`, whose `duplicate_of.*` tags name the job that holds the result (the sweep's
-summary resolves it to that run's MLflow id, orchestrator.sweep.callback). Its run dir gets `skipped.json`.
-`as_read` blanks the fields the runner's decoding ignores for a method (see its docstring); once build_spec leaves
-them out of the spec itself, it changes nothing.
-Only under Hydra's basic sweeper (a grid); an optimising sweeper's trials all run.
+summary resolves it to that run's MLflow id, orchestrator.tracking.sweeps). Its run dir gets `skipped.json`.
+`as_read` blanks the fields the runner's decoding ignores for the arm (see its docstring). Only under Hydra's basic
+sweeper (a grid); an optimising sweeper's trials all run.
 Non-goals: skipping across sweeps (a new sweep measures again), a user's script (`runner=script` reads what it
 likes, so it always runs), reusing a duplicate's numbers as an optimising sweeper's objective.
 """
@@ -24,47 +23,43 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 from rich.markup import escape
 
 from remote.events import write_json_atomic
-from remote.spec import RunSpec
 
-from ..tracking.names import run_name, skipped_name, swept_from_env, what_ran
+from ..config.plan import Plan
+from ..tracking.names import skipped_name, swept_from_env, what_ran
 from ..tracking.sweeps import SKIPPED_FILE
 from ..tracking.tracker import Status, flatten
 from .callback import PARENT_ENV, job_tracker
+from .context import JobContext
 
 REGISTRY = "effective"
 
 
-def as_read(spec: RunSpec) -> dict:
-    """The spec as the runner reads it, without its run id. The runner reads `decoding.tree_budget` only for
-    ddtree (remote.decoding: best_first_tree and the graphed step's width), `tree_budget_max` only under
-    tree_budget=auto, and for ar neither the drafter (not
-    loaded) nor `baseline` (one AR pass serves as both)."""
-    data = dataclasses.asdict(spec)
+def as_read(plan: Plan) -> dict:
+    """The spec as the runner reads it, without its run id. The runner reads `decoding.tree_budget` only for an arm
+    that builds a tree (remote.decoding: best_first_tree and the graphed step's width), `tree_budget_max` only under
+    tree_budget=auto, and for AR neither the drafter (not loaded) nor `baseline` (one AR pass serves as both)."""
+    data = dataclasses.asdict(plan.spec)
     data.pop("run_id")
     decoding = data["decoding"]
-    if decoding["method"] != "ddtree":
+    if not plan.arm.builds_tree:
         decoding["tree_budget"] = None
     if decoding["tree_budget"] != "auto":
         decoding["tree_budget_max"] = None      # read by tree_budget=auto only
-    if decoding["method"] == "ar":
+    if plan.arm.baseline:
         decoding["baseline"] = None
         data["drafter"] = None
     return data
 
 
-def effective_config(cfg: DictConfig, spec: RunSpec) -> dict:
-    """What decides a job's result: the spec as read, the host it runs on and its GPUs."""
-    host = OmegaConf.to_container(cfg.host, resolve=True)   # env var names only: secrets never enter the config
-    return {"spec": as_read(spec), "host": host, "gpus": list(cfg.gpus), "pool": _plain(cfg.get("pool"))}
-
-
-def _plain(node):
-    return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
+def effective_config(plan: Plan) -> dict:
+    """What decides a job's result: the spec as read, the host it runs on and its GPUs (or the pool that places
+    it). The host's settings name env vars only: secrets never enter them."""
+    return {"spec": as_read(plan), "host": plan.host.as_dict(), "gpus": list(plan.gpus),
+            "pool": [(entry.host.as_dict(), list(entry.gpus)) for entry in plan.pool.entries] if plan.pool else None}
 
 
 def key_of(effective: dict) -> str:
@@ -99,48 +94,35 @@ class Skipped:
     exit_status: int = 0
 
 
-def skip_if_ran(cfg: DictConfig, spec: RunSpec, run_id: str, run_dir: Path,
-                console: Console | None = None) -> Skipped | None:
-    """In a multirun: None if this job's effective config is new to the sweep (run it), else a recorded skip."""
-    from hydra.core.hydra_config import HydraConfig
-
-    hydra_cfg = HydraConfig.get()
-    if hydra_cfg.mode is None or hydra_cfg.mode.name != "MULTIRUN" or cfg.runner.kind == "script" \
-            or not _grid(hydra_cfg):
+def skip_if_ran(plan: Plan, ctx: JobContext, name: str, console: Console | None = None) -> Skipped | None:
+    """In a grid sweep: None if this job's effective config is new to the sweep (run it), else a recorded skip.
+    `name`: the job's run name, which a later duplicate names as its holder."""
+    if not ctx.multirun or not ctx.grid or not plan.arm.ours:
         return None
-    overrides = list(hydra_cfg.overrides.task)
-    swept = swept_from_env()
-    registry = Path(str(hydra_cfg.sweep.dir)) / REGISTRY / (os.environ.get(PARENT_ENV) or "no-parent")
-    effective = effective_config(cfg, spec)
-    mine = {"job": hydra_cfg.job.num, "run_id_local": run_id, "run_dir": str(run_dir),
-            "name": run_name(cfg, overrides, swept), "overrides": overrides}
-    holder = claim(registry, key_of(effective), mine)
+    overrides = list(ctx.overrides)
+    registry = ctx.sweep_dir / REGISTRY / (os.environ.get(PARENT_ENV) or "no-parent")
+    mine = {"job": ctx.num, "run_id_local": plan.spec.run_id, "run_dir": str(ctx.run_dir), "name": name,
+            "overrides": overrides}
+    holder = claim(registry, key_of(effective_config(plan)), mine)
     if holder is None:
         return None
-    record_skip(cfg, run_id, run_dir, holder, skipped_name(cfg, overrides, swept), overrides)
+    record_skip(plan, ctx.run_dir, holder, skipped_name(plan, overrides, swept_from_env()), overrides)
     (console or Console()).print(
-        f"[yellow]skipped job {hydra_cfg.job.num} ({escape(' '.join(overrides))}): same effective config as job "
+        f"[yellow]skipped job {ctx.num} ({escape(' '.join(overrides))}): same effective config as job "
         f"{holder['job']} ({escape(holder['name'])}), whose run holds the result[/]")
     return Skipped(holder)
 
 
-def _grid(hydra_cfg) -> bool:
-    """Hydra's basic sweeper (a grid of overrides): an optimising sweeper (Optuna, Nevergrad) needs every trial's
-    own objective, which a skipped job has none of (its holder may still be running)."""
-    return "BasicSweeper" in str(OmegaConf.select(hydra_cfg, "sweeper._target_", default=""))
-
-
-def record_skip(cfg: DictConfig, run_id: str, run_dir: Path, holder: dict, name: str, overrides: list[str]) -> None:
+def record_skip(plan: Plan, run_dir: Path, holder: dict, name: str, overrides: list[str]) -> None:
     """skipped.json in the run dir and a FINISHED MLflow child `status=skipped` pointing to the holder."""
     run_dir.mkdir(parents=True, exist_ok=True)
     write_json_atomic(str(run_dir / SKIPPED_FILE), {"duplicate_of": holder, "overrides": overrides})
     note = (f"**Skipped**: this job's effective config (the run spec as the runner reads it, host and GPUs) equals "
             f"that of job {holder['job']}, `{holder['name']}`; that run holds the result. Overrides: "
             f"`{' '.join(overrides)}`.")
-    tags = {**what_ran(cfg), "run_id_local": run_id, "run_dir": str(run_dir), "skipped": "true",
+    tags = {**what_ran(plan), "run_id_local": plan.spec.run_id, "run_dir": str(run_dir), "skipped": "true",
             "duplicate_of.run_id_local": holder["run_id_local"], "duplicate_of.name": holder["name"],
             "duplicate_of.job": str(holder["job"]), "mlflow.note.content": note}
-    resolved = {k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k != "hydra"}
-    tracker = job_tracker(cfg, run_dir)
-    tracker.start(run_name=name, params=flatten(resolved), tags=tags, parent_run_id=os.environ.get(PARENT_ENV))
+    tracker = job_tracker(plan.tracking, run_dir)
+    tracker.start(run_name=name, params=flatten(plan.arm.params(plan.config)), tags=tags)
     tracker.finish(Status.FINISHED, {}, {"status": "skipped"}, [run_dir / SKIPPED_FILE])

@@ -26,6 +26,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from ..config.arms import AR, DDTree, DFlash, method_named
 from .tracker import resolve_uri, sqlite_file
 
 METRICS = ("tau", "tau_ci_low", "tau_ci_high", "tpot_ms", "speedup_vs_ar", "speedup_vs_ar_ci_low",
@@ -47,13 +48,13 @@ def row_of(run) -> dict:
     params, metrics, tags = run.data.params, run.data.metrics, run.data.tags
     skipped = tags.get("skipped") == "true"
     start = run.info.start_time
-    script = params.get("runner.kind") == "script"   # a user's script: our method and model configs are unused
-    method = "script" if script else params.get("method.name", "")
+    method = tags.get("method") or params.get("method.name", "")
+    arm = method_named(method)   # None: not one of our methods (a user's script: our model configs are unused)
     row = {
         "run": run.info.run_name or run.info.run_id[:8], "status": "SKIPPED" if skipped else run.info.status,
-        "model": "" if script else params.get("model.name", ""), "method": method,
-        # Only ddtree reads the budget: another method's run under a swept budget is the same run.
-        "tree_budget": _budget(params.get("tree_budget", "")) if method == "ddtree" else None,
+        "model": params.get("model.name", "") if arm else "", "method": method,
+        # Only a tree reads the budget: another method's run under a swept budget is the same run.
+        "tree_budget": _budget(params.get("tree_budget", "")) if arm and arm.builds_tree else None,
         "temperature": params.get("temperature", ""), "host": tags.get("host", ""),
         "gpu": tags.get("gpu") or tags.get("gpu_name", ""),
         "date": datetime.datetime.fromtimestamp(start / 1000).strftime("%Y-%m-%d") if start else "",
@@ -61,7 +62,7 @@ def row_of(run) -> dict:
         "duplicate_name": tags.get("duplicate_of.name") if skipped else None, "run_id": run.info.run_id,
     }
     row.update({k: metrics.get(k) for k in METRICS})
-    if row["method"] == "ar" and row["tau"] is None and row["status"] == "FINISHED":
+    if arm and arm.baseline and row["tau"] is None and row["status"] == "FINISHED":
         row["tau"] = 1.0   # AR commits one token per target forward (a run that failed measured nothing)
     depths = {int(m.group(1)): v for k, v in metrics.items() if (m := _DEPTH.match(k))}
     row["accept_by_depth"] = [depths[d] for d in sorted(depths)]
@@ -279,8 +280,13 @@ def _budget(text: str) -> int | str | None:
     return int(text) if text.isdigit() else "auto" if text == "auto" else None
 
 
+def _tree(row: dict) -> bool:
+    arm = method_named(row["method"])
+    return arm is not None and arm.builds_tree
+
+
 def _fixed_budget(row: dict) -> bool:
-    return row["method"] == "ddtree" and isinstance(row["tree_budget"], int)
+    return _tree(row) and isinstance(row["tree_budget"], int)
 
 
 def budget_figure(rows: list[dict], metric: str, label: str):
@@ -293,12 +299,12 @@ def budget_figure(rows: list[dict], metric: str, label: str):
     # the flat lines span the budgets swept (one budget: an octave either side of it, or they would not show)
     span = [budgets[0], budgets[-1]] if len(budgets) > 1 else [budgets[0] / 2, budgets[0] * 2] if budgets else [1, 2]
     def series(r: dict) -> str:       # ddtree auto (or bench's auto<max>) is a line of its own
-        return r["method"] if r["method"] != "ddtree" or _fixed_budget(r) else f"ddtree {r['tree_budget']}"
+        return r["method"] if not _tree(r) or _fixed_budget(r) else f"{r['method']} {r['tree_budget']}"
 
     for method in sorted({series(r) for r in done}):
-        pts = sorted((r["tree_budget"] if _fixed_budget(r) else 0, r[metric]) for r in done
-                     if series(r) == method and r.get(metric) is not None)
-        if method != "ddtree" and pts:
+        mine = [r for r in done if series(r) == method and r.get(metric) is not None]
+        pts = sorted((r["tree_budget"] if _fixed_budget(r) else 0, r[metric]) for r in mine)
+        if pts and not _fixed_budget(mine[0]):
             # Budget-free methods: one flat line at their mean, for reference.
             mean = sum(v for _, v in pts) / len(pts)
             ax.plot(span, [mean, mean], "--", label=method)
@@ -324,7 +330,7 @@ def pareto_front(points: list[tuple[float, float]]) -> list[tuple[float, float]]
 
 
 def _label(row: dict) -> str:
-    return f"b={row['tree_budget']}" if row["method"] == "ddtree" else row["method"]
+    return f"b={row['tree_budget']}" if _tree(row) else row["method"]
 
 
 def pareto_figure(rows: list[dict]):
@@ -334,8 +340,9 @@ def pareto_figure(rows: list[dict]):
     done = [r for r in rows if r["status"] == "FINISHED" and r.get("tau") is not None
             and r.get("tokens_per_s") is not None]
     fig, ax = plt.subplots(figsize=(6.4, 4.6))
-    for method, marker in (("ar", "s"), ("dflash", "^"), ("ddtree", "o")):
-        mine = [r for r in done if r["method"] == method]
+    for arm, marker in ((AR, "s"), (DFlash, "^"), (DDTree, "o")):
+        method = arm.tag
+        mine = [r for r in done if method_named(r["method"]) is arm]
         if not mine:
             continue
         ci = [[r["tau"] - (r.get("tau_ci_low") or r["tau"]) for r in mine],

@@ -1,78 +1,45 @@
 """Run names a reader can tell apart: `ddtree-b63-demo-qwen3`, `dflash-bs16-demo-qwen3`, `ar-demo-qwen3`,
 `script-run_ddtree`.
 
-Contract: `label(cfg)` is what ran: the method, or `script-<file stem>` for a user's script (`runner=script`, which
-brings its own model and method, so neither the method's budget nor the model is in its name); it ends the run
-dir's name (the `run_label` resolver of conf/config.yaml) and is the start of `base_name(cfg)`, which for our
-runner is method, then the budget (ddtree: `b<tree_budget>`) or the drafter's block size
-(dflash: `bs<n>`, where the config or a shipped checkpoint says it; omitted when only a hub checkpoint knows it),
-then the model. `run_name(cfg, job_overrides, swept)` adds, in a sweep, the job's swept overrides that the base
-does not already say (`ar-tiny-qwen3 seed=1`; tree_budget only ever shows as ddtree's `b<n>`), so the jobs of a
-sweep that run are named apart; a skipped duplicate (orchestrator.sweep.dedupe) is `skipped_name`: the base and all its
-swept values. `swept_keys(overrides)` names the keys a multirun sweeps over (Hydra's own override parser decides
-what is a sweep); `sweep_name` names the parent. SWEPT_ENV carries the keys from the sweep callback to its jobs
-(joblib workers inherit the environment). `gpu_label(preflight tags, gpus, local)` is the `gpu` tag a run opens
-with.
-Non-goal: uniqueness across sweeps (MLflow's run id is that).
+Contract: a run's base name is its arm's words (orchestrator.config.arms: the method, then ddtree's `b<budget>` or
+dflash's `bs<n>`; a user's script is `script-<stem>` alone) and, for our runner, the model; the arm's `label()` ends
+the run dir's name (the `run_label` resolver of conf/config.yaml). `run_name(plan, job_overrides, swept)` adds, in a
+sweep, the job's swept overrides that the base does not already say (`ar-tiny-qwen3 seed=1`), so the jobs of a sweep
+are named apart; a skipped duplicate (orchestrator.sweep.dedupe) is `skipped_name`: the base and all its swept
+values. `swept_keys(overrides)` names the keys a multirun sweeps over; `sweep_name` names the parent. SWEPT_ENV
+carries the keys from the sweep callback to its jobs. `gpu_label(preflight tags, gpus, local)` is the `gpu` tag a run
+opens with. Non-goal: uniqueness across sweeps (MLflow's run id is that).
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
 import subprocess
 import uuid
-from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
-from remote import assets
-
-from ..hosts.leases import pool_entries
+from ..config.arms import arm_of
+from ..config.plan import Plan
 
 SWEPT_ENV = "SPECBENCH_SWEPT_KEYS"
-# Keys whose value the base name already shows (the group and its `name` field are one choice).
+# Keys whose value the base name already shows (the group and its `name` field are one choice); tree_budget: in the
+# name of a ddtree run; the other methods do not read it, and a sweep skips their copies under other budgets
+# (orchestrator.sweep.dedupe), so the one that runs needs no budget in its name.
 _NAMED = {"method", "method.name", "model", "model.name"}
 
 
-def block_size(drafter: DictConfig) -> int | None:
-    """The DFlash block size this drafter config gives: its `block_size`, a random drafter's, or a shipped
-    checkpoint's config.json; None when only a hub download would tell."""
-    size = drafter.get("block_size") or (drafter.get("random") or {}).get("block_size")
-    if size is None and assets.is_asset(drafter.get("path")) and assets.problem(drafter.path) is None:
-        try:
-            with open(f"{assets.resolve(drafter.path)}/config.json", encoding="utf-8") as file:
-                size = json.load(file).get("block_size")
-        except (OSError, ValueError):
-            return None
-    return size if isinstance(size, int) else None
-
-
-def is_script(cfg: DictConfig) -> bool:
-    return OmegaConf.select(cfg, "runner.kind", default="builtin") == "script"
-
-
-def label(cfg: DictConfig) -> str:
-    """`ddtree`, or `script-<stem>` for a user's script (`script` while its path is not given yet)."""
-    if not is_script(cfg):
-        return str(cfg.method.name)
-    path = OmegaConf.select(cfg, "runner.path", throw_on_missing=False)
-    return f"script-{Path(str(path)).stem}" if path else "script"
-
-
-def what_ran(cfg: DictConfig) -> dict[str, str]:
-    """The `method` tag: ours, or `script` (its file in the `script` tag) for a user's script; and the `host` tag
-    as the config names it (for a run recorded without reaching its host: a skipped duplicate, a job never
-    launched; a pool's job before its lease names the pool's hosts)."""
-    ran = {"method": "script", "script": Path(cfg.runner.path).name} if is_script(cfg) else {"method": cfg.method.name}
-    pool = [str(entry.host.get("name")) for entry in pool_entries(cfg)]
-    host = f"pool:{','.join(pool)}" if pool else str(cfg.host.get("name") or cfg.host.get("kind", "local"))
-    return {**ran, "host": host}
+def what_ran(plan: Plan) -> dict[str, str]:
+    """The `method` tag (and a script's file), and the `host` tag as the plan names it (for a run recorded without
+    reaching its host; a pool's job before its lease names the pool's hosts)."""
+    pool = [entry.name for entry in plan.pool.entries] if plan.pool else []
+    host = f"pool:{','.join(pool)}" if pool else str(plan.host.name or plan.host.kind)
+    return {**plan.arm.tags(), "host": host}
 
 
 # Hydra names the run dir before validation: `runner=script` without a path must still get a name.
-OmegaConf.register_new_resolver("run_label", lambda *, _root_: label(_root_), replace=True)
+OmegaConf.register_new_resolver("run_label", lambda *, _root_: arm_of(_root_).label(), replace=True)
 # This process's tag, the end of its run dir's (or sweep dir's) name: two runs started in the same second (a
 # script launching several, two terminals) would otherwise share one dir and mix their records. A single run's
 # dir name is then its run id.
@@ -80,25 +47,13 @@ RUN_TAG = uuid.uuid4().hex[:6]
 OmegaConf.register_new_resolver("run_tag", lambda: RUN_TAG, replace=True)
 
 
-def base_name(cfg: DictConfig) -> str:
-    if is_script(cfg):
-        return label(cfg)
-    method = cfg.method.name
-    parts = [method]
-    if method == "ddtree":
-        parts.append(f"b{cfg.tree_budget}")
-    elif method == "dflash" and (size := block_size(cfg.drafter)) is not None:
-        parts.append(f"bs{size}")
-    return "-".join([*parts, str(cfg.model.name)])
+def base_name(plan: Plan) -> str:
+    parts = plan.arm.name_parts(plan.spec)
+    return "-".join([*parts, plan.model] if plan.arm.ours else parts)
 
 
-def _named_by_base(cfg: DictConfig) -> set[str]:
-    # tree_budget: in the name of a ddtree run; the other methods do not read it, and a sweep skips their copies
-    # under other budgets (orchestrator.sweep.dedupe), so the one that runs needs no budget in its name.
-    named = {*_NAMED, "tree_budget"}
-    if cfg.method.name == "dflash":
-        named.add("drafter.block_size")
-    return named
+def _named_by_base(plan: Plan) -> set[str]:
+    return {*_NAMED, "tree_budget", *plan.arm.named_keys}
 
 
 def _parse(overrides: list[str]):
@@ -131,26 +86,26 @@ def swept_from_env() -> set[str]:
     return {k for k in os.environ.get(SWEPT_ENV, "").split(",") if k}
 
 
-def job_extras(cfg: DictConfig, job_overrides: list[str], swept: set[str], every: bool = False) -> list[str]:
+def job_extras(plan: Plan, job_overrides: list[str], swept: set[str], every: bool = False) -> list[str]:
     """`key=value` of the job's swept overrides that the base name does not show (`every`: all but method and
     model)."""
     try:
         parsed = _parse(job_overrides)
     except Exception:   # noqa: BLE001 - see swept_keys
         return []
-    named = set(_NAMED) if every else _named_by_base(cfg)
+    named = set(_NAMED) if every else _named_by_base(plan)
     return [f"{o.key_or_group}={o.get_value_element_as_str()}" for o in parsed
             if o.key_or_group in swept and o.key_or_group not in named and not o.is_sweep_override()]
 
 
-def run_name(cfg: DictConfig, job_overrides: list[str] = (), swept: set[str] = frozenset()) -> str:
-    return " ".join([base_name(cfg), *job_extras(cfg, list(job_overrides), swept)])[:250]
+def run_name(plan: Plan, job_overrides: list[str] = (), swept: set[str] = frozenset()) -> str:
+    return " ".join([base_name(plan), *job_extras(plan, list(job_overrides), swept)])[:250]
 
 
-def skipped_name(cfg: DictConfig, job_overrides: list[str], swept: set[str]) -> str:
+def skipped_name(plan: Plan, job_overrides: list[str], swept: set[str]) -> str:
     """A skipped duplicate's name: the base, then every swept value of the job (what made it look different)."""
-    extras = job_extras(cfg, list(job_overrides), swept, every=True)
-    return f"{base_name(cfg)} (skipped: {' '.join(extras) or 'duplicate'})"[:250]
+    extras = job_extras(plan, list(job_overrides), swept, every=True)
+    return f"{base_name(plan)} (skipped: {' '.join(extras) or 'duplicate'})"[:250]
 
 
 _PREFLIGHT_GPU = re.compile(r"(\d+): (.+) \d+/\d+ MiB")

@@ -5,7 +5,7 @@ run_name, status, start_time; `data`: params, metrics, tags): params and tags as
 the start's), each metric at its highest step as MLflow reports it, status RUNNING while no final outcome is
 recorded; run_id is the MLflow run's id once there is one, else the local run id. `job_records(sweep_dir)` are a
 sweep's jobs as their records say, oldest first. So a sweep's table and status come from what was kept locally,
-the same whether or not MLflow had the runs (orchestrator.sweep.callback).
+the same whether or not MLflow had the runs (orchestrator.tracking.sweeps).
 """
 from __future__ import annotations
 

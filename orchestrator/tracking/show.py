@@ -28,6 +28,7 @@ from rich.text import Text
 
 from remote.events import read_json
 
+from ..config.arms import AR, method_named
 from ..program import program
 from .find import JOB_FILE, find_run_dir
 
@@ -114,7 +115,7 @@ def load(run_dir: Path) -> Shown:
     if len(texts) < len(by_index):
         loaded, note = _prompts_from_spec(spec)
         texts = {i: loaded[i] for i in by_index if i < len(loaded)} | texts
-    prompts = [Prompt(i, texts.get(i), outs.get("ar"), outs.get(method) if method != "ar" else None)
+    prompts = [Prompt(i, texts.get(i), outs.get(AR.tag), outs.get(method) if method != AR.tag else None)
                for i, outs in sorted(by_index.items())]
     return Shown(run_dir, method, _title(run_dir, spec, method), prompts, note)
 
@@ -139,8 +140,9 @@ def _prompts_from_spec(spec: dict) -> tuple[list[str], str]:
 def _title(run_dir: Path, spec: dict, method: str) -> str:
     d, m = spec.get("decoding", {}), spec.get("model", {})
     model = _model_name(run_dir) or m.get("path") or "random model"
-    budget = f" b{d['tree_budget']}" if method == "ddtree" and "tree_budget" in d else ""
-    versus = "" if method == "ar" else " vs AR"
+    arm = method_named(method)
+    budget = f" b{d['tree_budget']}" if arm and arm.builds_tree and "tree_budget" in d else ""
+    versus = "" if arm and arm.baseline else " vs AR"
     return (f"{method}{budget}{versus} · {model} · {m.get('dtype', '?')} · "
             f"temperature {d.get('temperature', '?')} · run {spec.get('run_id', run_dir.name)}")
 
@@ -183,7 +185,7 @@ def panel(p: Prompt, method: str) -> Panel:
 def summary(shown: Shown) -> str:
     pairs = [p for p in shown.prompts if p.ar and p.method]
     if not pairs:
-        return f"{len(shown.prompts)} prompts; no AR baseline to compare with" if shown.method != "ar" else \
+        return f"{len(shown.prompts)} prompts; no AR baseline to compare with" if shown.method != AR.tag else \
             f"{len(shown.prompts)} prompts of AR"
     differ = [p for p in pairs if p.token_divergence is not None]
     where = "; first divergence: " + ", ".join(f"prompt {p.index} at token {p.token_divergence}"

@@ -1,11 +1,14 @@
 """A sweep's parent run: its local record (SWEEP_RECORD in the sweep dir), and its end.
 
-Contract: `close_sweep(parent)` ends a sweep from its jobs' local records (tracking.records), so its table, status
-and exit code never depend on MLflow: it prints the table, writes the summary (CSV, plots) to `<sweep dir>/summary`,
-records the sweep's end in SWEEP_RECORD and, where MLflow has the parent, logs the summary there and closes the
-parent FAILED if any job did not finish (or a planned job, PLANNED_TAG, left no record), KILLED if every job that did
-not finish was stopped, FINISHED otherwise. Each skipped duplicate (SKIPPED_FILE in its run dir, orchestrator.sweep.
-dedupe) is resolved to the run that holds its result. What MLflow did not get, `sync <sweep dir>` logs later.
+Contract: `close_sweep(parent)` ends a sweep from its jobs' local records (orchestrator.tracking.records), so its table,
+status and exit code never depend on MLflow: it prints the table, writes the summary (CSV, plots) to
+`<sweep dir>/summary`, records the sweep's end in SWEEP_RECORD and, where MLflow has the parent, logs the summary there
+and closes the parent FAILED if any job did not finish (or a planned job, PLANNED_TAG, left no record), KILLED if every
+job that did not finish was stopped, FINISHED otherwise; it returns how many did not finish. The parent's description
+(the summary as markdown) links the absolute compare URL of the children that ran (also its `sweep.compare_url` tag).
+Each skipped duplicate (SKIPPED_FILE in its run dir, orchestrator.sweep.dedupe) is resolved to the run that holds its
+result (`duplicate_of` tag; `sweep.skipped` counts them). What MLflow did not get, `sync <sweep dir>` logs later
+(orchestrator.tracking.sync).
 """
 from __future__ import annotations
 

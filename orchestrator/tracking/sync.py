@@ -1,12 +1,12 @@
 """`python -m orchestrator sync RUN_DIR... [--tracking-uri URI]`: log runs kept locally to MLflow later.
 
-Contract: a run's local record (tracking.json, see orchestrator/tracking/tracker.py) holds what its MLflow run should show
-and how much of it got there. Sync replays the rest: it finds the MLflow run by the record or by the run's
+Contract: a run's local record (tracking.json, see orchestrator.tracking.tracker) holds what its MLflow run should
+show and how much of it got there. Sync replays the rest: it finds the MLflow run by the record or by the run's
 `run_id_local` tag (so a run the server made while its answer was lost is completed, not duplicated), logs the
 params, the metrics with their original timestamps, the tags and artifacts, then the recorded final status. A
 sweep's job goes under its sweep's parent, which sync finds the same way (the parent's record in the sweep dir,
-orchestrator.sweep.callback; its `run_id_local` tag) or makes, also at a new URI and for jobs logged before their parent
-was; once every job of a sweep that has ended is in MLflow, the sweep's summary is logged on the parent and the
+orchestrator.tracking.sweeps; its `run_id_local` tag) or makes, also at a new URI and for jobs logged before their
+parent was; once every job of a sweep that has ended is in MLflow, the sweep's summary is logged on the parent and the
 parent closed with the sweep's status. Syncing again changes nothing: a run fully logged is skipped, and a replay
 adds no second param, metric point or run. A directory without a record of its own stands for every run below
 it (a sweep's dir, or the whole runs dir). Exit 0 if every run is now in MLflow, 1 otherwise.

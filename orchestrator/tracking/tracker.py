@@ -1,22 +1,17 @@
 """MLflow as a view over a run's local directory, kept whether or not the tracking server answers.
 
-Contract: everything is written to the local run dir first, including the run's tracking record (`tracking.json`:
-what MLflow should show, the MLflow run's id once there is one, and which steps reached it). `Tracker` mirrors the
-record to MLflow: the run and its params when it opens, metrics, tags, artifacts and the final status FINISHED /
-FAILED / KILLED when it finishes. The final payload is recorded before any upload is tried, so whatever did not
-reach MLflow is replayed later from the record by `python -m orchestrator sync` (orchestrator/tracking/sync.py): the MLflow
-run is found by the record or by its `run_id_local` tag, never made twice, and a replay adds nothing twice.
-Every MLflow wait is bounded: HTTP requests get short timeouts and few retries (HTTP_DEFAULTS, unless the user
-set them), a fresh run opens in the background so that the tail never waits for it, and `finish` gives up
-CLOSE_WITHIN_S after it was called (the runner has ended; LOCAL_CLOSE_WITHIN_S for a local sqlite database), then
-tries once, within TERMINATE_WITHIN_S, to close the MLflow run FAILED so that the server does not keep it RUNNING
-(not where the server could not be connected to: `sync` closes it later).
-A tracker made `away` (a sweep's job whose parent MLflow could not open) keeps the record and tries nothing.
-What a reader sees first: the headline metrics, rounded and logged before the others (orchestrator.tracking.run_note), the
-run's description (its headline table and the metric definitions of results.json) and `definitions.md`; the `gpu`
-tag as the runner saw it; `url()`, the run's absolute UI address, in the closing note.
-Uses the client API (no fluent global "active run") so parallel jobs in one process cannot mix their runs.
-Non-goals: logging while the run goes (metrics come at the end), queueing uploads across processes.
+Contract: everything is written to the local run dir first, including the run's tracking record (`tracking.json`: what
+MLflow should show, the MLflow run id once known, and which steps reached it). `Tracker` mirrors the record to MLflow:
+the run and its params when it opens (in the background, never delaying the tail), metrics, tags, artifacts and the
+final status FINISHED / FAILED / KILLED when it finishes. The final payload is recorded before any upload is tried; what
+did not reach MLflow is replayed later from the record by `sync` (orchestrator.tracking.sync), which finds the MLflow
+run by the record or its `run_id_local` tag, never makes it twice and adds nothing twice. Every MLflow wait is bounded:
+HTTP requests (HTTP_DEFAULTS, unless the user set them), and `finish` gives up CLOSE_WITHIN_S after its call
+(LOCAL_CLOSE_WITHIN_S for a local store), then tries once within TERMINATE_WITHIN_S to close the MLflow run FAILED
+(unless the server could not be reached: `sync` closes it). A tracker made `away` (a sweep's job whose parent MLflow
+could not open) keeps the record and tries nothing. A reader sees first the headline metrics, the run's description and
+`definitions.md` (orchestrator.tracking.run_note); the `gpu` tag is as the runner saw it; `url()` is its absolute UI
+address, for the closing note. Non-goals: logging while the run goes, queueing uploads across processes.
 """
 from __future__ import annotations
 
@@ -114,6 +109,7 @@ def sqlite_file(uri: str) -> Path | None:
     return Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None
 
 
+# The client API, never the fluent one's global "active run": parallel jobs in one process cannot mix their runs.
 def mlflow_client(uri: str):
     """An MlflowClient for `uri` whose HTTP waits are bounded (HTTP_DEFAULTS, where the user set none)."""
     for name, value in HTTP_DEFAULTS.items():
@@ -197,13 +193,14 @@ class _Call:
 
 class Tracker:
     """One run's MLflow mirror and its local record (`run_dir / name`, when a run dir is given; a sweep's parent
-    keeps its own in the sweep dir, orchestrator.sweep.callback)."""
+    keeps its own in the sweep dir, orchestrator.tracking.sweeps)."""
 
     def __init__(self, uri: str | None, experiment: str, run_dir: Path | None = None, name: str = RECORD,
                  away: str | None = None, sweep_job: bool = False, parent_run_id: str | None = None):
         self.uri = resolve_uri(uri)
         self.parent_run_id = parent_run_id   # a sweep job's parent run, which record_start names by default
-        # a sweep's job: one that ends before its launch is still recorded, as a child run saying why (the app)
+        # a sweep's job: one that ends before its launch is still recorded, as a child run saying why
+        # (orchestrator.sweep.job)
         self.sweep_job = sweep_job
         # why MLflow is not to be tried at all (a sweep whose parent it could not open): kept locally, for `sync`
         self.away = away
@@ -251,7 +248,7 @@ class Tracker:
             self._update(logged=[*self.record["logged"], step.value])
 
     def keep(self, **fields: Any) -> None:
-        """Record `fields` beside the run's own (a sweep's end, orchestrator.sweep.callback)."""
+        """Record `fields` beside the run's own (a sweep's end, orchestrator.tracking.sweeps)."""
         self._update(**fields)
 
     def mark_logged(self) -> None:
