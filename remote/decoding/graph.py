@@ -111,7 +111,8 @@ class DeviceState:
 
     def committed(self) -> list[torch.Tensor]:
         """The committed state a step starts from (remote.decoding.phase_split puts it back after each replay)."""
-        return [self.start, self.root, self.count, self.context_rows] + [self.context] * (self.context is not None)
+        drafter = [self.context] if self.context is not None else []
+        return [self.start, self.root, self.count, self.context_rows] + drafter
 
 
 class Sampling:
