@@ -4,7 +4,8 @@ Contract: `resolve(value, key)` turns `assets:models/demo-qwen3` into the absolu
 in this copy of the bundle (wherever the bundle lives on the host) and returns any other value unchanged;
 `problem(value)` says why such a name is unusable (None if it is fine or not an asset name), so the orchestrator
 can refuse it before anything starts; `with_assets(spec)` returns a copy of a RunSpec with its path fields (model,
-tokenizer, drafter, dataset) resolved. A name that leaves the assets directory or does not exist: `SpecError`.
+tokenizer, drafter and its calibration text, dataset) resolved. A name that leaves the assets directory or does
+not exist: `SpecError`.
 """
 from __future__ import annotations
 
@@ -50,5 +51,6 @@ def with_assets(spec: RunSpec) -> RunSpec:
         spec,
         model=dataclasses.replace(m, path=resolve(m.path, "model.path"),
                                   tokenizer=resolve(m.tokenizer, "model.tokenizer")),
-        drafter=dataclasses.replace(d, path=resolve(d.path, "drafter.path")),
+        drafter=dataclasses.replace(d, path=resolve(d.path, "drafter.path"),
+                                    calibration=resolve(d.calibration, "drafter.calibration")),
         dataset=dataclasses.replace(ds, path=resolve(ds.path, "dataset.path")))

@@ -94,6 +94,11 @@ DEFINITIONS = {
     "auto_cost_ms_<b>": "tree_budget=auto: the cost model at the run's end, the median device time of budget b's "
                         "last warm steps in rounds (each budget twice in a row, the second timed; up to 32, warm-up "
                         "included; graphed: a replayed step; eager: the whole step)",
+    "draft_vocab": "tokens the drafter's head ranks: the target's vocabulary, or a reduced draft vocabulary (a "
+                   "speculators checkpoint's, or drafter.draft_vocab's most frequent in drafter.calibration; the "
+                   "draft_vocab_source tag says which)",
+    "ar_outside_draft_vocab": "share of AR's generated tokens outside the draft vocabulary: tokens the drafter "
+                              "could never have drafted (0 with the target's whole vocabulary)",
     "new_tokens_mean": "mean generated tokens per prompt",
     "verify_steps": "total verify steps over all prompts (and repeats)",
     "num_prompts": "prompts decoded: the param num_prompts, or all the dataset has when it has fewer",

@@ -25,6 +25,7 @@ import torch
 import transformers
 
 from .assets import with_assets
+from .calibration import draft_vocab_source, outside_share, reduce_draft_vocab
 from .decoding.auto_budget import AutoBudget, buckets
 from .decoding.graph import graph_decoder, graph_support
 from .decoding.loop import EagerAR, EagerSpec, Generation, Steps, decode
@@ -85,6 +86,8 @@ class Run:
             self.drafter = load_drafter_for(spec.drafter, self.model, self.tokenizer, spec.seed)
             check_pair(self.drafter, self.model, self.tokenizer)
         self.prompts = load_prompts(spec.dataset)
+        if self.drafter is not None:           # counted on a text that holds none of these prompts
+            reduce_draft_vocab(self.drafter, spec.drafter, self.model, self.tokenizer, self.prompts)
         self.inputs = encode(self.tokenizer, self.prompts, spec.dataset)
         self.target = build_target(self.model, self.drafter.target_layer_ids) if self.drafter else None
         why_not = graph_support(self.model, self.drafter, self.device) \
@@ -228,6 +231,7 @@ def environment(run: Run) -> dict:
         "target_class": type(run.target).__name__ if run.target else "none",
         "model_params": _param_count(run.model), "drafter_params": _param_count(run.drafter),
         "block_size": run.drafter.block_size if run.drafter else 0,
+        "draft_vocab_source": draft_vocab_source(run.drafter),
         # which GPUs the launcher gave this run: leases are checked against it
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
     }
@@ -407,6 +411,7 @@ def _versus_ar(r: Run, measured: dict[Method, Measured], events: EventWriter) ->
         return {}
     gens, ar_gens = measured[r.method].gens, measured[Method.AR].gens
     metrics = versus_ar(gens, ar_gens, spec.seed, d.repeats)
+    metrics["ar_outside_draft_vocab"] = outside_share(r.drafter, [t for g in ar_gens for t in g.tokens])
     if d.temperature == 0:
         metrics.update(compare(gens, ar_gens))
         if spec.model.dtype == "float32":
@@ -428,6 +433,8 @@ def _run(spec: RunSpec, files: RunFiles, events: EventWriter) -> dict:
         events.emit("warning", message=f"decode path changed during the run: {r.decode_path}")
         env = environment(r)
     metrics, per_prompt = _summarise(r, measured, events)
+    if r.drafter is not None:
+        metrics["draft_vocab"] = float(r.drafter.vocab.size if r.drafter.vocab else r.drafter.config.vocab_size)
     metrics.update(_versus_ar(r, measured, events))
     paths = {method: got.path.as_dict() for method, got in measured.items()}
     fairness = verdict(paths, d.method)

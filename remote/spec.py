@@ -76,13 +76,20 @@ class ModelSpec:
     revision: str | None = None
 
 
+# The text a reduced draft vocabulary is counted on unless the run names one (tools/build_calibration.py)
+CALIBRATION = "assets:calibration/python-stdlib.txt"
+
+
 @dataclass
 class DrafterSpec:
-    """A DFlash drafter in the published format, or a random one whose shape is derived from the target."""
+    """A DFlash drafter in the published (or speculators) format, or a random one whose shape is derived from the
+    target."""
 
     path: str | None = None
     random: dict[str, Any] | None = None   # drafter overrides (num_hidden_layers, block_size, ...)
     block_size: int | None = None          # None = the checkpoint's
+    draft_vocab: int | None = None         # N: the head over the N target tokens most frequent in `calibration`
+    calibration: str = CALIBRATION         # a text file on the host, or assets:<shipped>
 
 
 @dataclass

@@ -2,7 +2,8 @@
 bit: run by Triton's interpreter on the CPU (a subprocess: the interpreter is chosen when Triton is imported), on
 CUDA where there is one, and compiled for sm_90 here. Inputs: ties everywhere (logits drawn from a few values), the
 target's token tied with the row's maximum, every rank 1, nothing accepted, every predicted depth accepted, path
-longer and shorter than the drafter's rows, -inf and NaN logits, fp32 / bf16 / fp16."""
+longer and shorter than the drafter's rows, -inf and NaN logits, target tokens outside a reduced draft vocabulary
+(-1), fp32 / bf16 / fp16."""
 from __future__ import annotations
 
 
@@ -19,7 +20,8 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 def case(seed: int, height: int, depth: int, vocab: int, dtype: str, kind: str):
     """(samples, path, accepted, draft_logits) of a made-up step. kind: "random" (the target's token anywhere),
     "top" (the drafter's top token at every depth: all ranks 1), "tied_top" (the top token, its score shared by
-    others), "special" (-inf and NaN logits, NaN at some target tokens)."""
+    others), "special" (-inf and NaN logits, NaN at some target tokens), "outside" (about half the nodes' tokens
+    outside a reduced draft vocabulary: -1, ranked after every finite logit)."""
     g = torch.Generator().manual_seed(seed)
     logits = torch.randint(-3, 4, (depth, vocab), generator=g).float() * 0.5    # few values: many ties
     nodes = 3 * height + 1
@@ -35,6 +37,9 @@ def case(seed: int, height: int, depth: int, vocab: int, dtype: str, kind: str):
         logits[logits == -1.5] = float("-inf")
         logits[logits == 1.5] = float("nan")
         logits[0, chosen[0]] = float("nan")
+    if kind == "outside":
+        samples[torch.rand(nodes, generator=g) < 0.5] = -1
+        logits[logits == -1.5] = float("-inf")
     return samples, path, torch.tensor(accepted), logits.to(DTYPES[dtype])
 
 
@@ -44,7 +49,7 @@ def cases() -> list[tuple]:
     for seed in range(24):
         height = 1 + seed % 9
         depth = max(1, height - 1 + seed % 3 - 1)             # the drafter predicts fewer, as many or more rows
-        kind = ("random", "top", "tied_top", "special")[seed % 4]
+        kind = ("random", "top", "tied_top", "special", "outside")[seed % 5]
         out.append((seed, height, depth, 37 + 11 * seed, list(DTYPES)[seed % 3], kind))
     return out
 
@@ -77,6 +82,8 @@ def test_interpreted_kernels_equal_the_torch_stats():
     assert any(r["accepted"] >= r["rows"] and r["want"][1] == 0 for r in results)
     assert any(r["want"][3] == 1 for r in results) and any(r["want"][1] > 0 and r["want"][3] == 0 for r in results)
     assert any(r["want"][2] > 1 for r in results)
+    # a token outside the draft vocabulary at the first miss ranks after every finite logit of its row
+    assert any(r["case"][5] == "outside" and r["want"][2] > r["case"][3] // 2 for r in results)
 
 
 def test_cpu_runs_the_torch_ops():

@@ -51,6 +51,9 @@ CASES = [
     ("seed=99999999999999999999", "seed"),
     ("dataset.name=nope", "dataset.name"),
     ("drafter.block_size=1", "drafter.block_size"),
+    ("drafter.draft_vocab=1", "drafter.draft_vocab"),
+    ("drafter.draft_vocab=2048", "drafter.calibration=./no-such-text.txt", "drafter.calibration"),
+    ("drafter.draft_vocab=2048", "drafter.calibration=assets:calibration/nope.txt", "drafter.calibration"),
     ("model.trust_remote_code=yes", "model.trust_remote_code"),
     ("fail_fast=maybe", "fail_fast"),
     ("stall_warning=0", "stall_warning"),                 # a warning at every poll

@@ -33,6 +33,7 @@ TREE_BUDGET_LIMIT = 4096
 # 40960, Qwen3.6-27B: 262144). max_new_tokens=100000000000000 decoded until it was killed.
 MAX_NEW_TOKENS_LIMIT = 32768
 BLOCK_SIZE_LIMIT = TREE_BUDGET_LIMIT   # a DFlash block is verified as one chain of block_size rows
+DRAFT_VOCAB_LIMIT = 2**24              # above every tokenizer's vocabulary; the runner checks it against the target's
 WARMUP_LIMIT = 100                     # warm-up generations per method (of <= 32 tokens); tests use 1-3
 SEED_LIMIT = 2**63 - 1                 # torch seeds are 64-bit; seed + prompt index must stay within them
 STALL_LIMIT = 7 * 86400.0              # stall_warning, stall_timeout: a week of silence; null says never
@@ -157,6 +158,14 @@ class DrafterKnobs:
                                "(num_hidden_layers, block_size, ...)")
     block_size: int | None = knob(DrafterSpec.block_size, nullable(integer(2, BLOCK_SIZE_LIMIT)),
                                   "tokens a DFlash draft proposes at once; null = the checkpoint's")
+    draft_vocab: int | None = knob(DrafterSpec.draft_vocab, nullable(integer(2, DRAFT_VOCAB_LIMIT)),
+                                   "the drafter's head over only the N target tokens most frequent in `calibration` "
+                                   "(lossless: the target verifies every token); null = the drafter's own vocabulary "
+                                   "(the target's, or a speculators checkpoint's)")
+    calibration: str = knob(DrafterSpec.calibration, TEXT,
+                            "the text draft_vocab counts token frequencies on: a text file on the host (a relative "
+                            "path as for dataset.path) or assets:<shipped>; never the evaluated prompts (refused). "
+                            "Default: 1 MB of Python standard-library sources (tools/build_calibration.py)")
 
 
 @dataclass(frozen=True)

@@ -95,7 +95,8 @@ def build_spec(cfg: DictConfig, arm: Arm, run_id: str) -> RunSpec:
                       attn_implementation=m.attn_implementation, device_map=_plain(m.device_map),
                       trust_remote_code=bool(m.trust_remote_code), revision=m.revision)
     drafter = DrafterSpec(path=d.path if arm.uses_drafter else None,
-                          random=_plain(d.random) if arm.uses_drafter else None, block_size=d.block_size)
+                          random=_plain(d.random) if arm.uses_drafter else None, block_size=d.block_size,
+                          draft_vocab=d.draft_vocab if arm.uses_drafter else None, calibration=d.calibration)
     decoding = DecodingSpec(
         method=str(cfg.method.name), tree_budget=cfg.tree_budget, tree_budget_max=cfg.tree_budget_max,
         max_new_tokens=cfg.max_new_tokens, temperature=float(cfg.temperature), baseline=cfg.baseline,

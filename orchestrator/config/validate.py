@@ -142,7 +142,7 @@ def _check_model(cfg: DictConfig, arm: Arm, choices) -> None:
                           f"(one of {', '.join(group_options('drafter'))}, or your own in {user_dir()}/drafter/)")
     _check_device_map(model.get("device_map"), list(cfg.gpus))
     paths = (("model.path", model.path), ("drafter.path", drafter.path), ("model.tokenizer", model.get("tokenizer")),
-             ("dataset.path", cfg.dataset.get("path")))
+             ("dataset.path", cfg.dataset.get("path")), ("drafter.calibration", drafter.get("calibration")))
     for key, value in paths:   # shipped with the bundle, so checkable here whatever the host
         if (reason := assets.problem(value)) is not None:
             raise ConfigError(key, reason)
@@ -157,6 +157,11 @@ def _check_model(cfg: DictConfig, arm: Arm, choices) -> None:
             if not Path(str(cfg.dataset.path)).expanduser().is_file():
                 raise ConfigError("dataset.path", f"JSONL file {cfg.dataset.path!r} does not exist")
             cfg.dataset.path = _here(cfg.dataset.path)
+        calibration = drafter.get("calibration")
+        if arm.uses_drafter and drafter.get("draft_vocab") and not assets.is_asset(calibration):
+            if not Path(str(calibration)).expanduser().is_file():
+                raise ConfigError("drafter.calibration", f"text file {calibration!r} does not exist")
+            drafter.calibration = _here(calibration)
 
 
 def _check_device_map(device_map, gpus: list[int]) -> None:

@@ -35,9 +35,9 @@ from ..spec import Method
 from ..timing import PhaseTimer
 from ..tree import Ancestry
 from .auto_budget import MAX_BUCKETS, AutoBudget
-from .loop import STATS_SIZE, Generation, Step, Steps, accept, accepted_nodes, decode, draft, read_step, to_host
+from .loop import STATS_SIZE, Generation, Step, Steps, accept, accepted_nodes, build, decode, draft, read_step, \
+    to_host
 from .sampling import sample
-from .tree_build import argmax_chain, best_first_tree
 
 
 def graph_support(model, drafter: DFlashDrafter | None, device: torch.device) -> str | None:
@@ -381,7 +381,7 @@ class GraphDecoder:
         logits = self._draft(self.drafter, self.model, self.dkv, context, state.root, state.start, valid)
         if until == "draft":
             return logits
-        built = best_first_tree(logits, budget, sizes) if best_first else argmax_chain(logits)
+        built = build(self.drafter, logits, best_first, budget, sizes)
         tree = built.ancestry()
         if until == "tree_build":
             return tree.ancestors
@@ -392,7 +392,8 @@ class GraphDecoder:
         if until == "verify":
             return samples
         # compiled in captured steps (a few kernels, not ~12); `read` ends with tree_budget=auto's predictions
-        path, bonus, length, read = active(accept)(tree, nodes, samples, logits, built.expected)
+        path, bonus, length, read = active(accept)(tree, nodes, samples, logits, built.expected,
+                                                   self.drafter.draft_tokens(samples))
         commit(path, length)
         gather_rows(verified.features, 0, path, state.context[0], 0)
         state.context_rows.copy_(length)

@@ -11,6 +11,7 @@ drafts are never sampled. A speculative step reads the device once (its tokens a
 """
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -25,7 +26,7 @@ from ..models.drafter import DFlashDrafter, DrafterCache
 from ..models.target import Target
 from ..spec import Method
 from ..timing import PhaseTimer
-from ..tree import Ancestry
+from ..tree import Ancestry, DeviceTree
 from .auto_budget import AutoBudget
 from .sampling import sample
 from .tree_build import argmax_chain, best_first_tree
@@ -94,7 +95,8 @@ def to_host(t: torch.Tensor) -> list[int]:
 def draft(drafter: DFlashDrafter, model, cache: DrafterCache, context: torch.Tensor, root: torch.Tensor | int,
           start: torch.Tensor | int, valid: torch.Tensor | None = None) -> torch.Tensor:
     """Drafter logits [B-1, V] for the positions after `root` ([1] on the device, or an int), which sits at
-    sequence position `start` (an int, or a device scalar with a static cache: remote.decoding.graph).
+    sequence position `start` (an int, or a device scalar with a static cache: remote.decoding.graph); over a
+    reduced draft vocabulary [B-1, N], in draft ids (`build` maps a tree's tokens to the target's).
 
     `context` [1, C, F] holds target features of the C committed tokens the drafter has not seen yet; they sit
     at positions start-C .. start-1, right after the cache's C' = start - C tokens. With `valid` (a device
@@ -112,7 +114,7 @@ def draft(drafter: DFlashDrafter, model, cache: DrafterCache, context: torch.Ten
                            torch.arange(block, device=context.device) + start])                # [C + B]
     cache.begin(positions, c_len)
     hidden = drafter(noise, context, positions, cache)[:, 1:]                                # [1, B-1, H]
-    return drafter.logits(hidden, model.get_output_embeddings())[0].float()                  # [B-1, V]
+    return drafter.logits(hidden, model.get_output_embeddings())[0].float()       # [B-1, V] or, reduced, [B-1, N]
 
 
 @dataclass
@@ -126,8 +128,17 @@ class Accepted:
     nodes: list[int] = field(default_factory=list)   # the accepted nodes' verify indices (given the draft logits)
 
 
+def build(drafter: DFlashDrafter, logits: torch.Tensor, best_first: bool, budget: int,
+          sizes: tuple[int, ...] = ()) -> DeviceTree:
+    """A step's tree from its draft `logits`: best-first of <= `budget` nodes (DDTree, with tree_budget=auto's
+    `sizes`) or the argmax chain (DFlash), built in draft ids, its tokens then the target's (one gather, where the
+    drafter has a reduced vocabulary)."""
+    tree = best_first_tree(logits, budget, sizes) if best_first else argmax_chain(logits)
+    return tree if drafter.vocab is None else dataclasses.replace(tree, tokens=drafter.target_tokens(tree.tokens))
+
+
 def accept(tree: Ancestry, nodes: torch.Tensor, samples: torch.Tensor, draft_logits: torch.Tensor | None = None,
-           extra: torch.Tensor | None = None):
+           extra: torch.Tensor | None = None, draft_samples: torch.Tensor | None = None):
     """Acceptance rule: the target's own token at a node (argmax at T=0, a sample at T>0, drawn at every node)
     is the next output token. If that token is a child of the node, the child is accepted and the walk goes on
     from it; otherwise it is the bonus token and the step ends. Every emitted token is therefore a target token
@@ -139,7 +150,8 @@ def accept(tree: Ancestry, nodes: torch.Tensor, samples: torch.Tensor, draft_log
     Returns device tensors: the path [H] (root first, padded with its last node), the bonus token [1], the path
     length [] and `read` [2H + 1] = path, its tokens, bonus: what the host needs (`accepted_tokens`). With the
     step's `draft_logits` [D, V], `read` goes on with the step's `StepStats` [STATS_SIZE] (`miss_stats`), then
-    `extra` [K] long if given (one concatenation: each kernel costs a captured step ~2 us)."""
+    `extra` [K] long if given (one concatenation: each kernel costs a captured step ~2 us). Draft logits over a
+    reduced vocabulary rank `draft_samples` (the samples in draft ids, -1 outside it) in place of `samples`."""
     matched = nodes == samples.index_select(0, tree.parents.clamp(min=0))                   # [N] (root: unused)
     reached = torch.take(matched, tree.ancestors[:, 1:]).all(dim=1)                         # [N] path below the root
     last = (tree.depth * reached).argmax().view(1)        # deepest reached node; none reached: all 0, the root
@@ -148,7 +160,8 @@ def accept(tree: Ancestry, nodes: torch.Tensor, samples: torch.Tensor, draft_log
     depth = tree.depth.index_select(0, last)[0]
     parts = [path, nodes.index_select(0, path), bonus]
     if draft_logits is not None:
-        parts.append(miss_stats(samples, path, depth, draft_logits).to(path.device))
+        ranked = samples if draft_samples is None else draft_samples
+        parts.append(miss_stats(ranked, path, depth, draft_logits).to(path.device))
         if extra is not None:
             parts.append(extra.to(path.device))
     return path, bonus, depth + 1, torch.cat(parts)
@@ -156,11 +169,12 @@ def accept(tree: Ancestry, nodes: torch.Tensor, samples: torch.Tensor, draft_log
 
 def miss_stats(samples: torch.Tensor, path: torch.Tensor, accepted: torch.Tensor,
                draft_logits: torch.Tensor) -> torch.Tensor:
-    """`StepStats` [STATS_SIZE] long, on the device. samples [N]: the target's token at every node; path [H]: the
-    accepted path (root first, padded with its last node); accepted []: its depth; draft_logits [D, V]: row d
-    ranks the drafter's candidates for depth d + 1. The target's token at depth j + 1 is its sample at the path's
-    depth-j node (for j < accepted: the accepted node's own token); its rank is 1 + the number of tokens the
-    drafter scored strictly higher. Depth j + 1 is missed when j < accepted and that rank is not 1 (the walk went
+    """`StepStats` [STATS_SIZE] long, on the device. samples [N]: the target's token at every node (in the draft
+    logits' ids); path [H]: the accepted path (root first, padded with its last node); accepted []: its depth;
+    draft_logits [D, V]: row d ranks the drafter's candidates for depth d + 1. The target's token at depth j + 1 is
+    its sample at the path's depth-j node (for j < accepted: the accepted node's own token); its rank is 1 + the
+    number of tokens the drafter scored strictly higher (a token outside a reduced draft vocabulary, id -1, ranks
+    after all of them). Depth j + 1 is missed when j < accepted and that rank is not 1 (the walk went
     on through a sibling), or when j == accepted (the walk ended there), within the D depths the drafter predicts.
     On CUDA two Triton kernels compute it (remote.kernels.step_stats, in place of ~25 small torch ops)."""
     return step_stats.miss_stats(samples, path, accepted, draft_logits)
@@ -187,10 +201,11 @@ def read_step(read: list[int], extra: int = 0) -> tuple[list[int], StepStats, li
 
 
 def walk(tree: Ancestry, nodes: torch.Tensor, samples: torch.Tensor,
-         draft_logits: torch.Tensor | None = None, extra: torch.Tensor | None = None) -> Accepted:
+         draft_logits: torch.Tensor | None = None, extra: torch.Tensor | None = None,
+         draft_samples: torch.Tensor | None = None) -> Accepted:
     """`accept`, with the step's one host read (its `StepStats` too, given the step's `draft_logits`; and `extra`
     [K] long, read along, given draft logits)."""
-    path, bonus, _, read = accept(tree, nodes, samples, draft_logits, extra)
+    path, bonus, _, read = accept(tree, nodes, samples, draft_logits, extra, draft_samples)
     if draft_logits is None:
         tokens = accepted_tokens(to_host(read), tree.height)
         return Accepted(path=path[:len(tokens)], bonus=bonus, tokens=tokens, stats=None)
@@ -334,14 +349,14 @@ class EagerSpec:
         with timer.phase("draft"):
             logits = draft(self.drafter, self.model, self.cache, self.context, self.root, self.target.length)
         with timer.phase("tree_build"):
-            tree = best_first_tree(logits, budget, self.sizes) if self.method.builds_tree else argmax_chain(logits)
+            tree = build(self.drafter, logits, self.method.builds_tree, budget, self.sizes)
             ancestry = tree.ancestry()
         with timer.phase("verify"):
             nodes = torch.cat([self.root.to(tree.tokens.device), tree.tokens])                        # [N]
             verified = self.target.verify(nodes, ancestry)
             samples = sample(verified.logits, self.temperature, self.generator).to(nodes.device)      # [N]
         with timer.phase("commit"):
-            step = walk(ancestry, nodes, samples, logits, tree.expected)
+            step = walk(ancestry, nodes, samples, logits, tree.expected, self.drafter.draft_tokens(samples))
             self.target.commit(step.path)
             path = step.path.to(verified.features.device)
             self.context = verified.features.index_select(0, path)[None].to(output_device(self.model))  # [1, L, F]

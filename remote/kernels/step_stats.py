@@ -10,8 +10,8 @@ Contract: `miss_stats(samples, path, accepted, draft_logits)` -> [4] long on the
 `torch_miss_stats` (the definition, in torch ops: the CPU path and the reference the kernels are tested against) for
 draft logits of any float dtype. The kernels compare in float32: promoting both sides of a comparison from
 bf16 / fp16 is exact, so every comparison (NaN included: never greater, never beaten) comes out as in the logits'
-own dtype. Rows: min(len(path), len(draft_logits)), at least 1. `available(device)` says whether the kernels can
-run; under torch.compile they are one opaque op (`torch.library.triton_op`).
+own dtype; a sample of -1 (outside a reduced draft vocabulary) ranks after every finite logit. Rows: min(len(path),
+len(draft_logits)), at least 1. `available(device)`: whether they can run; under torch.compile one opaque op.
 """
 from __future__ import annotations
 
@@ -38,7 +38,9 @@ def torch_miss_stats(samples: torch.Tensor, path: torch.Tensor, accepted: torch.
     rows = min(path.shape[0], draft_logits.shape[0])
     logits = draft_logits[:rows]                                                             # [R, V]
     chosen = samples.index_select(0, path[:rows]).to(logits.device)                          # [R]
-    rank = (logits > logits.gather(1, chosen[:, None])).sum(dim=1) + 1                       # [R]
+    pivot = logits.gather(1, chosen.clamp(min=0)[:, None])                                   # [R, 1]
+    pivot = torch.where(chosen[:, None] >= 0, pivot, float("-inf"))      # -1: outside a reduced draft vocabulary
+    rank = (logits > pivot).sum(dim=1) + 1                                                   # [R]
     depth = torch.arange(rows, device=logits.device)                                         # [R]: depth - 1
     accepted = accepted.to(logits.device)
     missed = ((depth < accepted) & (rank != 1)) | (depth == accepted)                       # [R]
@@ -56,7 +58,8 @@ if triton is not None:
         row, chunk = tl.program_id(0), tl.program_id(1)
         token = tl.load(samples + tl.load(path + row))
         start = logits + row.to(tl.int64) * stride
-        pivot = tl.load(start + token).to(tl.float32)
+        pivot = tl.load(start + tl.maximum(token, 0)).to(tl.float32)
+        pivot = tl.where(token >= 0, pivot, float("-inf"))       # -1: outside a reduced draft vocabulary
         i = chunk * CHUNK + tl.arange(0, CHUNK)
         x = tl.load(start + i, mask=i < V, other=float("-inf")).to(tl.float32)   # -inf beats nothing
         tl.store(counts + row * chunks + chunk, tl.sum((x > pivot).to(tl.int32), 0))

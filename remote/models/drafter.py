@@ -3,7 +3,9 @@
 Contract: `DFlashDrafter(config)` takes a Qwen3-style config (as in a published `config.json`) whose
 `dflash_config` (or top level) holds `target_layer_ids`, `mask_token_id` and `block_size`. It has no embedding
 and no LM head: callers pass embeddings of `[last token, MASK x (block_size-1)]` made with the target's
-embedding matrix and read logits with the target's LM head (`draft_logits`). Parameter names equal the
+embedding matrix and read logits with the target's LM head (`logits`), or with a head of its own over a reduced
+draft vocabulary (`vocab`, remote.models.draft_vocab: `target_tokens` / `draft_tokens` map ids between the two
+spaces; identities without one). Parameter names equal the
 published ones (`fc`, `hidden_norm`, `norm`, `layers.N.{input_layernorm, post_attention_layernorm,
 self_attn.{q,k,v,o}_proj, self_attn.{q,k}_norm, mlp.{gate,up,down}_proj}`), so a published state dict loads
 as is. One forward is one denoising step: block queries attend to every context position and to every block
@@ -19,6 +21,7 @@ from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP, Qwen3RMSNorm, Qwe
 
 from ..kernels.fused_linear import concatenate
 from ..kernels.step import attend, grouped_attention
+from .draft_vocab import DraftVocab
 
 
 def dflash_value(config, name: str, default=None):
@@ -175,9 +178,9 @@ class DFlashDrafter(nn.Module):
     def __init__(self, config):
         super().__init__()
         self.config = config
-        self.target_layer_ids = list(dflash_value(
-            config, "target_layer_ids",
-            spread_layer_ids(config.num_target_layers, config.num_hidden_layers)))
+        ids = dflash_value(config, "target_layer_ids")     # (a spread needs num_target_layers, which a config
+        self.target_layer_ids = list(ids if ids is not None else    # that names its layers may leave out)
+                                     spread_layer_ids(config.num_target_layers, config.num_hidden_layers))
         self.mask_token_id = int(dflash_value(config, "mask_token_id"))
         self.block_size = int(dflash_value(config, "block_size", 16))
         self.embed_scale = float(dflash_value(config, "input_embedding_scale", 1.0))
@@ -189,6 +192,7 @@ class DFlashDrafter(nn.Module):
         self.fc = nn.Linear(len(self.target_layer_ids) * hidden, hidden, bias=False)
         self.hidden_norm = Qwen3RMSNorm(hidden, eps=config.rms_norm_eps)
         self.rotary_emb = Qwen3RotaryEmbedding(config)
+        self.vocab: DraftVocab | None = None       # None: the target's LM head over its whole vocabulary
 
     def fuse_projections(self) -> "DFlashDrafter":
         """For decoding: each layer's q/k/v and gate/up projections run as one GEMM each (3 launches fewer per
@@ -212,8 +216,17 @@ class DFlashDrafter(nn.Module):
         return self.norm(x)
 
     def logits(self, hidden: torch.Tensor, lm_head: nn.Module) -> torch.Tensor:
-        """Draft logits from block hidden states with the target's LM head (+ upstream scale / softcap)."""
-        logits = lm_head(hidden) * self.logit_scale
+        """Draft logits from block hidden states with the target's LM head (+ upstream scale / softcap), or over the
+        draft vocabulary with its own head: [..., V] or [..., N], in draft ids."""
+        logits = (lm_head(hidden) if self.vocab is None else self.vocab.logits(hidden)) * self.logit_scale
         if self.softcap is not None and float(self.softcap) > 0:
             logits = torch.tanh(logits / float(self.softcap)) * float(self.softcap)
         return logits
+
+    def target_tokens(self, draft_ids: torch.Tensor) -> torch.Tensor:
+        """Draft ids (what `logits` ranks) as the target's ids."""
+        return draft_ids if self.vocab is None else self.vocab.to_target(draft_ids)
+
+    def draft_tokens(self, target_ids: torch.Tensor) -> torch.Tensor:
+        """The target's ids as draft ids, -1 for a token outside the draft vocabulary."""
+        return target_ids if self.vocab is None else self.vocab.to_draft(target_ids)

@@ -2,8 +2,9 @@
 
 Contract: `save_drafter(drafter, dir)` writes `config.json` (Qwen3-style, `model_type: qwen3`, `architectures:
 ["DFlashDraftModel"]`, `block_size`, `num_target_layers`, `dflash_config: {target_layer_ids, mask_token_id}`) and
-`model.safetensors` (published parameter names); `load_drafter(path)` reads that format from a directory or a
-hub id, without `trust_remote_code`. `random_drafter(target, tokenizer, ...)` derives every shape from the target
+`model.safetensors` (published parameter names); `load_drafter(path)` reads that format, or the speculators
+format with its reduced draft vocabulary (remote.models.speculators_format), from a directory or a hub id, without
+`trust_remote_code`. `random_drafter(target, tokenizer, ...)` derives every shape from the target
 config. `check_pair(drafter, target, tokenizer)` raises `SpecError` (one line, with the evidence) when the
 drafter cannot serve the target; it is called before any decoding.
 """
@@ -20,6 +21,8 @@ from transformers import Qwen3Config
 from transformers.utils import cached_file
 
 from ..errors import SpecError
+from . import speculators_format
+from .draft_vocab import DraftVocab
 from .drafter import DFlashDrafter, dflash_value
 
 MASK_TOKEN = "<|MASK|>"
@@ -62,9 +65,14 @@ def _state_dict(path: str) -> dict[str, torch.Tensor]:
 
 def load_drafter(path: str, dtype: torch.dtype, device: torch.device | str,
                  block_size: int | None = None) -> DFlashDrafter:
-    config = _config(json.loads(_fetch(path, "config.json").read_text()))
-    drafter = DFlashDrafter(config)
-    state = _state_dict(path)
+    raw = json.loads(_fetch(path, "config.json").read_text())
+    state, ids, head = _state_dict(path), None, None
+    if speculators_format.is_speculators(raw):
+        state, ids, head = speculators_format.split_state(raw, state)
+        raw = speculators_format.dflash_fields(raw)
+    drafter = DFlashDrafter(_config(raw))
+    if ids is not None:
+        drafter.vocab = DraftVocab(ids, head, drafter.config.vocab_size, f"checkpoint ({ids.shape[0]} tokens)")
     missing, unexpected = drafter.load_state_dict(state, strict=False)
     if missing or unexpected:
         raise SpecError(f"drafter weights do not fit the DFlash layout: missing {sorted(missing)[:4]}, "
@@ -148,6 +156,9 @@ def check_pair(drafter: DFlashDrafter, target: torch.nn.Module, tokenizer) -> No
         raise SpecError(f"drafter vocab_size {d.vocab_size} != target vocab_size {t.vocab_size}")
     if d.hidden_size != t.hidden_size:
         raise SpecError(f"drafter hidden_size {d.hidden_size} != target hidden_size {t.hidden_size}")
+    if drafter.vocab is not None and drafter.vocab.weight.shape[1] != t.hidden_size:
+        raise SpecError(f"drafter's head (lm_head {list(drafter.vocab.weight.shape)}) does not read the target's "
+                        f"hidden size {t.hidden_size}")
     bad = [i for i in drafter.target_layer_ids if not 0 <= i < t.num_hidden_layers]
     if bad:
         raise SpecError(f"drafter target_layer_ids {drafter.target_layer_ids} has {bad} outside the target's "
