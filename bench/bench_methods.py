@@ -11,7 +11,8 @@ methods and gives every speculative row's speedup against the mean of both AR ro
 drift of the GPU falls on each alike; one cache size for all; rows say `interleaved`). `--stock-generate` adds
 transformers' own `generate` as a row, to keep our AR honest; `--methods` measures fewer (AR always); `--floor`
 gives every row's step against the floor (the target's weight bytes / a device copy's bandwidth, measured in the
-run). Writes summary.csv and the sweep plots (same functions as the orchestrator's sweep summary) to --out; every
+run). `--draft-vocabs 0,2048` measures DFlash and DDTree once per draft head (0: the drafter's own; N: the N tokens
+most frequent in --calibration, remote.calibration), rows named `-v<N>`, AR once. Writes summary.csv and the sweep plots (same functions as the orchestrator's sweep summary) to --out; every
 row is printed as one JSON line and saved to rows.json as soon as it is measured (a run stopped at a time limit
 keeps them), and the last stdout line is compact JSON.
 `--profile DIR` adds, after the timed runs of the first temperature (so no reported time is taken under the
@@ -53,10 +54,12 @@ from orchestrator.tracking.compare import render_table, summarize  # noqa: E402
 from remote.decoding.phase_split import split_kernels  # noqa: E402
 from remote.errors import first_line  # noqa: E402
 from remote.kernels import gemv  # noqa: E402
+from remote.assets import resolve  # noqa: E402
+from remote.calibration import outside_share, reduce_draft_vocab  # noqa: E402
 from remote.metrics import aggregate, compare  # noqa: E402
 from remote.models.placement import describe  # noqa: E402
 from remote.runner import Run, peak_memory_gb, reset_peak_memory, step_figures  # noqa: E402
-from remote.spec import DatasetSpec, DecodingSpec, DrafterSpec, ModelSpec, RunSpec  # noqa: E402
+from remote.spec import CALIBRATION, DatasetSpec, DecodingSpec, DrafterSpec, ModelSpec, RunSpec  # noqa: E402
 from remote.timing import PhaseTimer  # noqa: E402
 
 
@@ -76,6 +79,23 @@ def make_spec(args, temperature: float) -> RunSpec:
                               compile_drafter=not args.eager_drafter),
         dataset=dataset,
     )
+
+
+def draft_heads(run: Run, sizes: list[int], calibration: str) -> dict[int, object]:
+    """The drafter's head for each of `sizes` (0: its own; N: the N most frequent in `calibration`), to put in
+    place with `use_head` (a head is an attribute of the drafter: switching is free, each head's steps are captured
+    apart)."""
+    own, heads = run.drafter.vocab, {}
+    for n in sizes:
+        reduce_draft_vocab(run.drafter, DrafterSpec(draft_vocab=n or None, calibration=resolve(calibration)),
+                           run.model, run.tokenizer, run.prompts)
+        heads[n], run.drafter.vocab = run.drafter.vocab, own
+    return heads
+
+
+def use_head(run: Run, heads: dict[int, object], vocab: int) -> None:
+    if run.drafter is not None and heads:
+        run.drafter.vocab = heads[vocab]
 
 
 def prepare(run: Run, method: str, budget: int | str) -> None:
@@ -137,14 +157,16 @@ def metrics_of(run: Run, method: str, gens: list, peak, waited_s: float) -> dict
     return {**aggregate(gens, peak, depth), **step_figures(run, method, gens, print), **figures(run.auto), **wait}
 
 
-def measure_interleaved(run: Run, configs: list[tuple[str, int]]) -> dict[tuple[str, int], tuple[list, dict]]:
+def measure_interleaved(run: Run, configs: list[tuple[str, int, int]],
+                        heads: dict[int, object]) -> dict[tuple[str, int, int], tuple[list, dict]]:
     """`measure` for every (method, budget) of `configs` at once: the methods take turns prompt by prompt, in
     reverse order on every other prompt (as remote.runner.run_methods), so that a drift of the GPU over the run
     (clocks, heat: the two AR rows of one `--ar-again` run differed by up to 5% on an H200, 2026-12-04; see
     docs/PERFORMANCE.md, "Order drift") falls on each alike.
     The static caches have one size, the widest config's: a method that writes fewer rows a step attends over a
-    few rows more than when `measure` sizes them for it alone. Each config is warmed up first, and decodes one
-    more prompt after the timed ones (untimed), so that its phase split replays a state of its own."""
+    few rows more than when `measure` sizes them for it alone. Each config (method, budget, draft head: `heads`) is
+    warmed up first, and decodes one more prompt after the timed ones (untimed), so that its phase split replays a
+    state of its own."""
     d, cuda = run.spec.decoding, run.device.type == "cuda"
     widest = max(configs, key=lambda c: (c[0] != "ar", c[0] == "ddtree", c[1]))
     d.tree_budget = widest[1]
@@ -154,6 +176,7 @@ def measure_interleaved(run: Run, configs: list[tuple[str, int]]) -> dict[tuple[
     warmup_s = {}
     for config in configs:
         d.tree_budget, started = config[1], time.perf_counter()
+        use_head(run, heads, config[2])
         run.generate(config[0], 0)
         warmup_s[config] = time.perf_counter() - started
     gens = {c: [] for c in configs}
@@ -161,6 +184,7 @@ def measure_interleaved(run: Run, configs: list[tuple[str, int]]) -> dict[tuple[
     for index in range(len(run.inputs)):
         for config in configs if index % 2 == 0 else configs[::-1]:
             d.tree_budget = config[1]
+            use_head(run, heads, config[2])
             reset_peak_memory(run.device)
             waited = run.graphed.read_wait_s if run.graphed else 0.0
             gens[config].append(run.generate(config[0], index))
@@ -171,6 +195,7 @@ def measure_interleaved(run: Run, configs: list[tuple[str, int]]) -> dict[tuple[
     measured = {}
     for config in configs:
         d.tree_budget = config[1]
+        use_head(run, heads, config[2])
         run.generate(config[0], len(run.inputs) - 1)
         measured[config] = gens[config], {**metrics_of(run, config[0], gens[config], peaks[config], waits[config]),
                                           "interleaved": True, "warmup_s": warmup_s[config]}
@@ -180,7 +205,8 @@ def measure_interleaved(run: Run, configs: list[tuple[str, int]]) -> dict[tuple[
 def auto_verdicts(rows: list[dict], temperature: float) -> list[str]:
     """A line per tree_budget=auto row of `temperature` against that temperature's fixed DDTree budgets (the bar auto
     is held to: at least 97% of the best one's tokens a second, and above the median), by decode time a token."""
-    ddtree = [r for r in rows if r["method"] == "ddtree" and r["temperature"] == temperature and r.get("tpot_ms")]
+    ddtree = [r for r in rows if r["method"] == "ddtree" and r["temperature"] == temperature and r.get("tpot_ms")
+              and not r.get("draft_vocab_cut")]
     fixed = {r["tree_budget"]: r["tpot_ms"] for r in ddtree if isinstance(r["tree_budget"], int)}
     if len(fixed) < 2:
         return []
@@ -314,9 +340,11 @@ def timelines(run: Run, configs: list[tuple[str, int]], directory: Path, gens: i
     return found
 
 
-def row(method, budget, temperature, metrics, ar_metrics, gens, ar_gens) -> dict:
-    r = {"run": f"{method}{'' if budget is None else f'-{budget}'}-T{temperature:g}", "status": "FINISHED",
-         "model": "", "method": method, "tree_budget": budget, "temperature": temperature, **metrics}
+def row(method, budget, temperature, metrics, ar_metrics, gens, ar_gens, vocab: int = 0) -> dict:
+    """vocab: the draft head's tokens where --draft-vocabs gave several (0: the drafter's own)."""
+    name = f"{method}{'' if budget is None else f'-{budget}'}{f'-v{vocab}' if vocab else ''}-T{temperature:g}"
+    r = {"run": name, "status": "FINISHED", "model": "", "method": method, "tree_budget": budget,
+         "temperature": temperature, **metrics}
     if method != "ar":
         r["speedup_vs_ar"] = ar_metrics["tpot_ms"] / metrics["tpot_ms"]
         if temperature == 0:
@@ -326,6 +354,15 @@ def row(method, budget, temperature, metrics, ar_metrics, gens, ar_gens) -> dict
     r["accept_by_depth"] = [metrics[k] for k in sorted(
         (k for k in metrics if k.startswith("accept_rate_depth_")), key=lambda k: int(k.rsplit("_", 1)[1]))]
     return r
+
+
+def head_figures(run: Run, ar_gens: list, vocab: int, vocabs: list[int]) -> dict:
+    """A speculative row's draft head: its tokens, AR's generated tokens outside it, and whether it is a cut of
+    --draft-vocabs (auto's verdicts compare rows of the drafter's own head)."""
+    size = run.drafter.vocab.size if run.drafter.vocab is not None else run.drafter.config.vocab_size
+    return {"draft_vocab": size, "ar_outside_draft_vocab": outside_share(run.drafter, [t for g in ar_gens
+                                                                                        for t in g.tokens]),
+            **({"draft_vocab_cut": True} if vocab != vocabs[0] else {})}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -370,6 +407,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--floor", action="store_true",
                    help="measure the copy bandwidth and give every row's step against the floor: the target's "
                         "weight bytes / that bandwidth (what one step that reads every weight once takes at best)")
+    p.add_argument("--draft-vocabs", default="0",
+                   help="draft heads to measure DFlash and DDTree with, e.g. 0,2048 (0: the drafter's own; N: its "
+                        "head over the N tokens most frequent in --calibration)")
+    p.add_argument("--calibration", default=CALIBRATION, help="the text --draft-vocabs counts on (assets:... or "
+                                                                   "a file)")
     p.add_argument("--phase-kernels", action="store_true",
                    help="print (and save to phase_kernels.json) the kernels of each phase of a replayed step")
     args = p.parse_args(argv)
@@ -409,23 +451,27 @@ def main(argv: list[str] | None = None) -> None:
             floor.update(floor_ms=weights / gbps / 1e6, copy_gbps=gbps, weight_gb=weights / 1e9)
             print(f"floor: {weights / 1e9:.2f} GB of weights at {gbps:.0f} GB/s (a copy's) = "
                   f"{floor['floor_ms']:.3f} ms a step", flush=True)
-        measured = measure_interleaved(run, [("ar", 1), *([("dflash", 1)] if "dflash" in methods else []),
-                                             *(("ddtree", b) for b in budgets)]) if args.interleave else {}
-        ar_gens, ar_metrics = measured.get(("ar", 1)) or measure(run, "ar", 1)
+        vocabs = [int(v) for v in args.draft_vocabs.split(",")]
+        heads = draft_heads(run, vocabs, args.calibration) if run.drafter is not None and vocabs != [0] else {}
+        speculative = [(m, b, v) for v in vocabs for m, b in [*([("dflash", 1)] if "dflash" in methods else []),
+                                                              *(("ddtree", b) for b in budgets)]]
+        measured = measure_interleaved(run, [("ar", 1, 0), *speculative], heads) if args.interleave else {}
+        ar_gens, ar_metrics = measured.get(("ar", 1, 0)) or measure(run, "ar", 1)
         record(row("ar", None, temperature, ar_metrics, ar_metrics, ar_gens, ar_gens))
         if args.stock_generate and temperature == 0:
             tpot = stock_generate_tpot(run)
             record({"run": "hf_generate-T0", "status": "FINISHED", "model": "", "method": "hf_generate",
                     "tree_budget": None, "temperature": 0.0, "tpot_ms": tpot, "step_ms": tpot,
                     "speedup_vs_ar": ar_metrics["tpot_ms"] / tpot, "accept_by_depth": []})
-        if "dflash" in methods:
-            gens, metrics = measured.get(("dflash", 1)) or measure(run, "dflash", 1)
-            record(row("dflash", None, temperature, metrics, ar_metrics, gens, ar_gens))
-        for budget in budgets:
-            gens, metrics = measured.get(("ddtree", budget)) or measure(run, "ddtree", budget)
-            record(row("ddtree", budget, temperature, metrics, ar_metrics, gens, ar_gens))
+        for method, budget, vocab in speculative:
+            use_head(run, heads, vocab)
+            gens, metrics = measured.get((method, budget, vocab)) or measure(run, method, budget)
+            r = row(method, budget if method == "ddtree" else None, temperature, metrics, ar_metrics, gens, ar_gens,
+                    vocab)
+            record({**r, **head_figures(run, ar_gens, vocab, vocabs)})
             if getattr(run.auto, "trace", None) is not None:
                 save_trace(run.auto, gens, out / f"{budget}-T{temperature:g}.json")
+        use_head(run, heads, vocabs[0])
         for line in auto_verdicts(rows, temperature):
             print(line, flush=True)
         if args.ar_again:         # order effects (clocks, allocator, caches) show as a drift between the two AR rows

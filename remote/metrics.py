@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from statistics import mean, stdev
 
+from .decoding.auto_budget import PLAIN
 from .decoding.loop import Generation
 from .stats import percentile, ratio_interval
 from .timing import PHASES
@@ -81,9 +82,13 @@ DEFINITIONS = {
     "exact_match_vs_ar": "temperature 0 only: fraction of prompts whose generated token ids equal AR's",
     "first_divergence_mean": "temperature 0 only: mean index of the first differing token over prompts that "
                              "differ from AR (absent when none differs)",
-    "auto_budget_mean": "tree_budget=auto: mean node budget chosen per verify step (remote.decoding.auto_budget)",
-    "auto_budget_share_<b>": "tree_budget=auto: fraction of verify steps whose tree had budget b (the histogram of "
-                             "the budgets chosen)",
+    "auto_budget_mean": "tree_budget=auto: mean node budget chosen per step, an AR step's 0 "
+                        "(remote.decoding.auto_budget)",
+    "auto_budget_share_<b>": "tree_budget=auto: fraction of steps whose tree had budget b (the histogram of the "
+                             "budgets chosen)",
+    "auto_ar_share": "tree_budget=auto: fraction of steps it made plain AR steps (no draft, no tree: where no tree "
+                     "paid for its draft and verify at the run's rate); tau and the per-depth figures count "
+                     "verify steps only",
     "auto_predicted_accept_mean": "tree_budget=auto: mean over verify steps of the drafted tokens the chosen tree "
                                   "was expected to accept, under the drafter's surrogate (a node's path holds "
                                   "with the product of its tokens' drafter probabilities)",
@@ -94,6 +99,7 @@ DEFINITIONS = {
     "auto_cost_ms_<b>": "tree_budget=auto: the cost model at the run's end, the median device time of budget b's "
                         "last warm steps in rounds (each budget twice in a row, the second timed; up to 32, warm-up "
                         "included; graphed: a replayed step; eager: the whole step)",
+    "auto_cost_ms_ar": "tree_budget=auto: an AR step's cost in the same cost model (timed as the budgets' are)",
     "draft_vocab": "tokens the drafter's head ranks: the target's vocabulary, or a reduced draft vocabulary (a "
                    "speculators checkpoint's, or drafter.draft_vocab's most frequent in drafter.calibration; the "
                    "draft_vocab_source tag says which)",
@@ -226,15 +232,18 @@ def tree_metrics(gens: list[Generation]) -> dict[str, float]:
 def auto_budget_metrics(gens: list[Generation], auto) -> dict[str, float]:
     """tree_budget=auto's choices (gens' budgets and predictions) and cost model (`auto`: an AutoBudget)."""
     budgets = [b for g in gens for b in g.budgets]
-    out = {f"auto_cost_ms_{b}": ms for b, ms in (auto.costs or {}).items()}
+    out = {f"auto_cost_ms_{'ar' if b == PLAIN else b}": ms for b, ms in (auto.costs or {}).items()}
     if not budgets:
         return out
-    predicted = mean(p for g in gens for p in g.predicted)
-    accepted = mean(a for g in gens for a in g.accepted)
-    out.update({"auto_budget_mean": mean(budgets), "auto_predicted_accept_mean": predicted,
-                "auto_accepted_mean": accepted,
+    trees = [p for g in gens for p in g.predicted]             # verify steps only: AR steps have no tree
+    predicted = mean(trees) if trees else None
+    accepted = mean(a for g in gens for a in g.accepted) if trees else None
+    out.update({"auto_budget_mean": mean(max(b, 0) for b in budgets),
+                "auto_ar_share": budgets.count(PLAIN) / len(budgets),
                 **{f"auto_budget_share_{b}": budgets.count(b) / len(budgets) for b in auto.sizes}})
-    if predicted > 0:
+    if predicted is not None:
+        out.update(auto_predicted_accept_mean=predicted, auto_accepted_mean=accepted)
+    if predicted:
         out["auto_calibration"] = accepted / predicted
     return out
 

@@ -26,7 +26,7 @@ import transformers
 
 from .assets import with_assets
 from .calibration import draft_vocab_source, outside_share, reduce_draft_vocab
-from .decoding.auto_budget import AutoBudget, buckets
+from .decoding.auto_budget import PLAIN, AutoBudget, buckets
 from .decoding.graph import graph_decoder, graph_support
 from .decoding.loop import EagerAR, EagerSpec, Generation, Steps, decode
 from .decoding.phase_split import split_step
@@ -133,10 +133,12 @@ class Run:
         return gen
 
     def reset_auto(self) -> None:
-        """tree_budget=auto: a fresh policy for the spec's decoding (its cost model measured anew), else None. One
-        policy serves the run, so that the cost model measured in warm-up serves every prompt."""
+        """tree_budget=auto: a fresh policy for the spec's decoding (its cost model measured anew; AR steps among
+        its choices), else None. One policy serves the run, so that the cost model measured in warm-up serves every
+        prompt."""
         d = self.spec.decoding
-        self.auto = AutoBudget(buckets(d.tree_budget_max), self.device.type == "cuda") if d.auto_budget else None
+        self.auto = AutoBudget(buckets(d.tree_budget_max), self.device.type == "cuda", plain=True) \
+            if d.auto_budget else None
 
     def calibrate(self, max_new: int) -> None:
         """tree_budget=auto measures its cost model in warm-up: ddtree generations of `max_new` tokens until it
@@ -341,7 +343,7 @@ def step_figures(run: Run, method: Method | str, gens: list[Generation], warn) -
     out, budget, method = {}, run.spec.decoding.widest_budget, Method.parse(method)
     if method.builds_tree and run.auto:
         out.update(auto_budget_metrics(gens, run.auto))
-        chosen = collections.Counter(b for g in gens for b in g.budgets)
+        chosen = collections.Counter(b for g in gens for b in g.budgets if b != PLAIN)     # trees: AR has no split
         budget = chosen.most_common(1)[0][0] if chosen else budget
     return {**out, **graphed_split(run, method, warn, budget)}
 

@@ -6,9 +6,11 @@ thousandths per bucket, -1 where c is larger than the step's tree. `AutoBudget(b
 step's budget; `with timing(budget) as span:` around its launch; `observe(budget, predicted, nodes, committed, span)`
 once it is read (`nodes`: the accepted path's node indices below the root); `costs` (ms a step per bucket) once
 measured, `calibrating` until then. The choice is the budget b maximising 1 + A(b) - rate * T(b): A what a tree of b
-nodes is expected to accept (`accepted`), T its measured step cost, rate the running tokens per ms. Lossless by
-construction: every step verifies a best-first tree of some size, as a fixed budget does. No host read is added:
-each step's predictions ride in the read it has anyway.
+nodes is expected to accept (`accepted`), T its measured step cost, rate the running tokens per ms. With `plain`
+(the runner's) PLAIN is a candidate too: a step of the target alone, no draft, no tree (A = 0, T measured as the
+trees' are), for texts where no tree pays for its draft and verify. Lossless by construction: every step verifies
+a best-first tree of some size, as a fixed budget does, or is AR's. No host read is added: each step's predictions
+ride in the read it has anyway.
 """
 from __future__ import annotations
 
@@ -67,6 +69,7 @@ PRIOR = 8.0              # predicted tokens' weight of the next smaller incremen
 FIT_PRIOR = 20.0         # steps' weight of the factor-scaled increment against an increment's affine fit
 EVENTS = 16              # CUDA events in turn: two a step, at most two steps queued and one being read
 MAX_BUCKETS = 17         # buckets() of any budget below 2^20: what a step's read has room for
+PLAIN = -1               # the budget of an AR step: the target alone on the last token (`plain`; DFlash's is 0)
 
 
 def buckets(max_budget: int) -> list[int]:
@@ -79,13 +82,14 @@ class AutoBudget:
     """The host's choice of each step's budget (the module docstring, and the comments above its constants); one per
     run, across its generations."""
 
-    def __init__(self, sizes: list[int], cuda: bool, timed_steps: int = TIMED_STEPS):
+    def __init__(self, sizes: list[int], cuda: bool, timed_steps: int = TIMED_STEPS, plain: bool = False):
         self.sizes, self.cuda, self.timed_steps = list(sizes), cuda, timed_steps
+        self.options = ([PLAIN] if plain else []) + self.sizes           # what a step may be: AR's, or a tree
         self._events: list = []          # CUDA: timing events, reused in turn (a step's span is read within 3 steps)
         self._marked = 0
         self.costs: dict[int, float] | None = None         # ms a step, per budget, once every budget is timed
-        self._launched = dict.fromkeys(self.sizes, 0)
-        self._timed: dict[int, deque] = {b: deque(maxlen=COST_WINDOW) for b in self.sizes}
+        self._launched = dict.fromkeys(self.options, 0)
+        self._timed: dict[int, deque] = {b: deque(maxlen=COST_WINDOW) for b in self.options}
         self._mean: list[float] | None = None              # running mean of E per bucket (past a tree: by ratio)
         self._ratio: dict[tuple[int, int], float] = {}    # (i, j), i < j: running E(sizes[j]) / E(sizes[i])
         self._stale = [0] * len(self.sizes)               # steps read since one of at least sizes[j] was
@@ -98,7 +102,7 @@ class AutoBudget:
         self._fit = [[0.0] * 5 for _ in self.sizes]
         self._tokens = self._time = 0.0                    # committed tokens and their measured ms, since calibrated
         # calibration's, then the current round's buckets still to launch, each in a row of its own
-        self._round = [b for b in self.sizes for _ in range(timed_steps + 2)]
+        self._round = [b for b in self.options for _ in range(timed_steps + 2)]
         self._timing = True                                # the last pick is calibration's or a round's
         self._last: int | None = None                      # the bucket launched last
         self._since_round = 0                              # steps picked since the last round began
@@ -117,7 +121,7 @@ class AutoBudget:
             return self.sizes[-1]
         self._since_round += 1
         if self._since_round >= self._round_every:
-            self._round, self._since_round = [b for b in self.sizes for _ in range(2)], 0
+            self._round, self._since_round = [b for b in self.options for _ in range(2)], 0
             self._round_every = min(2 * self._round_every, ROUND_EVERY_MAX)
             return self._round.pop(0)
         self._timing = False
@@ -126,6 +130,8 @@ class AutoBudget:
         rate = self._tokens / self._time if self._time > 0 else 0.0
         gains = [1 + a - rate * self.costs[b] for b, a in zip(self.sizes, self.accepted())]
         best = max(range(len(gains)), key=lambda i: (gains[i], -i))      # ties: the smaller tree
+        if PLAIN in self.costs and 1 - rate * self.costs[PLAIN] >= gains[best]:
+            return PLAIN                   # no tree pays for its draft and verify at this rate (ties: AR)
         if best + 1 < len(self.sizes) and self._stale[best + 1] >= EXPLORE_AFTER:
             best += 1                      # one size up now and then, so that its ratio follows the text
             self._stale[best] = 0
@@ -190,7 +196,14 @@ class AutoBudget:
 
     def observe(self, budget: int, predicted: list[int], nodes: list[int], committed: int, span=None) -> None:
         """One step read back: its budget, its tree's `expected` (thousandths), the accepted path's node indices below
-        the root (best-first numbers: node c is the c-th best), tokens committed, and its `timing` span."""
+        the root (best-first numbers: node c is the c-th best), tokens committed, and its `timing` span. An AR step
+        (PLAIN) has no tree: its cost and tokens count, nothing else."""
+        if budget != PLAIN:
+            self._learn(predicted, nodes, span)
+        self._count(budget, committed, span)
+
+    def _learn(self, predicted: list[int], nodes: list[int], span) -> None:
+        """What a tree step's predictions and accepted nodes say (`accepted`'s statistics, the running mean of E)."""
         latest = [p / 1000 if p >= 0 else -1.0 for p in predicted]
         known = [j for j, e in enumerate(latest) if e >= 0]
         for i, j in itertools.combinations(known, 2):
@@ -210,6 +223,9 @@ class AutoBudget:
         self._stale = [0 if j <= known[-1] else n + 1 for j, n in enumerate(self._stale)]
         full = [e if e >= 0 else latest[known[-1]] * self._ratio.get((known[-1], j), 1.0) for j, e in enumerate(latest)]
         self._mean = full if self._mean is None else [m + SMOOTHING * (f - m) for m, f in zip(self._mean, full)]
+
+    def _count(self, budget: int, committed: int, span) -> None:
+        """A step's time (its bucket's cost, where the span timed it) and its tokens at the running rate."""
         ms = self._elapsed(budget, span)
         if ms is not None:
             self._timed[budget].append(ms)

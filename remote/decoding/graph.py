@@ -14,6 +14,7 @@ decode only (a replayed step has no inner boundaries).
 from __future__ import annotations
 
 import time
+from collections import deque
 from dataclasses import dataclass
 
 import torch
@@ -34,9 +35,15 @@ from ..models.static_cache import StaticDrafterKV, StaticKV, visibility_mask
 from ..spec import Method
 from ..timing import PhaseTimer
 from ..tree import Ancestry
-from .auto_budget import MAX_BUCKETS, AutoBudget
-from .loop import STATS_SIZE, Generation, Step, Steps, accept, accepted_nodes, build, decode, draft, read_step, \
-    to_host
+from .auto_budget import MAX_BUCKETS, PLAIN, AutoBudget
+from .loop import STATS_SIZE, Generation, Step, Steps, accept, accepted_nodes, build, decode, draft, draft_hidden, \
+    read_step, to_host
+
+# The drafter's pending context, in blocks: a speculative step's draft reads the first block (what one step commits at
+# most); tree_budget=auto's AR steps append a row each to what is pending, and the rest is room for them: once it is
+# full the whole buffer goes through the drafter at once (`_absorb_step`, a draft's cost once per 3 blocks of AR
+# steps: an AR step's cost otherwise, plus appending one row).
+CONTEXT_BLOCKS = 4
 from .sampling import sample
 
 
@@ -202,6 +209,7 @@ class GraphDecoder:
             _compile_steps(self)
         self._draft = torch.compile(draft, dynamic=False) if self.compile.drafter else draft
         self.state, self.sampling = DeviceState(self.device), Sampling(self.device)
+        self._first = torch.zeros(1, dtype=torch.long, device=self.device)     # the one row an AR step appends
 
     def _targets(self, target_layer_ids: list[int] | None) -> None:
         # their forwards (logits, and drafter features for `featured`) run on this decoder's static cache: the prompt
@@ -289,8 +297,8 @@ class GraphDecoder:
         attn, weight = self.drafter.layers[0].self_attn, self.drafter.fc.weight
         self.dkv = StaticDrafterKV(len(self.drafter.layers), attn.num_kv, attn.head_dim, self.context_capacity,
                                    weight.dtype, weight.device)
-        self.state.context = torch.zeros(1, self.drafter.block_size, weight.shape[1], dtype=weight.dtype,
-                                         device=weight.device)
+        self.state.context = torch.zeros(1, CONTEXT_BLOCKS * self.drafter.block_size, weight.shape[1],
+                                         dtype=weight.dtype, device=weight.device)
         # `accept`'s read, then tree_budget=auto's predictions (one per bucket)
         self._reads = _Reads(2 * self.drafter.block_size + 1 + STATS_SIZE + MAX_BUCKETS, weight.device)
 
@@ -401,6 +409,43 @@ class GraphDecoder:
         state.root.copy_(bonus)
         return read
 
+    def draft_context(self) -> torch.Tensor:
+        """What a speculative step's draft reads: the first block of the pending context [1, B, F] (a view)."""
+        return self.state.context[:, :self.drafter.block_size]
+
+    def _plain_step(self) -> torch.Tensor:
+        """tree_budget=auto's AR step inside a speculative generation (PLAIN): the root through the target alone, its
+        token chosen; its feature row is appended to the drafter's pending context (the caller makes room:
+        `_absorb_step`). Returns the token [1], the step's read."""
+        state = self.state
+        verified = self._plain_forward()
+        token = self.sampling.choose(verified.logits)                                          # [1]
+        gather_rows(verified.features, 0, self._first, state.context[0], state.context_rows)
+        state.context_rows.add_(1)
+        state.start.add_(1)
+        state.root.copy_(token)
+        return token
+
+    def _absorb_step(self) -> torch.Tensor:
+        """The whole pending context through the drafter into its cache (the block's output unused, its rows
+        overwritten by later context), leaving none pending: room for AR steps, or a speculative step's context
+        within one block."""
+        state = self.state
+        hidden = draft_hidden(self.drafter, self.model, self.dkv, state.context, state.root, state.start,
+                              state.context_rows)
+        state.context_rows.zero_()
+        return hidden
+
+    def _plain_forward(self):
+        """The target on the root alone at `start`, with the drafter's features (`Verified`: logits [1, V])."""
+        state = self.state
+        self.kv.slots = state.start.view(1)
+        visible = (self._cols <= state.start)[None]
+        if self.loop is not None:
+            return self.loop.forward(state.root.view(1, 1), state.start.view(1), self.kv, visible, featured=True)
+        mask = visibility_mask(visible, self.dtype)
+        return self.featured.forward(state.root.view(1, 1), state.start.view(1, 1), mask)
+
     def _verify(self, tree: Ancestry, nodes: torch.Tensor, visible: torch.Tensor, positions: torch.Tensor,
                 rows: torch.Tensor):
         """The target's verify of `nodes` at `start` (`tree_inputs`), and the commit to call with the accepted
@@ -459,6 +504,8 @@ class GraphedSpec:
         self.height = decoder.drafter.block_size        # most tokens a step emits
         self.width = decoder._width(method, budget)     # most cache rows a step writes
         self.length, self.unread = prompt_len, 0        # committed rows as the host knows them; steps launched unread
+        self.pending = min(prompt_len, self.height)     # most drafter context rows pending (`_absorb`: exactly)
+        self.kinds: deque = deque()                     # per step launched and not read: an AR step's (PLAIN)?
 
     def prefill(self, input_ids: torch.Tensor) -> list[int]:
         decoder = self.decoder
@@ -469,8 +516,18 @@ class GraphedSpec:
         decoder, state = self.decoder, self.decoder.state
         if self.length + self.height * self.unread + self.width > decoder.capacity:
             raise RuntimeError(f"static cache of {decoder.capacity} rows is full at {self.length}")
-        key = ("spec", self.method, budget, self.sizes, decoder.sampling.temperature)
-        return decoder._replay(key, lambda: decoder._spec_step(state.context, state.context_rows,
+        vocab = decoder.drafter.vocab          # a head of its own is another step (bench_methods --draft-vocabs)
+        key = ("spec", self.method, budget, self.sizes, decoder.sampling.temperature, vocab.size if vocab else 0)
+        room = state.context.shape[1] if budget == PLAIN else self.height
+        if self.pending + (budget == PLAIN) > room:     # a draft reads one block: absorb what AR steps left first
+            decoder._replay(("absorb",), decoder._absorb_step)
+            self.pending = 0
+        self.kinds.append(budget == PLAIN)
+        if budget == PLAIN:
+            self.pending += 1
+            return decoder._replay(("plain", decoder.sampling.temperature), decoder._plain_step)
+        self.pending = self.height
+        return decoder._replay(key, lambda: decoder._spec_step(decoder.draft_context(), state.context_rows,
                                                                self.method.builds_tree, budget, sizes=self.sizes))
 
     def hold(self, launched: torch.Tensor, timer: PhaseTimer) -> None:
@@ -479,9 +536,12 @@ class GraphedSpec:
 
     def read(self, held: None) -> Step:
         read, ended = self.decoder._reads.take()
+        self.unread -= 1
+        if self.kinds.popleft():                        # an AR step: its token
+            self.length += 1
+            return Step(read, mark=ended, plain=True)
         tokens, stats, predicted = read_step(read, len(self.sizes))
         self.length += len(tokens)
-        self.unread -= 1
         return Step(tokens, stats, predicted, accepted_nodes(read, tokens), ended)
 
 
@@ -535,6 +595,10 @@ class HybridGraphDecoder(GraphDecoder):
     def _ar_step(self) -> torch.Tensor:
         step = Static(self.state.start, (self._cols <= self.state.start)[None])
         return self._advance(self.target.decode(self.state.root, step))
+
+    def _plain_forward(self):
+        step = Static(self.state.start, (self._cols <= self.state.start)[None])
+        return self.target.decode(self.state.root, step, featured=True)
 
     def _verify(self, tree: Ancestry, nodes: torch.Tensor, visible: torch.Tensor, positions: torch.Tensor,
                 rows: torch.Tensor):

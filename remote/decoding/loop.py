@@ -27,7 +27,7 @@ from ..models.target import Target
 from ..spec import Method
 from ..timing import PhaseTimer
 from ..tree import Ancestry, DeviceTree
-from .auto_budget import AutoBudget
+from .auto_budget import PLAIN, AutoBudget
 from .sampling import sample
 from .tree_build import argmax_chain, best_first_tree
 
@@ -53,8 +53,9 @@ class Generation:
     accepted: list[int] = field(default_factory=list)    # per verify step: drafted tokens accepted
     committed: list[int] = field(default_factory=list)   # per verify step: tokens kept (accepted + bonus, capped)
     stats: list[StepStats] = field(default_factory=list)  # per verify step, where the decoder reads them
-    budgets: list[int] = field(default_factory=list)     # tree_budget=auto: per verify step, the budget chosen
-    predicted: list[float] = field(default_factory=list)  # ... and the drafted tokens its tree was expected to accept
+    budgets: list[int] = field(default_factory=list)     # tree_budget=auto: per step, the budget chosen (AR's: 0)
+    predicted: list[float] = field(default_factory=list)  # ... per verify step, what its tree was expected to accept
+    plain_steps: int = 0                                   # tree_budget=auto: AR steps chosen (not verify steps)
     times_ms: dict[str, float] = field(default_factory=dict)   # ttft, decode, draft, tree_build, verify, commit
     prompt_len: int = 0
 
@@ -81,10 +82,11 @@ class Generation:
               span) -> None:
         """tree_budget=auto: a step's `budget`, its `predicted` (its tree's `expected`, remote.decoding.tree_build), the
         accepted path's `nodes` below the root, the tokens it `committed` and its timing `span` go to the policy and
-        to this generation."""
+        to this generation (an AR step, budget PLAIN: its budget and tokens only)."""
         auto.observe(budget, predicted, nodes, committed, span)
         self.budgets.append(budget)
-        self.predicted.append(predicted[auto.sizes.index(budget)] / 1000)
+        if budget != PLAIN:
+            self.predicted.append(predicted[auto.sizes.index(budget)] / 1000)
 
 
 def to_host(t: torch.Tensor) -> list[int]:
@@ -103,6 +105,13 @@ def draft(drafter: DFlashDrafter, model, cache: DrafterCache, context: torch.Ten
     scalar, static caches only) only its first `valid` rows are real: they sit at start-valid .. start-1, and the
     padding rows after them land at or past `start`, where the static cache masks them.
     """
+    hidden = draft_hidden(drafter, model, cache, context, root, start, valid)[:, 1:]           # [1, B-1, H]
+    return drafter.logits(hidden, model.get_output_embeddings())[0].float()       # [B-1, V] or, reduced, [B-1, N]
+
+
+def draft_hidden(drafter: DFlashDrafter, model, cache: DrafterCache, context: torch.Tensor, root: torch.Tensor | int,
+                 start: torch.Tensor | int, valid: torch.Tensor | None = None) -> torch.Tensor:
+    """`draft`'s drafter forward: the block's hidden states [1, B, H]; the context's K/V go into `cache`."""
     block, c_len = drafter.block_size, context.shape[1]
     assert not isinstance(start, int) or cache.length + c_len == start, "drafter context must follow its cache"
     weight = model.get_input_embeddings().weight
@@ -113,8 +122,7 @@ def draft(drafter: DFlashDrafter, model, cache: DrafterCache, context: torch.Ten
     positions = torch.cat([torch.arange(c_len, device=context.device) + (start - real),
                            torch.arange(block, device=context.device) + start])                # [C + B]
     cache.begin(positions, c_len)
-    hidden = drafter(noise, context, positions, cache)[:, 1:]                                # [1, B-1, H]
-    return drafter.logits(hidden, model.get_output_embeddings())[0].float()       # [B-1, V] or, reduced, [B-1, N]
+    return drafter(noise, context, positions, cache)                                         # [1, B, H]
 
 
 @dataclass
@@ -126,6 +134,7 @@ class Accepted:
     stats: StepStats | None  # the step's tree facts, from the same read (given the draft logits)
     extra: list[int] = field(default_factory=list)   # what `walk` was given to read along
     nodes: list[int] = field(default_factory=list)   # the accepted nodes' verify indices (given the draft logits)
+    plain: bool = False                               # an AR step (tree_budget=auto's PLAIN): no draft, no tree
 
 
 def build(drafter: DFlashDrafter, logits: torch.Tensor, best_first: bool, budget: int,
@@ -222,6 +231,7 @@ class Step(NamedTuple):
     predicted: list[int] = []         # tree_budget=auto: its tree's `expected`, one per bucket
     nodes: list[int] = []             # speculative: the accepted nodes' verify indices below the root
     mark: object = None               # a timer mark of when its tokens were there to read; None: when read
+    plain: bool = False               # speculative executor: an AR step tree_budget=auto chose (one token)
 
 
 class Steps(Protocol):
@@ -237,7 +247,7 @@ class Steps(Protocol):
 
     def launch(self, budget: int, timer: PhaseTimer) -> object:
         """One step's device work (what tree_budget=auto times), a tree of `budget` nodes where the method builds
-        one; what `hold` gets."""
+        one (speculative executors: an AR step for PLAIN); what `hold` gets."""
 
     def hold(self, launched: object, timer: PhaseTimer) -> object:
         """What the loop keeps of a launched step until `read` (a captured step's output is copied out here)."""
@@ -264,14 +274,16 @@ def decode(steps: Steps, input_ids: torch.Tensor, max_new: int, stop_ids: set[in
             if seen:
                 gen.chose(auto, *seen)
             budget, launched, held = queued.popleft()
-            step = steps.read(held)
-            if steps.method.uses_drafter:
+            step, before = steps.read(held), len(gen.tokens)
+            if step.plain:
+                gen.plain_steps += 1
+            if steps.method.uses_drafter and not step.plain:
                 done = gen.extend_step(step.tokens, max_new, stop_ids, step.stats)
             else:
                 done = gen.extend(step.tokens, max_new, stop_ids)
             # a step launched before a stop token was read runs out unread: not decode time
             span.end = step.mark if done else None
-            seen = (budget, step.predicted, step.nodes, gen.committed[-1], launched) if auto else None
+            seen = (budget, step.predicted, step.nodes, len(gen.tokens) - before, launched) if auto else None
             if seen and steps.ahead == 1:       # no step launched ahead to overlap with: observed at once
                 gen.chose(auto, *seen)
                 seen = None
@@ -346,6 +358,8 @@ class EagerSpec:
         return tokens
 
     def launch(self, budget: int, timer: PhaseTimer) -> Accepted:
+        if budget == PLAIN:
+            return self._plain(timer)
         with timer.phase("draft"):
             logits = draft(self.drafter, self.model, self.cache, self.context, self.root, self.target.length)
         with timer.phase("tree_build"):
@@ -363,11 +377,26 @@ class EagerSpec:
             self.root = step.bonus
         return step
 
+    def _plain(self, timer: PhaseTimer) -> Accepted:
+        """tree_budget=auto's AR step: the root verified alone; its features join the drafter's pending context
+        (the next draft reads them all)."""
+        with timer.phase("verify"):
+            chain = Ancestry.chain_of(1, self.root.device)
+            verified = self.target.verify(self.root, chain)
+            samples = sample(verified.logits, self.temperature, self.generator).to(self.root.device)  # [1]
+        with timer.phase("commit"):
+            step = walk(chain, self.root, samples)
+            self.target.commit(step.path)
+            row = verified.features.index_select(0, step.path.to(verified.features.device))[None]
+            self.context = torch.cat([self.context, row.to(self.context.device)], dim=1)           # [1, C + 1, F]
+            self.root = step.bonus
+        return dataclasses.replace(step, plain=True)
+
     def hold(self, launched: Accepted, timer: PhaseTimer) -> Accepted:
         return launched
 
     def read(self, held: Accepted) -> Step:
-        return Step(held.tokens, held.stats, held.extra, held.nodes)
+        return Step(held.tokens, held.stats, held.extra, held.nodes, plain=held.plain)
 
 
 def generate_ar(model, input_ids: torch.Tensor, max_new: int, temperature: float, generator, stop_ids: set[int],

@@ -82,8 +82,8 @@ def prefix_steps(decoder: GraphDecoder, method: Method, budget: int):
     if not method.uses_drafter:
         return [("forward", lambda: decoder._ar_step())]
     state = decoder.state
-    return [(phase, lambda until=until: decoder._spec_step(state.context, state.context_rows, method.builds_tree,
-                                                           budget, until=until))
+    return [(phase, lambda until=until: decoder._spec_step(decoder.draft_context(), state.context_rows,
+                                                           method.builds_tree, budget, until=until))
             for phase, until in zip(PHASES, PHASES[:-1] + (None,))]
 
 

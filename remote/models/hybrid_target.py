@@ -304,11 +304,12 @@ class HybridTarget(Target):
         self._len += path.shape[0]
 
     @torch.inference_mode()
-    def decode(self, token: torch.Tensor, step: Static) -> torch.Tensor:
+    def decode(self, token: torch.Tensor, step: Static, featured: bool = False) -> torch.Tensor | Verified:
         """Logits [1, V] of one token ([1], on the device) at `step.start`, advancing the committed state in place
-        without a host value (capture-safe). Needs `reserve`; the caller keeps its own length."""
-        hidden, _ = self._forward(token.view(1, 1), step.start.view(1), tree=self._static(step, 1))
-        return self._logits(hidden)
+        without a host value (capture-safe); `featured`: a `Verified`, its drafter features too. Needs `reserve`;
+        the caller keeps its own length."""
+        hidden, features = self._forward(token.view(1, 1), step.start.view(1), tree=self._static(step, 1))
+        return Verified(self._logits(hidden), features) if featured else self._logits(hidden)
 
     @torch.inference_mode()
     def verify_static(self, tokens: torch.Tensor, step: Static) -> Verified:
