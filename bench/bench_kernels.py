@@ -33,7 +33,9 @@ What is timed (microseconds per call: --calls calls captured in one graph, media
   siblings; `spread`: an unsure one's, shallow and bushy, as random weights draw), at the value-head shapes of
   --gdn-preset: `node-v<BV>-w<W>` the per-node kernel (remote.kernels.gdn_tree, BV value columns a program, W
   warps), `chunk-n<BN>-v<BV>-w<W>-<dot>` the chunked one (remote.kernels.gdn_chunked, blocks of BN nodes, float32
-  products at `dot` precision), `state` the chunked commit's state build after the deepest node, `node-none` /
+  products at `dot` precision), `solve-v<BV>-w<W>-<dot>-<dot>` the two-launch one (remote.kernels.gdn_solve:
+  BV value columns a program of its second launch, W warps, its products' precisions), `state` the chunked
+  commit's state build after the deepest node, `node-none` /
   `node-keep` / `node-save` the per-node kernel keeping nothing / every node's state / every node's inputs,
   `commit-install-6` / `commit-recompute-6` a DDTree commit of 6 stacked layers from kept states / from kept inputs
   (remote.kernels.gdn_install), `token-1` our one-token step (AR's without fla: gdn_tree.token_step), `fla-step-1`
@@ -257,6 +259,7 @@ def gdn_fns(preset: str, nodes: int, draft: str = "spine") -> dict:
     fns.update({f"chunk-n{bn}-v{bv}-w{w}-{dot}": variant(gdn_chunked, chunked, BLOCK_N=bn, BLOCK_V=bv, NUM_WARPS=w,
                                                           DOT=dot) for bn, bv, w, dot in shapes if bv <= dv})
     fns["state"] = commit
+    fns.update(solve_fns(variant, q, k, v, g, beta, state, visible, tree.height, dv))
     # what a DDTree verify keeps for its commit, and the commit of 6 stacked layers (the demo hybrid's GDN layers):
     # node states then a copy (remote.kernels.gdn_install.install), or node inputs then a recompute (.recompute)
     layers, channels = 6, 2 * heads * dk + heads * dv
@@ -285,6 +288,24 @@ def gdn_fns(preset: str, nodes: int, draft: str = "spine") -> dict:
     fns["fla-step-1"] = lambda: fla_step(*one[:3], g=one[3], beta=one[4], initial_state=state[None],
                                          output_final_state=True, use_qk_l2norm_in_kernel=True)
     return fns
+
+
+# remote.kernels.gdn_solve's tiles and precisions: (value columns a program, warps, the N x N products', the second
+# launch's); the first is the module's default
+SOLVE_SHAPES = [(32, 4, "tf32x3", "tf32x3"), (16, 4, "tf32x3", "tf32x3"), (64, 4, "tf32x3", "tf32x3"),
+                (32, 8, "tf32x3", "tf32x3"), (16, 2, "tf32x3", "tf32x3"), (32, 4, "tf32x3", "ieee"),
+                (32, 4, "ieee", "ieee"), (32, 4, "tf32", "tf32")]
+
+
+def solve_fns(variant, q, k, v, g, beta, state, visible, height: int, dv: int) -> dict:
+    """`solve-v<BV>-w<W>-<solve dot>-<apply dot>`: remote.kernels.gdn_solve's tree recurrence at SOLVE_SHAPES (the
+    chunked kernel's contract: `chunk-...` rows are its rivals; past its MAX_NODES it is the chunked kernel)."""
+    from remote.kernels import gdn_solve
+
+    run = lambda: gdn_solve.tree_recurrence(q, k, v, g, beta, state, visible, height)     # noqa: E731
+    return {f"solve-v{bv}-w{w}-{solve}-{apply}": variant(gdn_solve, run, BLOCK_V=bv, NUM_WARPS=w, DOT_SOLVE=solve,
+                                                         DOT_APPLY=apply)
+            for bv, w, solve, apply in SOLVE_SHAPES if bv <= max(dv, 16)}
 
 
 def glue_fns(preset: str, q: int) -> dict:

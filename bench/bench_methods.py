@@ -12,8 +12,8 @@ drift of the GPU falls on each alike; one cache size for all; rows say `interlea
 transformers' own `generate` as a row, to keep our AR honest; `--methods` measures fewer (AR always); `--floor`
 gives every row's step against the floor (the target's weight bytes / a device copy's bandwidth, measured in the
 run). `--draft-vocabs 0,2048` measures DFlash and DDTree once per draft head (0: the drafter's own; N: the N tokens
-most frequent in --calibration, remote.calibration), rows named `-v<N>`, AR once. Writes summary.csv and the sweep plots (same functions as the orchestrator's sweep summary) to --out; every
-row is printed as one JSON line and saved to rows.json as soon as it is measured (a run stopped at a time limit
+most frequent in --calibration, remote.calibration), rows named `-v<N>`, AR once. Writes summary.csv and the sweep
+plots (same functions as the orchestrator's sweep summary) to --out; every row is printed as one JSON line and saved to rows.json as soon as it is measured (a run stopped at a time limit
 keeps them), and the last stdout line is compact JSON.
 `--profile DIR` adds, after the timed runs of the first temperature (so no reported time is taken under the
 profiler), a torch.profiler chrome trace and a key_averages table of --profile-gens generations per method (ar,
@@ -356,6 +356,19 @@ def row(method, budget, temperature, metrics, ar_metrics, gens, ar_gens, vocab: 
     return r
 
 
+def set_constant(assignment: str) -> None:
+    """`remote.kernels.gdn_solve.ENABLED=true`: the module's constant set to the JSON value (printed)."""
+    import importlib
+
+    name, _, value = assignment.partition("=")
+    module, _, constant = name.rpartition(".")
+    target = importlib.import_module(module)
+    if not hasattr(target, constant):
+        raise SystemExit(f"--set: {module} has no {constant}")
+    setattr(target, constant, json.loads(value))
+    print(f"set {name} = {getattr(target, constant)!r}", flush=True)
+
+
 def head_figures(run: Run, ar_gens: list, vocab: int, vocabs: list[int]) -> dict:
     """A speculative row's draft head: its tokens, AR's generated tokens outside it, and whether it is a cut of
     --draft-vocabs (auto's verdicts compare rows of the drafter's own head)."""
@@ -412,9 +425,14 @@ def main(argv: list[str] | None = None) -> None:
                         "head over the N tokens most frequent in --calibration)")
     p.add_argument("--calibration", default=CALIBRATION, help="the text --draft-vocabs counts on (assets:... or "
                                                                    "a file)")
+    p.add_argument("--set", action="append", default=[], metavar="MODULE.NAME=JSON",
+                   help="set a module constant before anything loads, e.g. remote.kernels.gdn_solve.ENABLED=true "
+                        "(a switch that is off until measured), repeatable")
     p.add_argument("--phase-kernels", action="store_true",
                    help="print (and save to phase_kernels.json) the kernels of each phase of a replayed step")
     args = p.parse_args(argv)
+    for assignment in args.set:
+        set_constant(assignment)
     methods = set(args.methods.split(",")) | {"ar"}
     if methods - {"ar", "dflash", "ddtree"}:
         raise SystemExit(f"--methods: one or more of ar, dflash, ddtree; got {args.methods!r}")

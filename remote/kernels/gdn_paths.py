@@ -7,9 +7,10 @@ path. `prefer`: "torch" = the model's own reference functions (from its transfor
 so transformers' hub/package dispatch and its fallback warnings stay out of it); "auto" = flash-linear-attention's
 chunk and fused-recurrent kernels and causal_conv1d's conv, each where installed and the tensors are on CUDA, the
 torch function otherwise, and our tree kernels where Triton runs. `path` names what runs: "torch", or the fast
-parts joined by "+" ("fla", "causal_conv1d", and "tree" where trees run per node, "chunked" where chunked, "token"
-where AR's step is ours). `torch_gdn_path()` holds transformers' own GDN layers to their torch functions.
-Non-goal: the ancestor conv windows of a tree, plain tensor indexing in `remote.models.gdn` on every path.
+parts joined by "+" ("fla", "causal_conv1d", and "tree" where trees run per node, "chunked" where chunked, "solve"
+where remote.kernels.gdn_solve stands in for that, "token" where AR's step is ours). `torch_gdn_path()` holds
+transformers' own GDN layers to their torch functions. Non-goal: the ancestor conv windows of a tree, plain tensor
+indexing in `remote.models.gdn` on every path.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from . import gdn_chunked
+from . import gdn_chunked, gdn_solve
 from . import gdn_tree as gdn_tree_kernel
 
 KERNEL_CHOICES = ("auto", "torch")
@@ -128,8 +129,9 @@ def _bundle(chunk_fn: Callable, step_fn: Callable, conv: Callable, path: str, tr
                        use_qk_l2norm_in_kernel=True)
 
     fast = tree is not None     # the chunked tree kernels run wherever the per-node one does
+    solve = gdn_solve.tree_recurrence if gdn_solve.ENABLED else gdn_chunked.tree_recurrence    # the same contract
     return GdnKernels(chunk=chunk, step=step, conv=conv, path=path, tree=tree,
-                      chunked=gdn_chunked.tree_recurrence if fast else None,
+                      chunked=solve if fast else None,
                       chunked_state=gdn_chunked.node_state if fast else None, chunked_trees=chunked_trees,
                       token=token)
 
@@ -157,7 +159,7 @@ def select_gdn_kernels(gdn_module: torch.nn.Module, device: torch.device | str, 
             tree = gdn_tree_kernel.tree_recurrence
             state_bytes = 4 * gdn_module.num_v_heads * gdn_module.head_k_dim * gdn_module.head_v_dim
             chunked_trees = state_bytes >= CHUNKED_TREES_FROM
-            parts.append("chunked" if chunked_trees else "tree")
+            parts.append(("solve" if gdn_solve.ENABLED else "chunked") if chunked_trees else "tree")
             if fla is None:         # fla's own one-token step where it is installed (not measured against ours)
                 token = gdn_tree_kernel.token_step
                 parts.append("token")

@@ -259,7 +259,8 @@ def gdn_tree(gdn: torch.nn.Module, h: torch.Tensor, layout: TreeLayout, conv_sta
     q, k, v, g, beta = _conv_gates(gdn, bank, layout.conv_index, b, a)                        # [1, N, ...]
     states = NodeStates(bank, (q, k, v, g, beta), recurrent, layout, kernels)
     if _chunked(kernels, layout):                   # node corrections kept for commit
-        core, states.solved = kernels.chunked(q[0], k[0], v[0], g[0], beta[0], recurrent[0], layout.visible, n)
+        core, states.solved = kernels.chunked(q[0], k[0], v[0], g[0], beta[0], recurrent[0], layout.visible,
+                                              layout.ancestors.shape[1])       # the tree's height bounds its solve
         return _output(gdn, core[None], z), states
     if kernels.tree is not None:    # one launch: every node from its parent's state, node states kept if small
         keep = keeps_nodes(kernels, layout, n, recurrent.numel())

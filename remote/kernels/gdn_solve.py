@@ -1,0 +1,123 @@
+"""The gated delta rule over a token tree of up to MAX_NODES nodes as two short Triton launches (CUDA): the tree's
+node-by-node solve once per value head, then every (head, value block)'s products in parallel. A drop-in for
+remote.kernels.gdn_chunked's `tree_recurrence`, off (`ENABLED`) until measured on a GPU.
+
+Contract: `tree_recurrence(q, k, v, g, beta, state, visible, height)` -> (out [N, HV, Dv] in v's dtype, (u [N, HV,
+Dv] float32, log decay down each node's path [N, HV] float32)), exactly remote.kernels.gdn_chunked's (the same
+inputs, the same `solved` that its `node_state` rebuilds a node's state from); trees of more than MAX_NODES nodes
+go to it. `height` bounds the tree's depth + 1 (a host int). Runs under Triton's interpreter on CPU tensors
+(TRITON_INTERPRET=1, tests). The tiles and the products' precision are module constants (NODES_PAD is derived),
+read at every call, so bench/bench_kernels.py times others.
+"""
+from __future__ import annotations
+
+import torch
+
+from . import gdn_chunked
+
+try:
+    import triton
+    import triton.language as tl
+
+    from .gdn_chunked import _decays, _unit_rows, _visible
+except ImportError:          # CPU-only installs: remote.models.gdn runs the sequence kernels
+    triton = None
+
+# The same form as remote.kernels.gdn_chunked (its comment has the algebra): u = (I + A)^-1 b, o = g * (Q S_0) +
+# ((Q K^T) * decays * visible) u, A = beta * (K K^T) * decays, strictly over ancestors, nilpotent below the tree's
+# height. There a program walks the nodes in blocks of 16, each block a chain of small dependent products, and
+# holds 64 value columns of one head: 96 programs at Qwen3.6-27B widths, 55 us a layer for 33 nodes where fla's
+# one-token step takes 4.7 (one H100, 2026-12-05, `gpu_suite.sh q27b_kernels`). Here nothing waits on a previous
+# block: a program per head builds T = (I + A)^-1 = (I - A)(I + A^2)(I + A^4)... and M = ((Q K^T) * decays *
+# visible) T over all its nodes at once (log2(height) squarings of an N x N matrix, on tensor cores), then a
+# program per (head, BLOCK_V value columns) needs four products: K S_0, Q S_0, u = T b and o = g Q S_0 + M b.
+ENABLED = False          # off until `gpu_suite.sh gdn_solve` times it against the chunked kernel
+MAX_NODES = 64           # padded to a power of two: past 64, N x N products of 128 cost more than blocks of 16
+BLOCK_V = 32             # value columns a program of the second launch holds: 4 x 48 = 192 programs at 27B widths
+NUM_WARPS = 4
+DOT_SOLVE = "tf32x3"     # the N x N products: three TF32 passes, float32's accuracy on tensor cores
+DOT_APPLY = "tf32x3"     # the second launch's (K S_0 and Q S_0 read the float32 state)
+
+
+if triton is not None:
+    @triton.jit
+    def _solve_kernel(q, k, g, beta, visible, t_out, m_out, lg_out, N, HV, q_t, q_h, k_t, k_h, scale,
+                      DK: tl.constexpr, NP: tl.constexpr, BK: tl.constexpr, FACTORS: tl.constexpr,
+                      DOT: tl.constexpr):
+        """Program `head`: T and M [NP, NP] of its nodes, and each node's log decay down its path."""
+        head = tl.program_id(0)
+        r = tl.arange(0, NP)
+        dk = tl.arange(0, BK)
+        on = r < N
+        on_k = on[:, None] & (dk < DK)[None, :]
+        kn = _unit_rows(k, r, dk, on_k, k_t, head * k_h)
+        qn = _unit_rows(q, r, dk, on_k, q_t, head * q_h) * scale
+        vis = _visible(visible, r, r, N)
+        gh = tl.load(g + r * HV + head, mask=on, other=0.0).to(tl.float32)
+        lg = tl.sum(tl.where(vis, gh[None, :], 0.0), 1)                  # log decay down each path, itself included
+        rel = _decays(vis, lg, lg)
+        bh = tl.load(beta + r * HV + head, mask=on, other=0.0).to(tl.float32)
+        eye = r[:, None] == r[None, :]
+        a = tl.dot(kn, tl.trans(kn), input_precision=DOT) * rel * bh[:, None]
+        a = tl.where(eye, 0.0, a)                                          # strictly the ancestors
+        t = tl.where(eye, 1.0, 0.0) - a
+        for _ in tl.static_range(1, FACTORS):
+            a = tl.dot(a, a, input_precision=DOT)
+            t += tl.dot(t, a, input_precision=DOT)
+        m = tl.dot(tl.dot(qn, tl.trans(kn), input_precision=DOT) * rel, t, input_precision=DOT)
+        grid = head * NP * NP + r[:, None] * NP + r[None, :]
+        tl.store(t_out + grid, t)
+        tl.store(m_out + grid, m)
+        tl.store(lg_out + r * HV + head, lg, mask=on)
+
+    @triton.jit
+    def _apply_kernel(q, k, v, beta, state, t_in, m_in, lg_in, out, u_out, N, HV, q_t, q_h, k_t, k_h, v_t, v_h,
+                      scale, DK: tl.constexpr, DV: tl.constexpr, NP: tl.constexpr, BK: tl.constexpr,
+                      BV: tl.constexpr, DOT: tl.constexpr):
+        """Program (value block, head): its columns of every node's output and correction u."""
+        block, head = tl.program_id(0), tl.program_id(1)
+        r = tl.arange(0, NP)
+        dk = tl.arange(0, BK)
+        dv = block * BV + tl.arange(0, BV)
+        on, in_k, in_v = r < N, dk < DK, dv < DV
+        kn = _unit_rows(k, r, dk, on[:, None] & in_k[None, :], k_t, head * k_h)
+        qn = _unit_rows(q, r, dk, on[:, None] & in_k[None, :], q_t, head * q_h) * scale
+        s0 = tl.load(state + head * DK * DV + dk[:, None] * DV + dv[None, :], mask=in_k[:, None] & in_v[None, :],
+                     other=0.0)
+        decay = tl.exp(tl.load(lg_in + r * HV + head, mask=on, other=0.0))
+        bh = tl.load(beta + r * HV + head, mask=on, other=0.0).to(tl.float32)
+        vb = tl.load(v + r[:, None] * v_t + head * v_h + dv[None, :], mask=on[:, None] & in_v[None, :],
+                     other=0.0).to(tl.float32)
+        rhs = bh[:, None] * (vb - decay[:, None] * tl.dot(kn, s0, input_precision=DOT))
+        grid = head * NP * NP + r[:, None] * NP + r[None, :]
+        u = tl.dot(tl.load(t_in + grid), rhs, input_precision=DOT)
+        o = decay[:, None] * tl.dot(qn, s0, input_precision=DOT) + tl.dot(tl.load(m_in + grid), rhs,
+                                                                          input_precision=DOT)
+        dest = r[:, None] * HV * DV + head * DV + dv[None, :]
+        tl.store(out + dest, o.to(out.dtype.element_ty), mask=on[:, None] & in_v[None, :])
+        tl.store(u_out + dest, u, mask=on[:, None] & in_v[None, :])
+
+
+def tree_recurrence(q, k, v, g, beta, state, visible, height: int):
+    """See the module docstring."""
+    n, (hv, dk), dv = q.shape[0], q.shape[1:], v.shape[-1]
+    if n > MAX_NODES:
+        return gdn_chunked.tree_recurrence(q, k, v, g, beta, state, visible, height)
+    if not (q.stride(-1) == k.stride(-1) == v.stride(-1) == 1):
+        raise ValueError("tree_recurrence needs q, k, v contiguous in their last dimension")
+    np_, bk = max(16, triton.next_power_of_2(n)), max(16, triton.next_power_of_2(dk))
+    bv = max(16, min(triton.next_power_of_2(dv), BLOCK_V))
+    out = torch.empty(n, hv, dv, dtype=v.dtype, device=v.device)
+    u = torch.empty(n, hv, dv, dtype=torch.float32, device=v.device)
+    lg = torch.empty(n, hv, dtype=torch.float32, device=v.device)
+    t, m = (torch.empty(hv, np_, np_, dtype=torch.float32, device=v.device) for _ in range(2))
+    g, beta, state = (x.contiguous() for x in (g, beta, state))
+    seen = visible.contiguous().view(torch.uint8)
+    factors = max(1, (min(height, np_) - 1).bit_length())      # A^(2^factors) = 0: no path is that long
+    _solve_kernel[(hv,)](q, k, g, beta, seen, t, m, lg, n, hv, q.stride(0), q.stride(1), k.stride(0), k.stride(1),
+                         dk ** -0.5, DK=dk, NP=np_, BK=bk, FACTORS=factors, DOT=DOT_SOLVE, num_warps=NUM_WARPS)
+    _apply_kernel[(triton.cdiv(dv, bv), hv)](
+        q, k, v, beta, state, t, m, lg, out, u, n, hv, q.stride(0), q.stride(1), k.stride(0), k.stride(1),
+        v.stride(0), v.stride(1), dk ** -0.5, DK=dk, DV=dv, NP=np_, BK=bk, BV=bv, DOT=DOT_APPLY,
+        num_warps=NUM_WARPS)
+    return out, (u, lg)

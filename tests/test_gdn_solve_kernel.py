@@ -1,0 +1,128 @@
+"""The two-launch GDN tree kernels (remote.kernels.gdn_solve) on the CPU under Triton's interpreter (a subprocess: the
+interpreter is chosen when Triton is imported): against a step-by-step delta rule down every node's path, for random
+trees, deep spines and chains, and against the chunked kernel's corrections (the `solved` that commit rebuilds the
+state from), at both products' precisions; both kernels compile for sm_90 without a GPU."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from tests.interpreted import run_interpreted
+
+pytest.importorskip("triton")
+
+CHECK = r"""
+import json, random, sys, torch
+from remote.kernels import gdn_chunked, gdn_solve
+from remote.tree import Ancestry
+
+def unit(x):
+    return x / torch.sqrt((x * x).sum(-1, keepdim=True) + 1e-6)
+
+def stepwise(q, k, v, g, beta, state, parents):
+    outs, states = [], []
+    qn, kn = unit(q) * q.shape[-1] ** -0.5, unit(k)
+    for i, p in enumerate(parents):
+        s = (state if p < 0 else states[p]) * g[i].exp()[:, None, None]
+        s = s + kn[i][:, :, None] * ((v[i] - torch.einsum("hkv,hk->hv", s, kn[i])) * beta[i][:, None])[:, None]
+        states.append(s)
+        outs.append(torch.einsum("hkv,hk->hv", s, qn[i]))
+    return torch.stack(outs), torch.stack(states)
+
+def parents_of(n, shape):
+    if shape == "chain":
+        return [-1] + list(range(n - 1))
+    if shape == "spine":      # a confident drafter's tree: a deep spine, siblings hanging off it
+        return [-1] + [i - 1 if i < 16 else random.randrange(15) for i in range(1, n)]
+    return [-1 if i == 0 or random.random() < 0.1 else random.randrange(i) for i in range(n)]
+
+random.seed(0)
+torch.manual_seed(0)
+errors = []
+cases, device, dot = json.loads(sys.argv[1])
+gdn_solve.DOT_SOLVE = gdn_solve.DOT_APPLY = dot
+for n, (hv, dk, dv), shape in cases:
+    parents = parents_of(n, shape)
+    tree = Ancestry.from_parents(parents, device)
+    q, k, v = (torch.randn(n, hv, d, device=device) for d in (dk, dk, dv))
+    g, beta = -torch.rand(n, hv, device=device), torch.rand(n, hv, device=device)
+    state = torch.randn(hv, dk, dv, device=device)
+    out, solved = gdn_solve.tree_recurrence(q, k, v, g, beta, state, tree.visible, tree.height)
+    _, (u, lg) = gdn_chunked.tree_recurrence(q, k, v, g, beta, state, tree.visible, tree.height)
+    want_out, want_states = stepwise(q, k, v, g, beta, state, parents)
+    built = torch.cat([gdn_chunked.node_state(k, solved, state, tree.visible, torch.tensor([i], device=device))
+                       for i in range(n)])
+    errors.append([tree.height, (out - want_out).abs().max().item(), (built - want_states).abs().max().item(),
+                   (solved[0] - u).abs().max().item(), (solved[1] - lg).abs().max().item()])
+print(json.dumps(errors))
+"""
+
+# odd widths (masked tiles), 33 and 64 nodes (pads of 64), a chain of 16 (a DFlash block), a deep spine as deep as a
+# block of 16 allows, a lone node, and 70 nodes (past MAX_NODES: the chunked kernel's)
+SHAPES = [[33, [4, 12, 8], "tree"], [16, [2, 16, 24], "chain"], [64, [3, 64, 40], "spine"], [33, [2, 32, 32], "spine"],
+          [1, [2, 16, 16], "tree"], [70, [2, 16, 16], "tree"]]
+
+
+@pytest.mark.parametrize("dot", ["ieee", "tf32x3"])
+def test_solve_kernels_match_the_stepwise_rule_on_every_node(dot):
+    results = run_interpreted(CHECK, json.dumps([SHAPES, "cpu", dot]), timeout=900)
+    assert max(height for height, *_ in results) == 16          # the spines are as deep as a block of 16 allows
+    for height, out_error, state_error, u_error, lg_error in results:
+        assert out_error < 1e-5 and state_error < 1e-5 and u_error < 1e-5 and lg_error < 1e-6, results
+
+
+ORACLE = r"""
+import dataclasses, json, sys
+from remote.kernels import gdn_chunked, gdn_solve
+from remote.models import hybrid_target
+from tests import test_hybrid_target as oracle
+
+calls = []
+select = hybrid_target.select_gdn_kernels     # on the CPU it picks no tree kernel: hand it the interpreted ones
+def solve(*args):
+    calls.append(1)
+    return gdn_solve.tree_recurrence(*args)
+hybrid_target.select_gdn_kernels = lambda *a, **kw: dataclasses.replace(
+    select(*a, **kw), chunked=solve, chunked_state=gdn_chunked.node_state, chunked_trees=True)
+for test in json.loads(sys.argv[1]):
+    getattr(oracle, test)("qwen3_5-narrow")
+print(json.dumps(len(calls)))
+"""
+
+
+def test_solve_kernels_pass_the_hybrid_targets_oracle_tests():
+    """Inside `HybridTarget`, for every tree and chain (as at wide layers): each node's logits those of a plain
+    forward over its ancestor path, and every commit the state of a plain forward (tests/test_hybrid_target.py)."""
+    tests = ["test_every_tree_node_matches_its_ancestor_path",
+             "test_reserved_commits_install_the_state_of_a_plain_forward"]
+    assert run_interpreted(ORACLE, json.dumps(tests), timeout=900) > 0
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="compiled Triton needs CUDA")
+@pytest.mark.parametrize("dot", ["ieee", "tf32x3"])
+def test_solve_kernels_match_the_stepwise_rule_on_cuda(dot):
+    """Compiled, at Qwen3.6-27B widths too: float32-close (TF32x3 included)."""
+    cases = SHAPES + [[33, [48, 128, 128], "spine"], [33, [48, 128, 128], "tree"], [64, [48, 128, 128], "spine"],
+                      [16, [48, 128, 128], "chain"]]
+    for height, out_error, state_error, u_error, _ in run_interpreted(CHECK, json.dumps([cases, "cuda", dot]),
+                                                                      timeout=900, interpret=False):
+        assert out_error < 1e-4 and state_error < 1e-4 and u_error < 1e-4
+
+
+def test_solve_kernels_compile_for_hopper():
+    """Triton's compiler types what its interpreter does not; both kernels compile for sm_90 here, without a GPU,
+    at Qwen3.6-27B widths and 33 nodes (padded to 64), at both precisions."""
+    from remote.kernels import gdn_solve
+    from tests.test_tree_kernel import hopper_ptx
+
+    common = {"q": "*bf16", "k": "*bf16", "beta": "*bf16", "N": "i32", "HV": "i32", "q_t": "i32", "q_h": "i32",
+              "k_t": "i32", "k_h": "i32", "scale": "fp32"}
+    solve = {**common, "g": "*fp32", "visible": "*u8", "t_out": "*fp32", "m_out": "*fp32", "lg_out": "*fp32"}
+    apply = {**common, "v": "*bf16", "state": "*fp32", "t_in": "*fp32", "m_in": "*fp32", "lg_in": "*fp32",
+             "out": "*bf16", "u_out": "*fp32", "v_t": "i32", "v_h": "i32"}
+    for dot in ("ieee", "tf32x3"):
+        sizes = {"DK": 128, "NP": 64, "BK": 128, "DOT": dot}
+        assert ".entry" in hopper_ptx(gdn_solve._solve_kernel, solve, {**sizes, "FACTORS": 4})
+        assert ".entry" in hopper_ptx(gdn_solve._apply_kernel, apply, {**sizes, "DV": 128, "BV": 32})
