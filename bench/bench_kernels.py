@@ -24,7 +24,8 @@ What is timed (microseconds per call: --calls calls captured in one graph, media
   of --proj-preset's first layers, each member its own GEMM against one GEMM over the concatenated weight
   (remote.kernels.fused_linear), for --queries rows; `gbps` is the weights' bytes read per second. Up to 128 rows
   also `<group>-gemv` and, for o_proj, down_proj and lm_head, `<name>-<cublas|gemv>`: cuBLAS against the one-row
-  and few-row kernels (remote.kernels.gemv).
+  and few-row kernels (remote.kernels.gemv); from 2 rows `-split`, the few rows split over K
+  (remote.kernels.gemm_split).
 - `glue/<piece>-<eager|compiled>`: each piece of remote.kernels.glue (rotary, silu_mul; on a hybrid preset also
   the gated norm, the GDN gates, the zero-centred norm and a residual add with it) at --proj-preset's widths for
   --queries rows, plain against torch.compile'd.
@@ -352,6 +353,7 @@ def proj_fns(preset: str, q: int) -> dict:
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from bench_verify import model_config
+    from remote.kernels import gemm_split
     from remote.kernels.fused_linear import fuse
 
     fields = model_config(preset, 4, {})       # a hybrid's first four: three GDN layers and one attention layer
@@ -370,6 +372,8 @@ def proj_fns(preset: str, q: int) -> dict:
         fns[f"{name}-fused"] = (lambda g=group: F.linear(x, g.weight, g.bias), size)
         if q <= gemv.MAX_ROWS:
             fns[f"{name}-gemv"] = (lambda g=group: gemv._op(x, g.weight, g.bias), size)
+        if 1 < q <= gemv.MAX_ROWS:
+            fns[f"{name}-split"] = (lambda g=group: gemm_split.split_linear(x, g.weight, g.bias), size)
     layer = model.model.layers[-1]
     for name, linear in [("o", getattr(layer.self_attn, "o_proj", None)), ("down", layer.mlp.down_proj),
                          ("lm_head", model.lm_head)] if q <= gemv.MAX_ROWS else ():
@@ -378,6 +382,8 @@ def proj_fns(preset: str, q: int) -> dict:
             xi = torch.randn(1, q, linear.in_features, device="cuda", dtype=torch.bfloat16)
             fns[f"{name}-cublas"] = (lambda m=linear, xi=xi: F.linear(xi, m.weight, m.bias), size)
             fns[f"{name}-gemv"] = (lambda m=linear, xi=xi: gemv._op(xi, m.weight, m.bias), size)
+            if q > 1:
+                fns[f"{name}-split"] = (lambda m=linear, xi=xi: gemm_split.split_linear(xi, m.weight, m.bias), size)
     return fns
 
 

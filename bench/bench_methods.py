@@ -513,8 +513,8 @@ def main(argv: list[str] | None = None) -> None:
                             *(("ddtree", b) for b in fixed)], Path(args.timeline), args.profile_gens)
         del run
     if gemv.FASTER:            # which projection shapes and row buckets the kernels serve (remote.kernels.gemv)
-        print("gemv: " + ", ".join(f"{'x'.join(map(str, key[0]))}/{key[-1]} {'kernel' if fast else 'cublas'}"
-                                   for key, fast in gemv.FASTER.items()), flush=True)
+        print("gemv: " + ", ".join(f"{'x'.join(map(str, key[0]))}/{key[-1]} {chosen}"
+                                   for key, chosen in gemv.FASTER.items()), flush=True)
     from rich.console import Console
 
     Console(width=200).print(render_table(rows, "bench_methods"))

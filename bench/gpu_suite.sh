@@ -59,7 +59,7 @@ step() {  # name seconds command... (ONLY: the name STEPS selects it by, if not 
   case " ${STEPS:-all} " in *" all "* | *" ${ONLY:-$name} "*) ;; *) return ;; esac
   timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
   echo "$name rc=$? $(date +%T)"
-  grep -E 'decode_path|^floor|^ +[a-z_0-9-]+-T[01] +tau|^auto[0-9]+-T|^\||^kernel|passed|failed' \
+  grep -E 'decode_path|^floor|^set |^ +[a-z_0-9-]+-T[01] +tau|^auto[0-9]+-T|^\||^kernel|passed|failed' \
     "$OUT/$name.log" | head -40
 }
 methods() {  # name seconds args...: bench_methods here and, with BASE, in the old tree as <name>_base
@@ -174,6 +174,36 @@ step profile_8b 120 python3 bench/bench_profile.py --preset qwen3-8b --rows 1,33
 step profile_27b 180 python3 bench/bench_profile.py --preset qwen3.6-27b --rows 1,33,65 --out "$OUT/profile"
 step verify_27b 90 python3 bench/bench_verify.py --preset qwen3.6-27b --layers 16 --ar-tokens 8 \
   --budgets 16,64,256 --repeats 3 --min-repeats 2 --measure-s 1 --time-limit 80 --out "$OUT/verify_27b.json"
+# A cheaper draft at deployed widths: the reduced draft head (drafter.draft_vocab), tree_budget=auto's AR steps, the
+# two-launch GDN tree solve (remote.kernels.gdn_solve, off until measured). Their CUDA tests first; then one GDN
+# layer's tree recurrence at Qwen3.6-27B widths, solve-* against chunk-* and fla's one-token step (goal: <= 15 us a
+# layer at 33 nodes); the demo pairs with the head cut to 2048 of 4096 tokens beside the full one (goal: tau within
+# 2%); T=1 auto beside fixed budgets and AR (goal: >= 0.98x AR where every budget is slower, >= 97% of the best
+# where one is faster); the deployed widths with a 32k head and the solve on, against AR and the floor
+step vocab_tests 300 python3 -m pytest -q -p no:cacheprovider --durations=5 -k "cuda or hopper" \
+  tests/test_step_stats_kernel.py tests/test_gdn_solve_kernel.py tests/test_auto_budget.py tests/test_draft_vocab.py
+step gdn_solve 200 sh -c "python3 bench/bench_kernels.py --kinds gdn --gdn-preset qwen3.6-27b --budgets 32,64 \
+  --out $OUT/gdn_solve_27b.json && python3 bench/bench_kernels.py --kinds gdn --gdn-preset hv16-d128 --budgets 32 \
+  --out $OUT/gdn_solve_hv16.json"
+# the verify's weight-reading GEMMs at 33 and 65 rows: cuBLAS, our few-row kernel and the split one (remote.kernels.
+# gemm_split, off until measured) against the one-row kernel's GB/s (goal: within 5% of its time for the same bytes)
+step gemm_split 240 sh -c "python3 bench/bench_kernels.py --kinds proj --queries 1,33,65 --proj-preset qwen3.6-27b \
+  --out $OUT/gemm_split_27b.json && python3 bench/bench_kernels.py --kinds proj --queries 1,33,65 \
+  --out $OUT/gemm_split_8b.json"
+methods q3_vocab 200 $Q3 --temperatures 0 --num-prompts 24 --budgets 31,63 --interleave --draft-vocabs 0,2048
+methods q35_vocab 240 $Q35 --temperatures 0 --num-prompts 24 --budgets 15,31 --interleave --draft-vocabs 0,2048
+HELDOUT="--dataset jsonl:$M/heldout_prompts.jsonl"
+methods q3_auto_t1 200 --model $M/demo-qwen3 --drafter $M/demo-qwen3-dflash $HELDOUT --num-prompts 24 \
+  --temperatures 1 --budgets 15,31,63,auto
+methods q35_auto_t1 260 --model $M/demo-qwen3_5 --drafter $M/demo-qwen3_5-dflash $HELDOUT --num-prompts 24 \
+  --temperatures 1 --budgets 15,31,63,auto
+methods q27b_vocab 240 --random "$Q27" --dataset builtin --num-prompts 2 --max-new-tokens 48 --budgets 32,64 \
+  --temperatures 0 --random-drafter "$RANDOM_DRAFTER" --floor --draft-vocabs 0,32768
+methods q27b_solve 240 --random "$Q27" --dataset builtin --num-prompts 2 --max-new-tokens 48 --budgets 32,64 \
+  --temperatures 0 --random-drafter "$RANDOM_DRAFTER" --floor --draft-vocabs 32768 \
+  --set remote.kernels.gdn_solve.ENABLED=true
+methods q8b_vocab 150 --random "$Q8" --dataset builtin --num-prompts 2 --max-new-tokens 48 --budgets 64 \
+  --temperatures 0 --random-drafter "$RANDOM_DRAFTER" --floor --draft-vocabs 0,32768
 step hybrid_tests 200 python3 -m pytest -q -p no:cacheprovider --durations=5 \
   tests/test_graph_decode.py::test_hybrid_graph_replays_equal_eager_steps tests/test_hybrid_target.py \
   tests/test_gdn_tree_kernel.py tests/test_conv_gates_kernel.py -k "cuda or hybrid_graph"

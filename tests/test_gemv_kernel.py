@@ -76,3 +76,64 @@ def test_cuda_linear_equals_cublas_and_picks_per_shape():
         assert (gemv._op(x, w, b).float() - want).abs().max().item() < 2e-2
         assert (gemv.linear(x, w, b).float() - want).abs().max().item() < 2e-2
         assert (tuple(w.shape), w.dtype, bias, x.device, gemv.bucket(m)) in gemv.FASTER   # measured once, then kept
+
+
+SPLIT = r"""
+import json, sys
+import torch
+from remote.kernels.gemm_split import split_interpreted
+
+out = []
+for n, k, bias, lead, bn, bk, split in json.loads(sys.argv[1]):
+    g = torch.Generator().manual_seed(n * k + split)
+    w, x = torch.randn(n, k, generator=g), torch.randn(*lead, k, generator=g)
+    b = torch.randn(n, generator=g) if bias else None
+    want = torch.nn.functional.linear(x, w, b)
+    first = split_interpreted(x, w, b, BN=bn, BK=bk, SPLIT=split)
+    again = split_interpreted(x, w, b, BN=bn, BK=bk, SPLIT=split)      # the counters were left at zero
+    out.append({"shape": list(first.shape), "want": list(want.shape), "error": (first - want).abs().max().item(),
+                "same": torch.equal(first, again)})
+print(json.dumps(out))
+"""
+# (N, K, bias, x's leading shape, columns a program, K block, splits): a verify's 33 rows (padded to 64) with K not a
+# multiple of the splits' chunks, 2 rows, 17 rows with a bias, a split whose last chunk is empty (K of 2 blocks, 4
+# splits), N not a multiple of the column block
+SPLIT_CASES = [(70, 200, False, [1, 33], 16, 32, 3), (40, 96, False, [2], 32, 32, 2), (33, 130, True, [17], 16, 64, 4),
+               (48, 64, True, [5], 16, 32, 4), (37, 256, False, [64], 32, 64, 2)]
+
+
+def test_interpreted_split_kernel_equals_linear():
+    """remote.kernels.gemm_split: each column block's parts summed by its last program, the same bits every call."""
+    results = run_interpreted(SPLIT, json.dumps(SPLIT_CASES))
+    assert len(results) == len(SPLIT_CASES)
+    for r in results:
+        assert r["shape"] == r["want"] and r["error"] < 1e-4 and r["same"], r
+
+
+def test_split_kernel_compiles_for_hopper():
+    from remote.kernels import gemm_split
+    from tests.test_tree_kernel import hopper_ptx
+
+    signature = {"x": "*bf16", "w": "*bf16", "b": "*bf16", "out": "*bf16", "part": "*fp32", "count": "*i32",
+                 "M": "i32", "N": "i32", "K": "i32", "stride_n": "i32"}
+    ptx = hopper_ptx(gemm_split._split_kernel, signature, {"HAS_BIAS": True, "BM": 64, "BN": 128, "BK": 64,
+                                                           "SPLIT": 4})
+    assert "mma" in ptx and "atom" in ptx
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the kernel runs on CUDA")
+def test_cuda_split_kernel_equals_cublas_eagerly_and_replayed():
+    from remote.kernels import gemm_split
+
+    for n, k, m in [(5120, 6144, 33), (5120, 17408, 64), (14336, 5120, 40), (1000, 896, 7)]:
+        w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k ** 0.5
+        x = torch.randn(1, m, k, device="cuda", dtype=torch.bfloat16)
+        want = torch.nn.functional.linear(x, w).float()
+        first = gemm_split.split_linear(x, w)
+        assert (first.float() - want).abs().max().item() < 2e-2
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = gemm_split.split_linear(x, w)
+        for _ in range(3):
+            graph.replay()
+            assert torch.equal(out, first)

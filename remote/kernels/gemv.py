@@ -3,14 +3,17 @@ once, in place of cuBLAS.
 
 Contract: `linear(x, weight, bias)` equals `F.linear` up to float32 summation order for x of any leading shape; the
 kernels run only where they were built for (CUDA, Triton, 1-64 rows of x, x and weight of one 16-bit dtype,
-weight rows contiguous) and measured faster (`_faster`, per weight shape and row bucket, on first use); everything
-else goes to `F.linear`. `gemv_interpreted` runs them under Triton's interpreter (TRITON_INTERPRET=1, CPU tensors)
-for tests. Under torch.compile they are an opaque op.
+weight rows contiguous) and measured faster (`_fastest`, per weight shape and row bucket, on first use; also
+remote.kernels.gemm_split's split kernel where it is on); everything else goes to `F.linear`. `gemv_interpreted`
+runs them under Triton's interpreter (TRITON_INTERPRET=1, CPU tensors) for tests. Under torch.compile they are an
+opaque op.
 """
 from __future__ import annotations
 
 import torch
 from torch.nn import functional as F
+
+from . import gemm_split
 
 try:
     import triton
@@ -125,8 +128,9 @@ if triton is not None:
         return _launch(torch.library.wrap_triton, _gemv_tuned, _rows_tuned, x, weight, bias)
 
 
-# (weight shape, dtype, bias, device, row bucket) -> whether the kernel beat cuBLAS there
-FASTER: dict[tuple, bool] = {}
+# (weight shape, dtype, bias, device, row bucket) -> what runs there: "kernel" (ours), "split" (remote.kernels.
+# gemm_split, where on) or "cublas"
+FASTER: dict[tuple, str] = {}
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -134,15 +138,18 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     if eligible(x, weight) and not torch.compiler.is_compiling():     # traced whole (compile_steps): cuBLAS
         key = (tuple(weight.shape), weight.dtype, bias is not None, x.device, bucket(rows(x, weight)))
         if key not in FASTER and not torch.cuda.is_current_stream_capturing():
-            FASTER[key] = _faster(x, weight, bias)
-        if FASTER.get(key):
+            FASTER[key] = _fastest(x, weight, bias)
+        if FASTER.get(key) == "kernel":
             return _op(x, weight, bias)
+        if FASTER.get(key) == "split":
+            return gemm_split.split_linear(x, weight, bias)
     return F.linear(x, weight, bias)
 
 
-def _faster(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
-    """Whether the kernel takes under 97% of cuBLAS's time for this shape on this GPU, both timed as the steps run
-    them: replayed in a CUDA graph (triton's do_bench_cudagraph), after the kernel's configurations are autotuned (a
+def _fastest(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> str:
+    """The kernel ("kernel", and for 2-64 rows remote.kernels.gemm_split's where it is on) that takes under 97% of
+    cuBLAS's time for this shape on this GPU and the least of them, else "cublas": all timed as the steps run them,
+    replayed in a CUDA graph (triton's do_bench_cudagraph), after the kernels' configurations are autotuned (a
     captured step's eager warm-up, never inside a capture). A GPU or shape where cuBLAS streams better keeps it."""
     # Timed per launch instead (do_bench), the kernel's Python dispatch counted and cuBLAS kept every shape, where in
     # graphs the kernel was faster at most (one H200, 2026-12-03, `gpu_suite.sh gemv`). In graphs the one-row kernel
@@ -154,11 +161,17 @@ def _faster(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) ->
     try:
         from triton.testing import do_bench_cudagraph
 
-        _op(x, weight, bias)                     # autotuned here, outside the capture
-        ours = do_bench_cudagraph(lambda: _op(x, weight, bias))
-        return ours < 0.97 * do_bench_cudagraph(lambda: F.linear(x, weight, bias))
+        ours = {"kernel": lambda: _op(x, weight, bias)}
+        if gemm_split.ENABLED and rows(x, weight) > 1:
+            ours["split"] = lambda: gemm_split.split_linear(x, weight, bias)
+        times = {}
+        for name, run in ours.items():
+            run()                                # autotuned here, outside the capture
+            times[name] = do_bench_cudagraph(run)
+        best = min(times, key=times.get)
+        return best if times[best] < 0.97 * do_bench_cudagraph(lambda: F.linear(x, weight, bias)) else "cublas"
     except Exception:                            # noqa: BLE001 - a timing that fails keeps cuBLAS, never the step
-        return False
+        return "cublas"
 
 
 def gemv_interpreted(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, BN: int = 4,
