@@ -260,7 +260,7 @@ def gdn_fns(preset: str, nodes: int, draft: str = "spine") -> dict:
     fns.update({f"chunk-n{bn}-v{bv}-w{w}-{dot}": variant(gdn_chunked, chunked, BLOCK_N=bn, BLOCK_V=bv, NUM_WARPS=w,
                                                           DOT=dot) for bn, bv, w, dot in shapes if bv <= dv})
     fns["state"] = commit
-    fns.update(solve_fns(variant, q, k, v, g, beta, state, visible, tree.height, dv))
+    fns.update(solve_fns(variant, (q, k, v, g, beta, state, visible), tree.height, solved, deepest))
     # what a DDTree verify keeps for its commit, and the commit of 6 stacked layers (the demo hybrid's GDN layers):
     # node states then a copy (remote.kernels.gdn_install.install), or node inputs then a recompute (.recompute)
     layers, channels = 6, 2 * heads * dk + heads * dv
@@ -298,15 +298,22 @@ SOLVE_SHAPES = [(32, 4, "tf32x3", "tf32x3"), (16, 4, "tf32x3", "tf32x3"), (64, 4
                 (32, 4, "ieee", "ieee"), (32, 4, "tf32", "tf32")]
 
 
-def solve_fns(variant, q, k, v, g, beta, state, visible, height: int, dv: int) -> dict:
-    """`solve-v<BV>-w<W>-<solve dot>-<apply dot>`: remote.kernels.gdn_solve's tree recurrence at SOLVE_SHAPES (the
-    chunked kernel's contract: `chunk-...` rows are its rivals; past its MAX_NODES it is the chunked kernel)."""
+def solve_fns(variant, inputs: tuple, height: int, solved: tuple, deepest: torch.Tensor) -> dict:
+    """`solve-v<BV>-w<W>-<solve dot>-<apply dot>`: remote.kernels.gdn_solve's tree recurrence of `inputs` (q, k, v, g,
+    beta, state, visible) at SOLVE_SHAPES (the chunked kernel's contract: `chunk-...` rows are its rivals; past its
+    MAX_NODES it is the chunked kernel); `solve-state-v<BV>`: its commit state build after the deepest node (the
+    chunked one's: `state`)."""
     from remote.kernels import gdn_solve
 
-    run = lambda: gdn_solve.tree_recurrence(q, k, v, g, beta, state, visible, height)     # noqa: E731
-    return {f"solve-v{bv}-w{w}-{solve}-{apply}": variant(gdn_solve, run, BLOCK_V=bv, NUM_WARPS=w, DOT_SOLVE=solve,
-                                                         DOT_APPLY=apply)
-            for bv, w, solve, apply in SOLVE_SHAPES if bv <= max(dv, 16)}
+    k, state, visible, dv = inputs[1], inputs[5], inputs[6], inputs[2].shape[-1]
+    run = lambda: gdn_solve.tree_recurrence(*inputs, height)                                # noqa: E731
+    build = lambda: gdn_solve.node_state(k, solved, state, visible, deepest)               # noqa: E731
+    fns = {f"solve-v{bv}-w{w}-{solve}-{apply}": variant(gdn_solve, run, BLOCK_V=bv, NUM_WARPS=w, DOT_SOLVE=solve,
+                                                        DOT_APPLY=apply)
+           for bv, w, solve, apply in SOLVE_SHAPES if bv <= max(dv, 16)}
+    fns.update({f"solve-state-v{bv}": variant(gdn_solve, build, BLOCK_V=bv) for bv in (16, 32, 64)
+                if bv <= max(dv, 16)})
+    return fns
 
 
 def glue_fns(preset: str, q: int) -> dict:

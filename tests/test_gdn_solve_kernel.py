@@ -1,7 +1,8 @@
 """The two-launch GDN tree kernels (remote.kernels.gdn_solve) on the CPU under Triton's interpreter (a subprocess: the
 interpreter is chosen when Triton is imported): against a step-by-step delta rule down every node's path, for random
-trees, deep spines and chains, and against the chunked kernel's corrections (the `solved` that commit rebuilds the
-state from), at both products' precisions; both kernels compile for sm_90 without a GPU."""
+trees, deep spines and chains (each node's output, and commit's state after each node, also in place with its conv
+window), against the chunked kernel's corrections, at both products' precisions, and inside `HybridTarget`'s oracle
+tests; the kernels compile for sm_90 without a GPU."""
 from __future__ import annotations
 
 import json
@@ -52,10 +53,18 @@ for n, (hv, dk, dv), shape in cases:
     out, solved = gdn_solve.tree_recurrence(q, k, v, g, beta, state, tree.visible, tree.height)
     _, (u, lg) = gdn_chunked.tree_recurrence(q, k, v, g, beta, state, tree.visible, tree.height)
     want_out, want_states = stepwise(q, k, v, g, beta, state, parents)
-    built = torch.cat([gdn_chunked.node_state(k, solved, state, tree.visible, torch.tensor([i], device=device))
+    built = torch.cat([gdn_solve.node_state(k, solved, state, tree.visible, torch.tensor([i], device=device))
                        for i in range(n)])
+    # in place, as a reserved commit writes (out is the state it reads), with the node's conv window (odd channels)
+    into = state.clone()[None]
+    bank, conv_index = torch.randn(37, 4 + n, device=device), torch.randint(0, 4 + n, (n, 4), device=device)
+    window = torch.zeros(37, 4, device=device)
+    gdn_solve.node_state(k, solved, into[0], tree.visible, torch.tensor([n - 1], device=device), out=into,
+                         conv=(bank, conv_index, window))
     errors.append([tree.height, (out - want_out).abs().max().item(), (built - want_states).abs().max().item(),
-                   (solved[0] - u).abs().max().item(), (solved[1] - lg).abs().max().item()])
+                   (solved[0] - u).abs().max().item(), (solved[1] - lg).abs().max().item(),
+                   (into[0] - want_states[n - 1]).abs().max().item(),
+                   (window - bank[:, conv_index[n - 1]]).abs().max().item()])
 print(json.dumps(errors))
 """
 
@@ -69,8 +78,9 @@ SHAPES = [[33, [4, 12, 8], "tree"], [16, [2, 16, 24], "chain"], [64, [3, 64, 40]
 def test_solve_kernels_match_the_stepwise_rule_on_every_node(dot):
     results = run_interpreted(CHECK, json.dumps([SHAPES, "cpu", dot]), timeout=900)
     assert max(height for height, *_ in results) == 16          # the spines are as deep as a block of 16 allows
-    for height, out_error, state_error, u_error, lg_error in results:
+    for height, out_error, state_error, u_error, lg_error, in_place_error, window_error in results:
         assert out_error < 1e-5 and state_error < 1e-5 and u_error < 1e-5 and lg_error < 1e-6, results
+        assert in_place_error < 1e-5 and window_error == 0, results
 
 
 ORACLE = r"""
@@ -106,9 +116,10 @@ def test_solve_kernels_match_the_stepwise_rule_on_cuda(dot):
     """Compiled, at Qwen3.6-27B widths too: float32-close (TF32x3 included)."""
     cases = SHAPES + [[33, [48, 128, 128], "spine"], [33, [48, 128, 128], "tree"], [64, [48, 128, 128], "spine"],
                       [16, [48, 128, 128], "chain"]]
-    for height, out_error, state_error, u_error, _ in run_interpreted(CHECK, json.dumps([cases, "cuda", dot]),
-                                                                      timeout=900, interpret=False):
-        assert out_error < 1e-4 and state_error < 1e-4 and u_error < 1e-4
+    for height, out_error, state_error, u_error, _, in_place_error, window_error in run_interpreted(
+            CHECK, json.dumps([cases, "cuda", dot]), timeout=900, interpret=False):
+        assert out_error < 1e-4 and state_error < 1e-4 and u_error < 1e-4 and in_place_error < 1e-4
+        assert window_error == 0
 
 
 def test_solve_kernels_compile_for_hopper():
@@ -120,9 +131,15 @@ def test_solve_kernels_compile_for_hopper():
     common = {"q": "*bf16", "k": "*bf16", "beta": "*bf16", "N": "i32", "HV": "i32", "q_t": "i32", "q_h": "i32",
               "k_t": "i32", "k_h": "i32", "scale": "fp32"}
     solve = {**common, "g": "*fp32", "visible": "*u8", "t_out": "*fp32", "m_out": "*fp32", "lg_out": "*fp32"}
+    state = {"k": "*bf16", "u": "*fp32", "lg": "*fp32", "visible": "*u8", "state": "*fp32", "node": "*i64",
+             "new": "*fp32", "bank": "*bf16", "conv_index": "*i64", "conv": "*bf16", "N": "i32", "HV": "i32",
+             "C": "i32", "k_t": "i32", "k_h": "i32", "bank_c": "i32"}
     apply = {**common, "v": "*bf16", "state": "*fp32", "t_in": "*fp32", "m_in": "*fp32", "lg_in": "*fp32",
              "out": "*bf16", "u_out": "*fp32", "v_t": "i32", "v_h": "i32"}
     for dot in ("ieee", "tf32x3"):
         sizes = {"DK": 128, "NP": 64, "BK": 128, "DOT": dot}
         assert ".entry" in hopper_ptx(gdn_solve._solve_kernel, solve, {**sizes, "FACTORS": 4})
         assert ".entry" in hopper_ptx(gdn_solve._apply_kernel, apply, {**sizes, "DV": 128, "BV": 32})
+        for window in (0, 4):           # commit's state, without and with the conv window
+            assert ".entry" in hopper_ptx(gdn_solve._state_kernel, state, {**sizes, "DV": 128, "BV": 32, "KC": window,
+                                                                          "CB": 64})

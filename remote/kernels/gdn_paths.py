@@ -132,7 +132,8 @@ def _bundle(chunk_fn: Callable, step_fn: Callable, conv: Callable, path: str, tr
     solve = gdn_solve.tree_recurrence if gdn_solve.ENABLED else gdn_chunked.tree_recurrence    # the same contract
     return GdnKernels(chunk=chunk, step=step, conv=conv, path=path, tree=tree,
                       chunked=solve if fast else None,
-                      chunked_state=gdn_chunked.node_state if fast else None, chunked_trees=chunked_trees,
+                      chunked_state=(gdn_solve.node_state if gdn_solve.ENABLED else gdn_chunked.node_state)
+                      if fast else None, chunked_trees=chunked_trees,
                       token=token)
 
 

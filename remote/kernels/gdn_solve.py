@@ -1,13 +1,13 @@
 """The gated delta rule over a token tree of up to MAX_NODES nodes as two short Triton launches (CUDA): the tree's
-node-by-node solve once per value head, then every (head, value block)'s products in parallel. A drop-in for
-remote.kernels.gdn_chunked's `tree_recurrence`, off (`ENABLED`) until measured on a GPU.
+node-by-node solve once per value head, then every (head, value block)'s products in parallel; and commit's state
+after one node in one product a program. Drop-ins for remote.kernels.gdn_chunked's, off (`ENABLED`) until measured.
 
 Contract: `tree_recurrence(q, k, v, g, beta, state, visible, height)` -> (out [N, HV, Dv] in v's dtype, (u [N, HV,
-Dv] float32, log decay down each node's path [N, HV] float32)), exactly remote.kernels.gdn_chunked's (the same
-inputs, the same `solved` that its `node_state` rebuilds a node's state from); trees of more than MAX_NODES nodes
-go to it. `height` bounds the tree's depth + 1 (a host int). Runs under Triton's interpreter on CPU tensors
-(TRITON_INTERPRET=1, tests). The tiles and the products' precision are module constants (NODES_PAD is derived),
-read at every call, so bench/bench_kernels.py times others.
+Dv] float32, log decay down each node's path [N, HV] float32)) and `node_state(k, solved, state, visible, node,
+out=None, conv=None)` are exactly remote.kernels.gdn_chunked's (the same inputs and results: its docstring); trees
+of more than MAX_NODES nodes go to its kernels. `height` bounds the tree's depth + 1 (a host int). Both run under
+Triton's interpreter on CPU tensors (TRITON_INTERPRET=1, tests). The tiles and the products' precision are module
+constants, read at every call, so bench/bench_kernels.py times others.
 """
 from __future__ import annotations
 
@@ -97,6 +97,36 @@ if triton is not None:
         tl.store(out + dest, o.to(out.dtype.element_ty), mask=on[:, None] & in_v[None, :])
         tl.store(u_out + dest, u, mask=on[:, None] & in_v[None, :])
 
+    @triton.jit
+    def _state_kernel(k, u, lg, visible, state, node, new, bank, conv_index, conv, N, HV, C, k_t, k_h, bank_c,
+                      DK: tl.constexpr, DV: tl.constexpr, NP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+                      DOT: tl.constexpr, KC: tl.constexpr, CB: tl.constexpr):
+        """Program (value block, head): its tile of the state after node `node`, g_i S_0 + sum over i's path of
+        (g_i / g_j) k_j u_j^T, as one product over every node (the others weigh 0); and its share of the conv
+        window."""
+        block, head = tl.program_id(0), tl.program_id(1)
+        r = tl.arange(0, NP)
+        dk = tl.arange(0, BK)
+        dv = block * BV + tl.arange(0, BV)
+        on, in_k, in_v = r < N, dk < DK, dv < DV
+        i = tl.load(node)
+        if KC > 0:      # the node's conv window: CB channels a program, its KC columns of the bank
+            ch = (head * tl.num_programs(0) + block) * CB + tl.arange(0, CB)
+            for j in tl.static_range(KC):
+                col = tl.load(conv_index + i * KC + j)
+                tl.store(conv + ch * KC + j, tl.load(bank + ch * bank_c + col, mask=ch < C), mask=ch < C)
+        lgi = tl.load(lg + i * HV + head)
+        path = tl.load(visible + i * N + r, mask=on, other=0) != 0                    # i's ancestors and i
+        w = tl.where(path, tl.exp(lgi - tl.load(lg + r * HV + head, mask=on, other=0.0)), 0.0)
+        kn = _unit_rows(k, r, dk, on[:, None] & in_k[None, :], k_t, head * k_h)
+        up = tl.load(u + r[:, None] * HV * DV + head * DV + dv[None, :], mask=on[:, None] & in_v[None, :],
+                     other=0.0)
+        grid = head * DK * DV + dk[:, None] * DV + dv[None, :]
+        in_kv = in_k[:, None] & in_v[None, :]
+        s = tl.exp(lgi) * tl.load(state + grid, mask=in_kv, other=0.0)
+        s += tl.dot(tl.trans(kn * w[:, None]), up, input_precision=DOT)
+        tl.store(new + grid, s, mask=in_kv)
+
 
 def tree_recurrence(q, k, v, g, beta, state, visible, height: int):
     """See the module docstring."""
@@ -121,3 +151,30 @@ def tree_recurrence(q, k, v, g, beta, state, visible, height: int):
         v.stride(0), v.stride(1), dk ** -0.5, DK=dk, DV=dv, NP=np_, BK=bk, BV=bv, DOT=DOT_APPLY,
         num_warps=NUM_WARPS)
     return out, (u, lg)
+
+
+def node_state(k, solved, state, visible, node, out=None, conv=None):
+    """See the module docstring (remote.kernels.gdn_chunked.node_state's contract)."""
+    u, lg = solved
+    n, hv, dk = k.shape
+    if n > MAX_NODES:
+        return gdn_chunked.node_state(k, solved, state, visible, node, out, conv)
+    dv = u.shape[-1]
+    new = torch.empty(1, hv, dk, dv, dtype=torch.float32, device=u.device) if out is None else out
+    if not (new.is_contiguous() and new.dtype == torch.float32 and new.shape == (1, hv, dk, dv)):
+        raise ValueError("node_state writes a contiguous float32 [1, HV, Dk, Dv] out")
+    bv = max(16, min(triton.next_power_of_2(dv), BLOCK_V))
+    grid = (triton.cdiv(dv, bv), hv)
+    bank, conv_index, window = conv if conv is not None else (new, node, new)    # KC = 0: never read
+    kc = conv_index.shape[1] if conv is not None else 0
+    if conv is not None and not (bank.stride(1) == 1 and window.is_contiguous() and window.shape == (bank.shape[0], kc)
+                                 and window.dtype == bank.dtype):
+        raise ValueError("node_state's conv: bank [C, M] rows contiguous, window a contiguous [C, K] of its dtype")
+    channels = bank.shape[0] if conv is not None else 0
+    _state_kernel[grid](
+        k, u, lg, visible.contiguous().view(torch.uint8), state.contiguous(), node, new, bank,
+        conv_index.contiguous(), window, n, hv, channels, k.stride(0), k.stride(1), bank.stride(0) if kc else 0,
+        DK=dk, DV=dv, NP=max(16, triton.next_power_of_2(n)), BK=max(16, triton.next_power_of_2(dk)), BV=bv,
+        DOT=DOT_APPLY, KC=kc, CB=max(16, triton.next_power_of_2(triton.cdiv(max(channels, 1), grid[0] * grid[1]))),
+        num_warps=NUM_WARPS)
+    return new
