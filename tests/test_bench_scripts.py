@@ -349,3 +349,26 @@ def test_tree_scoring_at_the_plain_surrogate_is_plain_ddtree(tmp_path):
     assert rows[1]["steps"] != rows[0]["steps"] or rows[1]["tau"] != rows[0]["tau"]
     with pytest.raises(SystemExit, match="--depth-penalties"):
         _bench("bench_tree_scoring").main([*pair, "--depth-penalties", "0.1"])
+
+
+def test_methods_measures_each_draft_head_and_sets_a_switch(tmp_path):
+    """--draft-vocabs 0,300: DFlash and DDTree once with the drafter's own head and once with the 300 tokens most
+    frequent in the calibration text (rows `-v300`), AR once, each row with its head and AR's tokens outside it;
+    --set turns a module's switch on before anything loads (and a name it lacks is refused)."""
+    from remote.kernels import gdn_solve
+
+    try:
+        _in_process("bench_methods", [
+            "--random", json.dumps(TINY_QWEN3), "--random-drafter", json.dumps(TINY_DRAFTER), "--num-prompts", "1",
+            "--max-new-tokens", "6", "--budgets", "4", "--draft-vocabs", "0,300", "--dtype", "float32", "--device",
+            "cpu", "--out", str(tmp_path), "--set", "remote.kernels.gdn_solve.BLOCK_V=16"], tmp_path / "v.stdout")
+        assert gdn_solve.BLOCK_V == 16
+    finally:
+        gdn_solve.BLOCK_V = 32
+    rows = json.loads((tmp_path / "rows.json").read_text())
+    assert [r["run"] for r in rows] == ["ar-T0", "dflash-T0", "ddtree-4-T0", "dflash-v300-T0", "ddtree-4-v300-T0"]
+    assert [r.get("draft_vocab") for r in rows[1:]] == [1024, 1024, 300, 300]
+    assert rows[1]["ar_outside_draft_vocab"] == 0 and 0 <= rows[3]["ar_outside_draft_vocab"] <= 1
+    assert all(r["exact_match_vs_ar"] == 1.0 for r in rows[1:])
+    with pytest.raises(SystemExit, match="has no NOPE"):
+        _bench("bench_methods").main(["--random", json.dumps(TINY_QWEN3), "--set", "remote.kernels.gdn_solve.NOPE=1"])
