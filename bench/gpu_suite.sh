@@ -182,9 +182,8 @@ step verify_27b 90 python3 bench/bench_verify.py --preset qwen3.6-27b --layers 1
 # where one is faster); the deployed widths with a 32k head and the solve on, against AR and the floor
 step vocab_tests 300 python3 -m pytest -q -p no:cacheprovider --durations=5 -k "cuda or hopper" \
   tests/test_step_stats_kernel.py tests/test_gdn_solve_kernel.py tests/test_auto_budget.py tests/test_draft_vocab.py
-step gdn_solve 200 sh -c "python3 bench/bench_kernels.py --kinds gdn --gdn-preset qwen3.6-27b --budgets 32,64 \
-  --out $OUT/gdn_solve_27b.json && python3 bench/bench_kernels.py --kinds gdn --gdn-preset hv16-d128 --budgets 32 \
-  --out $OUT/gdn_solve_hv16.json"
+step gdn_solve 150 python3 bench/bench_kernels.py --kinds gdn --gdn-preset qwen3.6-27b --budgets 32,64 \
+  --out "$OUT/gdn_solve_27b.json"
 # the verify's weight-reading GEMMs at 33 and 65 rows: cuBLAS, our few-row kernel and the split one (remote.kernels.
 # gemm_split, off until measured) against the one-row kernel's GB/s (goal: within 5% of its time for the same bytes)
 step gemm_split 240 sh -c "python3 bench/bench_kernels.py --kinds proj --queries 1,33,65 --proj-preset qwen3.6-27b \
@@ -193,15 +192,18 @@ step gemm_split 240 sh -c "python3 bench/bench_kernels.py --kinds proj --queries
 methods q3_vocab 200 $Q3 --temperatures 0 --num-prompts 24 --budgets 31,63 --interleave --draft-vocabs 0,2048
 methods q35_vocab 240 $Q35 --temperatures 0 --num-prompts 24 --budgets 15,31 --interleave --draft-vocabs 0,2048
 HELDOUT="--dataset jsonl:$M/heldout_prompts.jsonl"
-methods q3_auto_t1 200 --model $M/demo-qwen3 --drafter $M/demo-qwen3-dflash $HELDOUT --num-prompts 24 \
+methods q3_auto_t1 200 --model $M/demo-qwen3 --drafter $M/demo-qwen3-dflash $HELDOUT --num-prompts 12 \
   --temperatures 1 --budgets 15,31,63,auto
-methods q35_auto_t1 260 --model $M/demo-qwen3_5 --drafter $M/demo-qwen3_5-dflash $HELDOUT --num-prompts 24 \
+methods q35_auto_t1 240 --model $M/demo-qwen3_5 --drafter $M/demo-qwen3_5-dflash $HELDOUT --num-prompts 12 \
   --temperatures 1 --budgets 15,31,63,auto
-methods q27b_vocab 240 --random "$Q27" --dataset builtin --num-prompts 2 --max-new-tokens 48 --budgets 32,64 \
-  --temperatures 0 --random-drafter "$RANDOM_DRAFTER" --floor --draft-vocabs 0,32768
-methods q27b_solve 240 --random "$Q27" --dataset builtin --num-prompts 2 --max-new-tokens 48 --budgets 32,64 \
-  --temperatures 0 --random-drafter "$RANDOM_DRAFTER" --floor --draft-vocabs 32768 \
+# Qwen3.6-27B widths, the full head and a 32k one side by side: with the switches as committed (q27b_vocab), with the
+# GDN tree solve on (q27b_fast), and with the split GEMMs on too (q27b_split)
+Q27_VOCAB=(--dataset builtin --num-prompts 2 --max-new-tokens 48 --budgets 32,64 --temperatures 0 --floor)
+methods q27b_vocab 240 --random "$Q27" "${Q27_VOCAB[@]}" --random-drafter "$RANDOM_DRAFTER" --draft-vocabs 0,32768
+methods q27b_fast 240 --random "$Q27" "${Q27_VOCAB[@]}" --random-drafter "$RANDOM_DRAFTER" --draft-vocabs 0,32768 \
   --set remote.kernels.gdn_solve.ENABLED=true
+methods q27b_split 240 --random "$Q27" "${Q27_VOCAB[@]}" --random-drafter "$RANDOM_DRAFTER" --draft-vocabs 32768 \
+  --set remote.kernels.gdn_solve.ENABLED=true --set remote.kernels.gemm_split.ENABLED=true
 methods q8b_vocab 150 --random "$Q8" --dataset builtin --num-prompts 2 --max-new-tokens 48 --budgets 64 \
   --temperatures 0 --random-drafter "$RANDOM_DRAFTER" --floor --draft-vocabs 0,32768
 step hybrid_tests 200 python3 -m pytest -q -p no:cacheprovider --durations=5 \
