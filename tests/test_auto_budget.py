@@ -70,15 +70,21 @@ def sampled_path(logits: torch.Tensor, budget: int, g: torch.Generator) -> list[
 
 def _settle(costs: dict[int, float], logits: torch.Tensor, steps: int = 80) -> list[int]:
     """The budgets auto picks, step after step, for drafts that are always `logits`, the cost model `costs`, and
-    a target that agrees with the drafter as often as its probabilities say."""
-    auto, g = AutoBudget(sorted(costs), cuda=False), torch.Generator().manual_seed(0)
-    auto.costs = dict(costs)
-    chosen = []
+    a target that agrees with the drafter as often as its probabilities say. With PLAIN among `costs`, AR steps
+    are among the choices (each commits one token), from a running rate of one token an AR step."""
+    plain = PLAIN in costs
+    auto = AutoBudget(sorted(b for b in costs if b != PLAIN), cuda=False, plain=plain)
+    auto.costs, g, chosen = dict(costs), torch.Generator().manual_seed(0), []
+    if plain:
+        auto._tokens, auto._time = 1.0, costs[PLAIN]
     for _ in range(steps):
         budget = auto.pick()
-        expected = best_first_tree(logits, budget, tuple(auto.sizes)).expected.tolist()
-        nodes = sampled_path(logits, budget, g)
-        auto.observe(budget, expected, nodes, len(nodes) + 1)
+        if budget == PLAIN:
+            auto.observe(PLAIN, [], [], 1)
+        else:
+            expected = best_first_tree(logits, budget, tuple(auto.sizes)).expected.tolist()
+            nodes = sampled_path(logits, budget, g)
+            auto.observe(budget, expected, nodes, len(nodes) + 1)
         chosen.append(budget)
     return chosen[steps // 2:]
 
@@ -316,29 +322,11 @@ def test_ar_steps_among_trees_are_lossless_and_keep_the_drafter_in_step(kind):
     assert trees
 
 
-def _costed(costs: dict[int, float], logits: torch.Tensor, steps: int = 120) -> list[int]:
-    """`_settle` with AR steps among the choices: an AR step commits one token."""
-    auto = AutoBudget(sorted(b for b in costs if b != PLAIN), cuda=False, plain=True)
-    g = torch.Generator().manual_seed(0)
-    auto.costs, chosen = dict(costs), []
-    auto._tokens, auto._time = 1.0, min(costs.values())      # a running rate to start from
-    for _ in range(steps):
-        budget = auto.pick()
-        if budget == PLAIN:
-            auto.observe(PLAIN, [], [], 1)
-        else:
-            expected = best_first_tree(logits, budget, tuple(auto.sizes)).expected.tolist()
-            nodes = sampled_path(logits, budget, g)
-            auto.observe(budget, expected, nodes, len(nodes) + 1)
-        chosen.append(budget)
-    return chosen[steps // 2:]
-
-
 def test_auto_takes_ar_steps_where_no_tree_pays_and_trees_where_they_do():
     """Trees at 1.5x an AR step's cost: with a drafter that knows nothing (uniform over 4096 tokens: a tree of 31
     commits ~1.008 tokens for 1.6 steps' time) auto settles on AR steps, with a confident one on trees."""
     costs = {PLAIN: 1.0, 7: 1.5, 15: 1.55, 31: 1.6}
-    unsure = _costed(costs, torch.full((15, 4096), -math.log(4096)))
-    sure = _costed(costs, drafts(0.9, seed=4))
+    unsure = _settle(costs, torch.full((15, 4096), -math.log(4096)), steps=120)
+    sure = _settle(costs, drafts(0.9, seed=4), steps=120)
     assert unsure.count(PLAIN) >= 0.9 * len(unsure), unsure
     assert sure.count(PLAIN) == 0, sure

@@ -19,20 +19,7 @@ STEPWISE = r"""
 import json, random, sys, torch
 from remote.kernels import gdn_chunked
 from remote.tree import Ancestry
-
-def unit(x):
-    return x / torch.sqrt((x * x).sum(-1, keepdim=True) + 1e-6)
-
-def stepwise(q, k, v, g, beta, state, parents):
-    # the recurrence one node at a time, each from its parent's state (fla's fused-recurrent order)
-    outs, states = [], []
-    qn, kn = unit(q) * q.shape[-1] ** -0.5, unit(k)
-    for i, p in enumerate(parents):
-        s = (state if p < 0 else states[p]) * g[i].exp()[:, None, None]
-        s = s + kn[i][:, :, None] * ((v[i] - torch.einsum("hkv,hk->hv", s, kn[i])) * beta[i][:, None])[:, None]
-        states.append(s)
-        outs.append(torch.einsum("hkv,hk->hv", s, qn[i]))
-    return torch.stack(outs), torch.stack(states)
+from tests.gdn_reference import inputs, states_errors, stepwise
 
 random.seed(0)
 torch.manual_seed(0)
@@ -44,22 +31,11 @@ for n, (hv, dk, dv), shape in cases:
     else:       # a random tree, some nodes on the prefix
         parents = [-1 if i == 0 or random.random() < 0.1 else random.randrange(i) for i in range(n)]
     tree = Ancestry.from_parents(parents, device)
-    q, k, v = (torch.randn(n, hv, d, device=device) for d in (dk, dk, dv))
-    g, beta = -torch.rand(n, hv, device=device), torch.rand(n, hv, device=device)
-    state = torch.randn(hv, dk, dv, device=device)
+    q, k, v, g, beta, state = inputs(n, hv, dk, dv, device)
     out, solved = gdn_chunked.tree_recurrence(q, k, v, g, beta, state, tree.visible, tree.height)
     want_out, want_states = stepwise(q, k, v, g, beta, state, parents)
-    built = torch.cat([gdn_chunked.node_state(k, solved, state, tree.visible, torch.tensor([i], device=device))
-                       for i in range(n)])
-    # in place, as a reserved commit writes (out is the state it reads), with the node's conv window (odd channels)
-    into = state.clone()[None]
-    bank, conv_index = torch.randn(37, 4 + n, device=device), torch.randint(0, 4 + n, (n, 4), device=device)
-    window = torch.zeros(37, 4, device=device)
-    gdn_chunked.node_state(k, solved, into[0], tree.visible, torch.tensor([n - 1], device=device), out=into,
-                           conv=(bank, conv_index, window))
-    errors.append([(out - want_out).abs().max().item(), (built - want_states).abs().max().item(),
-                   (into[0] - want_states[n - 1]).abs().max().item(),
-                   (window - bank[:, conv_index[n - 1]]).abs().max().item()])
+    errors.append([(out - want_out).abs().max().item(),
+                   *states_errors(gdn_chunked.node_state, k, solved, state, tree.visible, want_states)])
 print(json.dumps(errors))
 """
 CHECK = r"""

@@ -122,6 +122,14 @@ if triton is not None:
             tl.debug_barrier()                                       # the next blocks read these rows back
 
     @triton.jit
+    def _conv_window(bank, conv_index, conv, i, program, C, bank_c, KC: tl.constexpr, CB: tl.constexpr):
+        """Node i's conv window (its KC columns of the bank) into `conv`: CB channels a program."""
+        ch = program * CB + tl.arange(0, CB)
+        for j in tl.static_range(KC):
+            col = tl.load(conv_index + i * KC + j)
+            tl.store(conv + ch * KC + j, tl.load(bank + ch * bank_c + col, mask=ch < C), mask=ch < C)
+
+    @triton.jit
     def _node_state_kernel(k, u, lg, visible, state, node, new, bank, conv_index, conv, N, HV, C, k_t, k_h, bank_c,
                            DK: tl.constexpr, DV: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
                            DOT: tl.constexpr, KC: tl.constexpr, CB: tl.constexpr):
@@ -131,11 +139,8 @@ if triton is not None:
         dv = block * BV + tl.arange(0, BV)
         in_k, in_v = dk < DK, dv < DV
         i = tl.load(node)
-        if KC > 0:      # the node's conv window: CB channels a program, its KC columns of the bank
-            ch = (head * tl.num_programs(0) + block) * CB + tl.arange(0, CB)
-            for j in tl.static_range(KC):
-                col = tl.load(conv_index + i * KC + j)
-                tl.store(conv + ch * KC + j, tl.load(bank + ch * bank_c + col, mask=ch < C), mask=ch < C)
+        if KC > 0:
+            _conv_window(bank, conv_index, conv, i, head * tl.num_programs(0) + block, C, bank_c, KC, CB)
         lgi = tl.load(lg + i * HV + head)
         grid = head * DK * DV + dk[:, None] * DV + dv[None, :]
         in_kv = in_k[:, None] & in_v[None, :]
@@ -195,23 +200,29 @@ def tree_recurrence(q, k, v, g, beta, state, visible, height: int):
 
 def node_state(k, solved, state, visible, node, out=None, conv=None):
     """See the module docstring."""
+    blocks = _blocks(k.shape[2], solved[0].shape[-1], k.shape[1])
+    grid, args, sizes = state_operands(k, solved, state, visible, node, out, conv, blocks["BV"])
+    _node_state_kernel[grid](*args, DOT=DOT, num_warps=NUM_WARPS, **sizes, **blocks)
+    return args[6]
+
+
+def state_operands(k, solved, state, visible, node, out, conv, columns: int) -> tuple[tuple, list, dict]:
+    """A `node_state` kernel's launch, its state checked and made where `out` is None: (grid of (value block of
+    `columns`, head), its arguments up to bank_c, the new state 7th, and its sizes DK, DV, KC and CB)."""
     u, lg = solved
     n, hv, dk = k.shape
     dv = u.shape[-1]
     new = torch.empty(1, hv, dk, dv, dtype=torch.float32, device=u.device) if out is None else out
     if not (new.is_contiguous() and new.dtype == torch.float32 and new.shape == (1, hv, dk, dv)):
         raise ValueError("node_state writes a contiguous float32 [1, HV, Dk, Dv] out")
-    blocks = _blocks(dk, dv, hv)
-    grid = (triton.cdiv(dv, blocks["BV"]), hv)
+    grid = (triton.cdiv(dv, columns), hv)
     bank, conv_index, window = conv if conv is not None else (new, node, new)    # KC = 0: never read
     kc = conv_index.shape[1] if conv is not None else 0
     if conv is not None and not (bank.stride(1) == 1 and window.is_contiguous() and window.shape == (bank.shape[0], kc)
                                  and window.dtype == bank.dtype):
         raise ValueError("node_state's conv: bank [C, M] rows contiguous, window a contiguous [C, K] of its dtype")
     channels = bank.shape[0] if conv is not None else 0
-    _node_state_kernel[grid](
-        k, u, lg, visible.contiguous().view(torch.uint8), state.contiguous(), node, new, bank,
-        conv_index.contiguous(), window, n, hv, channels, k.stride(0), k.stride(1), bank.stride(0) if kc else 0,
-        DK=dk, DV=dv, DOT=DOT, num_warps=NUM_WARPS, KC=kc,
-        CB=max(16, triton.next_power_of_2(triton.cdiv(max(channels, 1), grid[0] * grid[1]))), **blocks)
-    return new
+    args = [k, u, lg, visible.contiguous().view(torch.uint8), state.contiguous(), node, new, bank,
+            conv_index.contiguous(), window, n, hv, channels, k.stride(0), k.stride(1), bank.stride(0) if kc else 0]
+    cb = max(16, triton.next_power_of_2(triton.cdiv(max(channels, 1), grid[0] * grid[1])))
+    return grid, args, dict(DK=dk, DV=dv, KC=kc, CB=cb)

@@ -19,7 +19,7 @@ try:
     import triton
     import triton.language as tl
 
-    from .gdn_chunked import _decays, _unit_rows, _visible
+    from .gdn_chunked import _conv_window, _decays, _unit_rows, _visible
 except ImportError:          # CPU-only installs: remote.models.gdn runs the sequence kernels
     triton = None
 
@@ -110,11 +110,8 @@ if triton is not None:
         dv = block * BV + tl.arange(0, BV)
         on, in_k, in_v = r < N, dk < DK, dv < DV
         i = tl.load(node)
-        if KC > 0:      # the node's conv window: CB channels a program, its KC columns of the bank
-            ch = (head * tl.num_programs(0) + block) * CB + tl.arange(0, CB)
-            for j in tl.static_range(KC):
-                col = tl.load(conv_index + i * KC + j)
-                tl.store(conv + ch * KC + j, tl.load(bank + ch * bank_c + col, mask=ch < C), mask=ch < C)
+        if KC > 0:
+            _conv_window(bank, conv_index, conv, i, head * tl.num_programs(0) + block, C, bank_c, KC, CB)
         lgi = tl.load(lg + i * HV + head)
         path = tl.load(visible + i * N + r, mask=on, other=0) != 0                    # i's ancestors and i
         w = tl.where(path, tl.exp(lgi - tl.load(lg + r * HV + head, mask=on, other=0.0)), 0.0)
@@ -155,26 +152,11 @@ def tree_recurrence(q, k, v, g, beta, state, visible, height: int):
 
 def node_state(k, solved, state, visible, node, out=None, conv=None):
     """See the module docstring (remote.kernels.gdn_chunked.node_state's contract)."""
-    u, lg = solved
-    n, hv, dk = k.shape
+    n, _, dk = k.shape
     if n > MAX_NODES:
         return gdn_chunked.node_state(k, solved, state, visible, node, out, conv)
-    dv = u.shape[-1]
-    new = torch.empty(1, hv, dk, dv, dtype=torch.float32, device=u.device) if out is None else out
-    if not (new.is_contiguous() and new.dtype == torch.float32 and new.shape == (1, hv, dk, dv)):
-        raise ValueError("node_state writes a contiguous float32 [1, HV, Dk, Dv] out")
-    bv = max(16, min(triton.next_power_of_2(dv), BLOCK_V))
-    grid = (triton.cdiv(dv, bv), hv)
-    bank, conv_index, window = conv if conv is not None else (new, node, new)    # KC = 0: never read
-    kc = conv_index.shape[1] if conv is not None else 0
-    if conv is not None and not (bank.stride(1) == 1 and window.is_contiguous() and window.shape == (bank.shape[0], kc)
-                                 and window.dtype == bank.dtype):
-        raise ValueError("node_state's conv: bank [C, M] rows contiguous, window a contiguous [C, K] of its dtype")
-    channels = bank.shape[0] if conv is not None else 0
-    _state_kernel[grid](
-        k, u, lg, visible.contiguous().view(torch.uint8), state.contiguous(), node, new, bank,
-        conv_index.contiguous(), window, n, hv, channels, k.stride(0), k.stride(1), bank.stride(0) if kc else 0,
-        DK=dk, DV=dv, NP=max(16, triton.next_power_of_2(n)), BK=max(16, triton.next_power_of_2(dk)), BV=bv,
-        DOT=DOT_APPLY, KC=kc, CB=max(16, triton.next_power_of_2(triton.cdiv(max(channels, 1), grid[0] * grid[1]))),
-        num_warps=NUM_WARPS)
-    return new
+    bv = max(16, min(triton.next_power_of_2(solved[0].shape[-1]), BLOCK_V))
+    grid, args, sizes = gdn_chunked.state_operands(k, solved, state, visible, node, out, conv, bv)
+    _state_kernel[grid](*args, NP=max(16, triton.next_power_of_2(n)), BK=max(16, triton.next_power_of_2(dk)), BV=bv,
+                        DOT=DOT_APPLY, num_warps=NUM_WARPS, **sizes)
+    return args[6]

@@ -30,6 +30,21 @@ MAX_SPLIT = 4
 
 if triton is not None:
     @triton.jit
+    def _rows_product(x, w, cols, ms, live, used, K, stride_n, first, last, BM: tl.constexpr, BN: tl.constexpr,
+                      BK: tl.constexpr):
+        """[BM, BN] float32: rows `ms` of x times columns `cols` of w over the input entries first..last - 1 (a
+        tensor-core product per block of BK, the weight streamed once, evict-first)."""
+        acc = tl.zeros([BM, BN], tl.float32)
+        for start in range(first, last, BK):
+            ks = start + tl.arange(0, BK)
+            inside = ks < K
+            xs = tl.load(x + ms[:, None] * K + ks[None, :], mask=used[:, None] & inside[None, :], other=0.0)
+            ws = tl.load(w + cols[:, None] * stride_n + ks[None, :], mask=live[:, None] & inside[None, :],
+                         other=0.0, eviction_policy="evict_first")
+            acc = tl.dot(xs, tl.trans(ws), acc)
+        return acc
+
+    @triton.jit
     def _split_kernel(x, w, b, out, part, count, M, N, K, stride_n, HAS_BIAS: tl.constexpr, BM: tl.constexpr,
                       BN: tl.constexpr, BK: tl.constexpr, SPLIT: tl.constexpr):
         block, split = tl.program_id(0), tl.program_id(1)
@@ -37,14 +52,8 @@ if triton is not None:
         ms = tl.arange(0, BM)
         live, used = cols < N, ms < M
         chunk = tl.cdiv(tl.cdiv(K, SPLIT), BK) * BK
-        acc = tl.zeros([BM, BN], tl.float32)
-        for start in range(split * chunk, tl.minimum(split * chunk + chunk, K), BK):
-            ks = start + tl.arange(0, BK)
-            inside = ks < K
-            xs = tl.load(x + ms[:, None] * K + ks[None, :], mask=used[:, None] & inside[None, :], other=0.0)
-            ws = tl.load(w + cols[:, None] * stride_n + ks[None, :], mask=live[:, None] & inside[None, :],
-                         other=0.0, eviction_policy="evict_first")
-            acc = tl.dot(xs, tl.trans(ws), acc)
+        acc = _rows_product(x, w, cols, ms, live, used, K, stride_n, split * chunk,
+                            tl.minimum(split * chunk + chunk, K), BM, BN, BK)
         keep = used[:, None] & live[None, :]
         tl.store(part + (split * BM + ms)[:, None] * N + cols[None, :], acc, mask=keep)
         tl.debug_barrier()                  # every thread's part stored before the program says it is done

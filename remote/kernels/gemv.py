@@ -18,6 +18,8 @@ from . import gemm_split
 try:
     import triton
     import triton.language as tl
+
+    from .gemm_split import _rows_product
 except ImportError:          # CPU-only installs: F.linear only
     triton = None
 
@@ -89,14 +91,7 @@ if triton is not None:
         cols = tl.program_id(0) * BN + tl.arange(0, BN)
         ms = tl.arange(0, BM)
         live, used = cols < N, ms < M
-        acc = tl.zeros([BM, BN], tl.float32)
-        for start in range(0, K, BK):
-            ks = start + tl.arange(0, BK)
-            inside = ks < K
-            xs = tl.load(x + ms[:, None] * K + ks[None, :], mask=used[:, None] & inside[None, :], other=0.0)
-            ws = tl.load(w + cols[:, None] * stride_n + ks[None, :], mask=live[:, None] & inside[None, :],
-                         other=0.0, eviction_policy="evict_first")
-            acc = tl.dot(xs, tl.trans(ws), acc)
+        acc = _rows_product(x, w, cols, ms, live, used, K, stride_n, 0, K, BM, BN, BK)
         if HAS_BIAS:
             acc += tl.load(b + cols, mask=live, other=0.0).to(tl.float32)[None, :]
         tl.store(out + ms[:, None] * N + cols[None, :], acc.to(out.dtype.element_ty),
