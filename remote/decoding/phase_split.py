@@ -66,9 +66,9 @@ def _room(decoder: GraphDecoder, method: Method, budget: int) -> int:
             raise ValueError(f"phase split: AR count {int(state.count)} is outside the {decoder.capacity} "
                              f"reserved history rows")
     else:
-        rows, block = int(state.context_rows), decoder.drafter.block_size
-        if not 0 <= rows <= block:
-            raise ValueError(f"phase split: context_rows {rows} is outside 0..{block} (the drafter's block)")
+        rows, block, held = int(state.context_rows), decoder.drafter.block_size, state.context.shape[1]
+        if not 0 <= rows <= held:     # past a block after tree_budget=auto's AR steps: a step then drafts from a block
+            raise ValueError(f"phase split: context_rows {rows} is outside 0..{held} (the drafter's pending context)")
         first, last = rows, min(last, decoder.context_capacity - block + rows)
     if last < first:
         raise ValueError(f"phase split: the reserved caches ({decoder.capacity} target rows, "
