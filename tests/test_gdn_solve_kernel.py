@@ -47,7 +47,7 @@ print(json.dumps(errors))
 
 # odd widths (masked tiles), 33 and 64 nodes (pads of 64), a chain of 16 (a DFlash block), a deep spine as deep as a
 # block of 16 allows, a lone node, and 70 nodes (past MAX_NODES: the chunked kernel's)
-SHAPES = [[33, [4, 12, 8], "tree"], [16, [2, 16, 24], "chain"], [64, [3, 64, 40], "spine"], [33, [2, 32, 32], "spine"],
+SHAPES = [[33, [4, 12, 8], "tree"], [16, [2, 16, 24], "chain"], [64, [2, 32, 24], "spine"], [33, [2, 32, 32], "spine"],
           [1, [2, 16, 16], "tree"], [70, [2, 16, 16], "tree"]]
 
 
