@@ -22,8 +22,7 @@ from rich.console import Console
 
 from ..config.plan import StallLimits
 from ..hosts import HostError
-from ..hosts.connect import open_host
-from ..hosts.settings import host_settings
+from ..hosts.connect import host_of
 from ..locks import try_following
 from ..program import program
 from ..tracking.find import JOB_FILE, find_run_dir, one_line, tracking_of
@@ -38,7 +37,7 @@ STOP_DOC = ("`python -m orchestrator stop <run dir | run id>`: stop a run's proc
 
 def job_of(run_dir: Path, meta: dict) -> Job:
     """The job of a run dir, on the host its job.json names (not yet connected)."""
-    return Job(open_host(host_settings(meta["host"])), meta["run_id"], run_dir)
+    return Job(host_of(meta["host"]), meta["run_id"], run_dir)
 
 
 def follow_again(host_name: str, run_dir: Path) -> str:
