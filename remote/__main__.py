@@ -28,7 +28,10 @@ def main(argv: list[str]) -> int:
     try:
         from transformers.utils import logging as hf_logging
 
-        from .runner import run
+        if spec.engine is not None:     # a serving engine's own decoding (remote.engines)
+            from .engines import run
+        else:
+            from .runner import run
         hf_logging.disable_progress_bar()    # "Loading weights" bars are carriage-return noise in runner.log
         run(spec, run_dir)
     except SpecError as exc:
