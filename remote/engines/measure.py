@@ -32,6 +32,7 @@ class Level:
     wall_s: float
     delta: dict
     acceptance: Acceptance | None
+    per_request: list[Acceptance | None] = field(default_factory=list)   # one stream: each request's own counters
 
 
 @dataclass
@@ -76,11 +77,14 @@ def _body(spec: RunSpec, engine: Engine, served: str):
 def _level(engine: Engine, url: str, prompts: list[list[int]], body, streams: int, events: EventWriter,
            method: str) -> Level:
     before = parse(get(f"{url}/metrics")[1])
-    done = []
+    done, own = [], {}
 
     def job(index: int):
         def send() -> Reply:
+            start = parse(get(f"{url}/metrics")[1]) if streams == 1 else None
             reply = complete(url, {**body(index), "prompt": prompts[index]})
+            if start is not None:      # alone on the server: the counters' change is this request's
+                own[index] = engine.acceptance(delta(parse(get(f"{url}/metrics")[1]), start), url)
             done.append(index)
             events.emit("progress", method=method, done=len(done), total=len(prompts), concurrency=streams)
             return reply
@@ -90,7 +94,8 @@ def _level(engine: Engine, url: str, prompts: list[list[int]], body, streams: in
     replies = run_streams([job(i) for i in range(len(prompts))], streams)
     wall = time.perf_counter() - started
     change = delta(parse(get(f"{url}/metrics")[1]), before)
-    return Level(streams, replies, wall, change, engine.acceptance(change, url))
+    return Level(streams, replies, wall, change, engine.acceptance(change, url),
+                 [own.get(i) for i in range(len(prompts))] if own else [])
 
 
 class Sampler:

@@ -20,7 +20,6 @@ from .measure import Phase, measure
 from .summary import ENGINE_DEFINITIONS, generations, phase_metrics, versus
 
 AR = "ar"
-COMMAND_FILE = "engine_command.txt"     # the full server command lines, one per phase (a collected artifact)
 
 
 def run(spec: RunSpec, run_dir: str) -> dict:
@@ -76,7 +75,7 @@ def _run(spec: RunSpec, files: RunFiles, events: EventWriter) -> dict:
         for name, config in turns:
             phases[name] = measure(engine, launch_of(spec, config), ids, spec, events, name)
             _record(phases[name], prompts, tokenizer, events, outputs)
-    with open(f"{files.root}/{COMMAND_FILE}", "w", encoding="utf-8") as f:
+    with open(files.engine_command, "w", encoding="utf-8") as f:
         f.write("".join(f"{name}: {_shell(p.command)}\n" for name, p in phases.items()))
     metrics = _metrics(spec, engine, phases, events)
     metrics["wall_s"] = time.time() - started

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 from ..decoding.loop import Generation
 from ..metrics import aggregate, compare, versus_ar
-from ..stats import percentile
+from ..stats import percentile, ratio_interval
 from .measure import Level, Phase
 
 ITL_PERCENTILES = (50, 90, 99)
 ENGINE_DEFINITIONS = {
     "tau (engine arms)": "1 + accepted / drafts from the engine's own counters (vLLM: vllm:spec_decode_num_drafts, "
                          "_num_accepted_tokens), deltas over exactly the measured requests; bonus token included",
+    "tau_ci_low (engine arms)": "concurrency 1: each request's own counter deltas (it is alone on the server) "
+                                "resampled by prompt as ours; absent at higher concurrency",
     "accept_rate_depth_<i> (engine arms)": "vLLM's accepted_tokens_per_pos{position=i-1} / drafts: unconditional, "
                                            "as ours",
     "tpot_ms (engine arms)": "client side: (last token's arrival - first token's) / (tokens - 1), per request, "
@@ -60,6 +62,10 @@ def level_metrics(level: Level, seed: int, depth: int) -> dict[str, float]:
         out["tau"] = acc.tau
         out["verify_steps"] = acc.drafts
         out.update({f"accept_rate_depth_{i + 1}": n / acc.drafts for i, n in sorted(acc.per_position.items())})
+        own = [(a.drafts + a.accepted, a.drafts) for a in level.per_request if a is not None and a.drafts]
+        interval = ratio_interval(*zip(*own), seed) if len(own) > 1 else None
+        if interval:
+            out["tau_ci_low"], out["tau_ci_high"] = interval
     return out
 
 
