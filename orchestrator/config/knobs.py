@@ -101,7 +101,7 @@ class RunKnobs:
     concurrency: object = knob(1, rule(
         f"an integer from 1 to {CONCURRENCY_LIMIT} or a list of them such as [1,4,16]",
         lambda v: _levels(v) is not None), "engine arms: streams sent at once (a list: one level after another, "
-        "each reported as <metric>_c<N>); our runner decodes one")
+        "each reported as <metric>_c<N>); our runner's methods decode one stream and ignore it")
     objective: str = knob("speedup_vs_ar", TEXT,
                           "the metric a job returns to a sweeper that optimises (hydra/sweeper=optuna, ...): "
                           "speedup_vs_ar, tokens_per_s, tau, tpot_ms, ttft_ms (set the sweeper's direction)")

@@ -23,8 +23,7 @@ from ..knob import Knob, gpu_list, integer, is_int, knobs_of, one_of
 from ..paths import CONF_DIR
 from .arms import METHODS, Arm, arm_of
 from .errors import ConfigError
-from .knobs import MAX_NEW_TOKENS_LIMIT, NO_DRAFTER, OBJECTIVES, SECTIONS, RunKnobs, TrackingKnobs, \
-    concurrency_levels
+from .knobs import MAX_NEW_TOKENS_LIMIT, NO_DRAFTER, OBJECTIVES, SECTIONS, RunKnobs, TrackingKnobs
 from .sections import complete, host_knobs
 from .sources import user_dir
 
@@ -72,16 +71,12 @@ def validate(cfg: DictConfig, choices=None, source=None) -> Arm:
 
 
 def _check_arm(cfg: DictConfig, arm: Arm) -> None:
-    """A method name our runner knows or an engine arm's file; engine flags; concurrency for engines only."""
+    """A method name our runner knows, or an engine arm's file with its engine flags."""
     if arm.engine is None and arm.ours and cfg.method.name not in METHODS:
         raise ConfigError("method", f"must be one of {', '.join(METHODS)} or an engine arm (a method file with "
                                     f"`engine:`, such as vllm, vllm-dflash, sglang-mtp, openai), got "
                                     f"{cfg.method.name!r}")
-    if arm.engine is None:
-        if concurrency_levels(cfg.get("concurrency", 1)) != [1]:
-            raise ConfigError("concurrency", f"our runner decodes one stream at a time (method {cfg.method.name}); "
-                                             f"concurrency is for engine arms (method=vllm, vllm-dflash, ...), got "
-                                             f"{cfg.concurrency}")
+    if arm.engine is None:   # engine.* and concurrency are engine arms' (a sweep mixes both kinds)
         return
     check_knobs(cfg.engine, knobs_of(SECTIONS["engine"]), "engine.")
     if cfg.model.get("random") or cfg.model.path is None:

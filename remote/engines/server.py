@@ -23,13 +23,11 @@ import time
 import urllib.error
 import urllib.request
 
+from ..errors import EngineStartError
+
 LAST_LINES = 40
 STOP_GRACE = 15.0        # seconds between SIGTERM and SIGKILL (vLLM shuts its engine core down in ~1-3 s)
 POLL_EVERY = 0.5
-
-
-class EngineStartError(RuntimeError):
-    """The server exited or never answered; the message names which, with its last lines."""
 
 
 def _die_with_parent() -> None:
@@ -114,14 +112,16 @@ class Server:
     def _wait_ready(self, started: float) -> None:
         while True:
             if self.proc.poll() is not None:
-                raise EngineStartError(f"{self.name} server exited with code {self.proc.returncode} before it "
-                                       f"answered ({time.monotonic() - started:.0f} s); its last lines:\n{self._tail()}")
+                waited = time.monotonic() - started
+                raise EngineStartError(f"Engine {self.name}: the server exited with code {self.proc.returncode} "
+                                       f"before it answered ({waited:.0f} s); its last lines:\n{self._tail()}")
             status, _ = get(self.url + self.ready_path, timeout=2.0)
             if status == 200:
                 return
             if time.monotonic() - started > self.timeout:
-                raise EngineStartError(f"{self.name} server did not answer {self.url}{self.ready_path} within "
-                                       f"{self.timeout:.0f} s (engine.start_timeout); its last lines:\n{self._tail()}")
+                raise EngineStartError(f"Engine {self.name}: the server did not answer {self.url}{self.ready_path} "
+                                       f"within {self.timeout:.0f} s (engine.start_timeout); its last lines:\n"
+                                       f"{self._tail()}")
             time.sleep(POLL_EVERY)
 
     def stop(self) -> None:
