@@ -1,5 +1,6 @@
 """What an engine kind is to the runner: how its server is started, asked and read. One subclass per engine
-(remote.engines.vllm, .sglang, .openai); `engine_of(kind)` is the one place a kind's name becomes a class.
+(remote.engines.vllm, .sglang, .openai); remote.engines.kinds' `engine_of(kind)` is the one place a kind's name
+becomes a class.
 
 Contract: `argv(launch)` is the server's command line for a Launch (paths resolved, port chosen, speculative config
 or None); `ready_path` answers 200 once it serves; `request(body)` adds the engine's own request fields (vLLM: token
@@ -86,14 +87,3 @@ def mean_ms(delta: dict, histogram: str) -> float | None:
 
     count, seconds = total(delta, f"{histogram}_count"), total(delta, f"{histogram}_sum")
     return 1000.0 * seconds / count if count and seconds is not None else None
-
-
-def engine_of(kind: str) -> Engine:
-    from .openai import OpenAICompatible
-    from .sglang import SGLang
-    from .vllm import VLLM
-
-    for cls in (VLLM, SGLang, OpenAICompatible):
-        if cls.name == kind:
-            return cls()
-    raise ValueError(f"engine kind must be one of vllm, sglang, openai; got {kind!r}")

@@ -20,10 +20,13 @@ from ..spec import Method, RunSpec
 # demo-qwen3 in float32 on this 2-core CPU: vLLM 0.32 tau 2.45 against ours 2.5 on 6 prompts (ratio ~0.98);
 # the hybrid demo pair with prefix caching off: 1.13 against 3.9 (0.29).
 ENGINE_LOW_RATIO = 0.9
+REFERENCE = "dflash (ours)"    # the `method` of the reference's prompt events
 
 
-def reference(spec: RunSpec) -> dict[str, float]:
-    """Our runner's DFlash on the same prompts: ours_tau, ours_tau_ci_low/high, ours_accept_rate_depth_<i>."""
+def reference(spec: RunSpec, engine_tokens: list[list[int]], emit) -> dict[str, float]:
+    """Our runner's DFlash on the same prompts: ours_tau, ours_tau_ci_low/high, ours_accept_rate_depth_<i> and, at
+    temperature 0, the fraction of prompts on which the engine's tokens equal ours (ours_exact_match); each
+    prompt's tau goes to `emit(index, tau)` (a `prompt` event of method REFERENCE, beside the engine's own)."""
     from ..runner import Run
 
     ours = dataclasses.replace(spec, engine=None, decoding=dataclasses.replace(
@@ -32,7 +35,13 @@ def reference(spec: RunSpec) -> dict[str, float]:
     gens = [run.generate(Method.DFLASH, i) for i in range(len(run.inputs))]
     metrics = aggregate(gens, None, run.drafter.block_size - 1, spec.seed)
     keep = ("tau", "tau_ci_low", "tau_ci_high")
-    return {f"ours_{k}": v for k, v in metrics.items() if k in keep or k.startswith("accept_rate_depth_")}
+    out = {f"ours_{k}": v for k, v in metrics.items() if k in keep or k.startswith("accept_rate_depth_")}
+    for index, g in enumerate(gens):
+        if g.committed:
+            emit(index, sum(g.committed) / len(g.committed))
+    if spec.decoding.temperature == 0:
+        out["ours_exact_match"] = sum(g.tokens == t for g, t in zip(gens, engine_tokens)) / len(gens)
+    return out
 
 
 def low_acceptance(method: str, metrics: dict[str, float]) -> str | None:

@@ -14,8 +14,9 @@ from ..metrics import DEFINITIONS
 from ..models.loading import load_tokenizer
 from ..prompts import encode, load_prompts
 from ..spec import RunSpec
-from .base import Engine, Launch, engine_of
-from .checks import low_acceptance, not_lossless, reference
+from .base import Engine, Launch
+from .checks import REFERENCE, low_acceptance, not_lossless, reference
+from .kinds import engine_of
 from .measure import Phase, measure
 from .summary import ENGINE_DEFINITIONS, generations, phase_metrics, versus
 
@@ -104,7 +105,9 @@ def _metrics(spec: RunSpec, engine: Engine, phases: dict[str, Phase], events: Ev
         metrics.update({f"ar_{k}": v for k, v in metrics.items()})
     if spec.engine.reference and spec.engine.drafter_into and spec.drafter.path and "tau" in metrics:
         events.stage(RunnerStage.DECODING, detail="our runner's dflash on the same prompts (the reference)")
-        metrics.update(reference(spec))
+        tokens = [r.token_ids for r in phases[method].levels[0].replies]
+        metrics.update(reference(spec, tokens, lambda i, tau: events.emit("prompt", method=REFERENCE, index=i,
+                                                                          tau=tau)))
         _warn(events, low_acceptance(method, metrics))
     return metrics
 
@@ -120,9 +123,11 @@ def _record(phase: Phase, prompts: list[str], tokenizer, events: EventWriter, ou
     for level in phase.levels:
         for index, reply in enumerate(level.replies):
             tpot = reply.decode_s / (reply.tokens - 1) * 1000.0 if reply.tokens > 1 else None
+            own = level.per_request[index] if level.per_request else None
             events.emit("prompt", method=phase.method, index=index, concurrency=level.streams,
                         new_tokens=reply.tokens, ttft_ms=reply.ttft_s * 1000.0, decode_ms=reply.decode_s * 1000.0,
-                        **({"tpot_ms": tpot} if tpot is not None else {}))
+                        **({"tpot_ms": tpot} if tpot is not None else {}),
+                        **({"tau": own.tau} if own is not None and own.tau is not None else {}))
     for index, reply in enumerate(phase.levels[0].replies):
         text = tokenizer.decode(reply.token_ids, skip_special_tokens=False) if reply.token_ids else reply.text
         outputs.write(json.dumps({"method": phase.method, "prompt_index": index, "token_ids": reply.token_ids,

@@ -81,8 +81,8 @@ class Server:
 
     def __enter__(self) -> "Server":
         started = time.monotonic()
-        self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     env=self.env, preexec_fn=_die_with_parent)
+        self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, env=self.env, preexec_fn=_die_with_parent)
         self._reader = threading.Thread(target=self._copy, daemon=True)
         self._reader.start()
         try:

@@ -40,6 +40,7 @@ ENGINE_DEFINITIONS = {
     "ours_tau": "our runner's DFlash tau on the same prompts with the same drafter (the engine's reference)",
     "ours_accept_rate_depth_<i>": "our runner's unconditional acceptance at depth i, same prompts and drafter",
     "engine_tau_ratio": "engine tau / ours_tau (engine_low_acceptance below ENGINE_LOW_RATIO)",
+    "ours_exact_match": "temperature 0: fraction of prompts whose engine tokens equal our runner's DFlash tokens",
 }
 
 
