@@ -8,7 +8,7 @@ import time
 import transformers
 
 from ..assets import with_assets
-from ..events import EventWriter, RunnerStage, write_json_atomic
+from ..events import EventWriter, RunnerStage, recorded, write_json_atomic
 from ..files import RunFiles
 from ..metrics import DEFINITIONS
 from ..models.loading import load_tokenizer
@@ -24,12 +24,7 @@ AR = "ar"
 
 
 def run(spec: RunSpec, run_dir: str) -> dict:
-    files = RunFiles(run_dir)
-    events = EventWriter(files.events)
-    try:
-        return _run(spec, files, events)
-    finally:
-        events.close()
+    return recorded(spec, run_dir, _run)
 
 
 def free_port() -> int:
