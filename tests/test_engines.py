@@ -75,10 +75,10 @@ def test_a_sweep_holds_our_ddtree_and_vllm_dflash_exact_at_fp32_with_tau_from_it
 
 
 def _run_dir(tmp_path: Path, run) -> Path:
-    """A sweep job's local run dir (the `run_id_local` tag names it)."""
+    """A sweep job's local run dir (the `run_id_local` tag names it; the host's own is under runs/.host)."""
     local = run.data.tags["run_id_local"]
-    (found,) = [p.parent for p in (tmp_path / "runs").rglob("spec.json")
-                if json.loads(p.read_text())["run_id"] == local and (p.parent / "results.json").exists()]
+    (found,) = [p.parent for p in (tmp_path / "runs").rglob("spec.json") if ".host" not in p.parts
+                and json.loads(p.read_text())["run_id"] == local and (p.parent / "results.json").exists()]
     return found
 
 
