@@ -26,19 +26,19 @@ REFERENCE = "dflash (ours)"    # the `method` of the reference's prompt events
 def reference(spec: RunSpec, engine_tokens: list[list[int]], emit) -> dict[str, float]:
     """Our runner's DFlash on the same prompts: ours_tau, ours_tau_ci_low/high, ours_accept_rate_depth_<i> and, at
     temperature 0, the fraction of prompts on which the engine's tokens equal ours (ours_exact_match); each
-    prompt's tau goes to `emit(index, tau)` (a `prompt` event of method REFERENCE, beside the engine's own)."""
+    prompt's tau goes to `emit(index, tau)` as it ends (tau None for a prompt done at its first token)."""
     from ..runner import Run
 
     ours = dataclasses.replace(spec, engine=None, decoding=dataclasses.replace(
         spec.decoding, method=Method.DFLASH.value, baseline="none", warmup=0, repeats=1))
     run = Run(ours)
-    gens = [run.generate(Method.DFLASH, i) for i in range(len(run.inputs))]
+    gens = []
+    for index in range(len(run.inputs)):     # each prompt said as it ends: the stall watch hears a slow reference
+        gens.append(run.generate(Method.DFLASH, index))
+        emit(index, sum(gens[-1].committed) / len(gens[-1].committed) if gens[-1].committed else None)
     metrics = aggregate(gens, None, run.drafter.block_size - 1, spec.seed)
     keep = ("tau", "tau_ci_low", "tau_ci_high")
     out = {f"ours_{k}": v for k, v in metrics.items() if k in keep or k.startswith("accept_rate_depth_")}
-    for index, g in enumerate(gens):
-        if g.committed:
-            emit(index, sum(g.committed) / len(g.committed))
     if spec.decoding.temperature == 0:
         out["ours_exact_match"] = sum(g.tokens == t for g, t in zip(gens, engine_tokens)) / len(gens)
     return out

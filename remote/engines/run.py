@@ -101,8 +101,11 @@ def _metrics(spec: RunSpec, engine: Engine, phases: dict[str, Phase], events: Ev
     if spec.engine.reference and spec.engine.drafter_into and spec.drafter.path and "tau" in metrics:
         events.stage(RunnerStage.DECODING, detail="our runner's dflash on the same prompts (the reference)")
         tokens = [r.token_ids for r in phases[method].levels[0].replies]
-        metrics.update(reference(spec, tokens, lambda i, tau: events.emit("prompt", method=REFERENCE, index=i,
-                                                                          tau=tau)))
+
+        def said(index: int, tau: float | None) -> None:
+            events.emit("prompt", method=REFERENCE, index=index, **({"tau": tau} if tau is not None else {}))
+            events.emit("progress", method=REFERENCE, done=index + 1, total=len(tokens))
+        metrics.update(reference(spec, tokens, said))
         _warn(events, low_acceptance(method, metrics))
     return metrics
 
