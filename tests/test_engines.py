@@ -73,6 +73,7 @@ def test_a_sweep_holds_our_ddtree_and_vllm_dflash_exact_at_fp32_with_tau_from_it
     table = " ".join(proc.stdout.split())     # the caption wraps at the table's width
     assert "vllm-dflash †" in table and "ddtree-b63" in table and compare.ENGINE_NOTE in table
     assert {a.path for a in client.list_artifacts(engine.info.run_id)} >= {"engine_command.txt", "outputs.jsonl"}
+    assert not _ours(tmp_path / "runs" / ".host"), "a server outlived its run"     # both phases' servers stopped
 
 
 def _run_dir(tmp_path: Path, run) -> Path:
