@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Mapping
 
 from remote import assets
-from remote.spec import DrafterSpec, RunSpec
+from remote.spec import ENGINES, DrafterSpec, RunSpec
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,7 @@ class Script(Arm):
         return Path(str(self.path)).expanduser().resolve()
 
 
-ENGINE_KINDS = ("vllm", "sglang", "openai")
+ENGINE_KINDS = ENGINES     # the runner's engine kinds (remote.engines.kinds)
 
 
 @dataclass(frozen=True)

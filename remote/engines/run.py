@@ -2,7 +2,11 @@
 from __future__ import annotations
 
 import json
+import os
+import platform
+import shlex
 import socket
+import sys
 import time
 
 import transformers
@@ -45,8 +49,6 @@ def speculative_config(spec: RunSpec) -> dict | None:
 
 
 def launch_of(spec: RunSpec, speculative: dict | None) -> Launch:
-    import sys
-
     e = spec.engine
     return Launch(python=e.python or sys.executable, model=spec.model.path, port=e.port or free_port(),
                   dtype=e.dtype or spec.model.dtype, tensor_parallel=e.tensor_parallel, max_model_len=e.max_model_len,
@@ -140,9 +142,6 @@ def _per_prompt(phases: dict[str, Phase]) -> list[dict]:
 
 
 def _environment(engine: Engine, spec: RunSpec) -> dict:
-    import os
-    import platform
-
     return {"engine": engine.name, "transformers_version": transformers.__version__,
             "python_version": platform.python_version(), "dtype": spec.engine.dtype or spec.model.dtype,
             "decode_path": f"engine {engine.name}", "concurrency": ",".join(map(str, spec.engine.concurrency)),
@@ -150,6 +149,4 @@ def _environment(engine: Engine, spec: RunSpec) -> dict:
 
 
 def _shell(argv: list[str]) -> str:
-    import shlex
-
     return " ".join(shlex.quote(a) for a in argv)
