@@ -45,6 +45,9 @@ def reference(spec: RunSpec, engine_tokens: list[list[int]], emit) -> dict[str, 
 
 
 def low_acceptance(method: str, metrics: dict[str, float]) -> str | None:
+    """The warning line (None when the engine's tau is within ENGINE_LOW_RATIO of ours); `engine_tau_ratio` is
+    added to `metrics`. `from_depth`: the first depth whose acceptance is below ENGINE_LOW_RATIO of ours, where the
+    engine starts to fall behind (1: the drafter's features; deeper: the block's later positions)."""
     tau, ours = metrics.get("tau"), metrics.get("ours_tau")
     if tau is None or not ours:
         return None
@@ -52,10 +55,11 @@ def low_acceptance(method: str, metrics: dict[str, float]) -> str | None:
     if tau >= ENGINE_LOW_RATIO * ours:
         return None
     depths = sorted(int(k.rsplit("_", 1)[1]) for k in metrics if k.startswith("ours_accept_rate_depth_"))
-    per = " ".join(f"{d}:{metrics.get(f'accept_rate_depth_{d}', 0.0):.2f}/{metrics[f'ours_accept_rate_depth_{d}']:.2f}"
-                   for d in depths[:8])
+    rates = [(d, metrics.get(f"accept_rate_depth_{d}", 0.0), metrics[f"ours_accept_rate_depth_{d}"]) for d in depths]
+    behind = next((d for d, engine, own in rates if engine < ENGINE_LOW_RATIO * own), 0)
+    per = " ".join(f"{d}:{engine:.2f}/{own:.2f}" for d, engine, own in rates[:8])
     return (f"ENGINE LOW ACCEPTANCE: method={method} tau={tau:.3f} ours={ours:.3f} ratio={tau / ours:.2f} "
-            f"per_depth(engine/ours)={per}")
+            f"from_depth={behind} per_depth(engine/ours)={per}")
 
 
 def not_lossless(method: str, gens, ar_gens, dtype: str) -> str | None:
