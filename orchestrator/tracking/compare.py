@@ -371,10 +371,13 @@ def pareto_figure(rows: list[dict]):
     if front:   # ringed, and joined where there are several
         ax.plot(*zip(*front), "-o", color="grey", alpha=0.6, linewidth=1, markersize=11, fillstyle="none",
                 label="Pareto front")
-    ar_speeds = [r["ar_tokens_per_s"] for r in done if r.get("ar_tokens_per_s") is not None]
-    if ar_speeds:
-        ax.axhline(sum(ar_speeds) / len(ar_speeds), color="grey", linestyle=":", linewidth=1,
-                   label="AR beside the methods, mean (speedup = 1)")
+    for engines, label, style in ((False, "AR beside the methods, mean (speedup = 1)", ":"),
+                                  (True, f"the engine's AR, mean{ENGINE_MARK}", "-.")):
+        # our AR and an engine's own are different baselines: one line each, never averaged together
+        ar_speeds = [r["ar_tokens_per_s"] for r in done if r.get("ar_tokens_per_s") is not None
+                     and bool(r.get("engine")) is engines]
+        if ar_speeds:
+            ax.axhline(sum(ar_speeds) / len(ar_speeds), color="grey", linestyle=style, linewidth=1, label=label)
     return _finished(fig, ax, "tokens/s against tau", rows,
                      "tau (tokens per verify step; 95% interval where known)", "tokens/s")
 
