@@ -203,7 +203,7 @@ class MethodKnobs:
     drafter_into: str | None = knob(None, _OPTIONAL_TEXT, "engine arms: the speculative key that gets our drafter's "
                                     "path (vLLM: model); null: the config names its own draft model")
     command: list | None = knob(None, nullable(LIST), "method=openai: the server's command, {port} and {model} "
-                                "filled in, e.g. [python,-m,my.server,--port,'{port}']")
+                                "filled in (quoted), e.g. '[my-server,-m,\"{model}\",--port,\"{port}\"]'")
     url: str | None = knob(None, _OPTIONAL_TEXT, "method=openai: its base URL, e.g. http://127.0.0.1:{port}")
 
 
