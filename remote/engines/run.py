@@ -17,7 +17,7 @@ from ..files import RunFiles
 from ..metrics import DEFINITIONS
 from ..models.loading import load_tokenizer
 from ..prompts import encode, load_prompts
-from ..spec import RunSpec
+from ..spec import DTYPES, RunSpec
 from .base import Engine, Launch
 from .checks import REFERENCE, low_acceptance, not_lossless, reference
 from .kinds import engine_of
@@ -51,7 +51,8 @@ def speculative_config(spec: RunSpec) -> dict | None:
 def launch_of(spec: RunSpec, speculative: dict | None) -> Launch:
     e = spec.engine
     return Launch(python=e.python or sys.executable, model=spec.model.path, port=e.port or free_port(),
-                  dtype=e.dtype or spec.model.dtype, tensor_parallel=e.tensor_parallel, max_model_len=e.max_model_len,
+                  dtype=DTYPES.get(e.dtype or spec.model.dtype, e.dtype or spec.model.dtype),   # fp32: float32
+                  tensor_parallel=e.tensor_parallel, max_model_len=e.max_model_len,
                   enforce_eager=e.enforce_eager, speculative=speculative, extra_args=tuple(e.extra_args),
                   command=tuple(e.command or ()), url=e.url)
 
