@@ -7,8 +7,8 @@ created. The sweep summary logged on a multirun's parent run is made by the same
 Every title says which model, host, GPU and date its numbers belong to (`context(rows)`). The terminal table fits
 80 columns (short headers, GPU names without the vendor, host names without their domain; the model moves to
 the title when all rows share it; runs launched apart that would share a name get the params that differ added to
-it; a speedup whose 95% interval
-includes 1.0 is marked `*`); summary.csv has every column, host and GPU included, and the skipped duplicates of a
+it; a speedup whose 95% interval includes 1.0 is marked `*`, each run's intervals follow the table; an engine arm's
+row is marked `†`); summary.csv has every column, host, GPU and engine included, and the skipped duplicates of a
 sweep with the run that holds their result. Plots: speedup (with the speedup = 1 line: AR) and tau against tree
 budget per method (budget-free methods as flat lines), tokens/s against tau with each run's budget labelled and
 the Pareto front drawn (pareto.png), and the unconditional per-depth acceptance of each run.
@@ -209,6 +209,19 @@ def leader(rows: list[dict]) -> str | None:
     return f"best speedup: {name} {best[key]:.3g}x vs AR{interval}, {speed}"
 
 
+def intervals(rows: list[dict], models: list[str]) -> list[str]:
+    """`95% intervals: ddtree-b63 tau 2.90-5.31, vs AR 0.63-1.16`, one line a run that has one (the columns above
+    have no room for them within 80 columns)."""
+    lines = []
+    for row in rows:
+        parts = [f"{label} {row[f'{key}_ci_low']:.2f}-{row[f'{key}_ci_high']:.2f}"
+                 for key, label in (("tau", "tau"), ("speedup_vs_ar", "vs AR"))
+                 if row.get(f"{key}_ci_low") is not None and row.get(f"{key}_ci_high") is not None]
+        if parts:
+            lines.append(f"95% intervals: {_cell(row, 'run', models)}: {', '.join(parts)}")
+    return lines
+
+
 def render_table(rows: list[dict], title: str = "runs") -> Table:
     """The runs that ran, one a row (skipped duplicates in the caption), fitting 80 columns."""
     models = _values(rows, "model")
@@ -216,6 +229,7 @@ def render_table(rows: list[dict], title: str = "runs") -> Table:
     notes = [f"{_cell(r, 'run', models)} = {_cell({'run': r['duplicate_name'] or r['duplicate_of']}, 'run', models)}"
              for r in rows if r.get("status") == "SKIPPED"]
     caption = [line] if (line := leader(rows)) else []
+    caption += intervals(shown, models)
     if notes:
         caption.append("skipped, same effective config: " + "; ".join(notes))
     if any(_not_significant(r) for r in shown):
