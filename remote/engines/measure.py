@@ -1,11 +1,12 @@
 """One engine phase: a server started for one arm (AR or the speculative config), warmed up, then the run's prompts
 sent at each concurrency level, the engine's counters read around each level.
 
-Contract: `measure(engine, launch, prompts, spec, events, label)` starts the server (remote.engines.server), sends
+Contract: `measure(engine, launch, prompts, spec, events, method)` starts the server (remote.engines.server), sends
 `warmup` short requests, then per level N of `engine.concurrency` every prompt with N streams at once, and returns a
-Phase: per level its Replies (in prompt order), wall time, /metrics deltas and acceptance; the server's start time,
-version, command and its peak memory (the server's process tree: RSS, and GPU memory in use where nvidia-smi
-answers). Requests are greedy or sampled as the run's decoding says, seeded per prompt (seed + index) like ours.
+Phase: per level its Replies (in prompt order), wall time, /metrics deltas and acceptance (at concurrency 1 also each
+request's own, read around it: it is alone on the server); the server's start time, version, command and peak
+memory (its process tree's RSS, and GPU memory in use where nvidia-smi answers). Requests are greedy or sampled as
+the run's decoding says, seeded per prompt (seed + index) like ours; `progress` events name `method`.
 """
 from __future__ import annotations
 

@@ -49,9 +49,9 @@ def generations(level: Level) -> list[Generation]:
                        times_ms={"ttft": 1000.0 * r.ttft_s, "decode": 1000.0 * r.decode_s}) for r in level.replies]
 
 
-def level_metrics(level: Level, seed: int, depth: int) -> dict[str, float]:
+def level_metrics(level: Level, seed: int) -> dict[str, float]:
     gens = generations(level)
-    out = aggregate(gens, None, depth, seed)
+    out = aggregate(gens, None, 0, seed)      # timings; acceptance comes from the engine's counters below
     tokens = sum(len(g.tokens) for g in gens)
     if level.streams > 1:   # concurrent streams overlap: the level's throughput is all tokens over its wall time
         out["tokens_per_s"] = tokens / level.wall_s if level.wall_s > 0 else 0.0
@@ -75,8 +75,7 @@ def phase_metrics(phase: Phase, seed: int, engine_latency) -> dict[str, float]:
     `engine_latency(delta)`: the engine's own TTFT/TPOT from a level's /metrics delta."""
     out: dict[str, float] = {}
     for index, level in enumerate(phase.levels):
-        depth = max(len(level.acceptance.per_position) if level.acceptance else 0, 0)
-        metrics = {**level_metrics(level, seed, depth), **engine_latency(level.delta)}
+        metrics = {**level_metrics(level, seed), **engine_latency(level.delta)}
         for key in ("tpot", "ttft"):
             if f"engine_{key}_ms" in metrics and f"{key}_ms" in metrics:
                 metrics[f"client_minus_engine_{key}_ms"] = metrics[f"{key}_ms"] - metrics[f"engine_{key}_ms"]
