@@ -7,6 +7,7 @@ Cases (each a real server start on this machine, demo models shipped in remote/a
   port_in_use        the port held by another socket                   -> engine_port_in_use
   no_kv_cache        no room for one request's KV cache                -> engine_no_kv_cache
   mamba_align        the hybrid demo pair with DFlash, prefix caching  -> engine_mamba_align
+  unknown_flag       a server flag vLLM does not have                  -> engine_start_failed (no row of its own)
 """
 from __future__ import annotations
 
@@ -80,13 +81,15 @@ def main(out: str, python: str, cases: list[str]) -> None:
         "unsupported_model": lambda: serve_once(argv(python, unknown_architecture(out), free_port())),
         # vLLM's CPU build sizes its KV cache in whole GiB (VLLM_CPU_KVCACHE_SPACE): one block is what it can refuse
         "no_kv_cache": lambda: serve_once(argv(python, "demo-qwen3", free_port(), "--num-gpu-blocks-override", "1")),
+        "unknown_flag": lambda: serve_once(argv(python, "demo-qwen3", free_port(), "--no-such-flag")),
         "mamba_align": lambda: serve_once(argv(python, "demo-qwen3_5", free_port(), "--dtype", "bfloat16",
                                                *dflash("demo-qwen3_5-dflash")), request=True),
     }
     names = {"bad_speculative": "engine_unsupported__vllm0.32_bad_method",
              "unsupported_model": "engine_unsupported__vllm0.32_architecture",
              "port_in_use": "engine_port_in_use__vllm0.32", "no_kv_cache": "engine_no_kv_cache__vllm0.32",
-             "mamba_align": "engine_mamba_align__vllm0.32_cpu"}
+             "mamba_align": "engine_mamba_align__vllm0.32_cpu",
+             "unknown_flag": "engine_start_failed__vllm0.32_unknown_flag"}
     for case in cases or list(names):
         if case == "port_in_use":
             with socket.socket() as held:
