@@ -1,8 +1,8 @@
 """Engine arms against a real vLLM (its CPU build, `--enforce-eager`): in a sweep beside our runner, its greedy
 output equal to its own AR's, tau from its counters, concurrency levels; a server that cannot start; a signal
-mid-run. The engine's interpreter is $SPECBENCH_VLLM_PYTHON (.ci/run installs vLLM's CPU build in a venv of its own
-and sets it); without it these tests are skipped. One engine server at a time on this 2-core box (a core and ~3 GB
-each): the tests take a file lock around every run that starts one.
+mid-run (Ctrl-C over SSH, SIGTERM here). The engine's interpreter is $SPECBENCH_VLLM_PYTHON (.ci/run installs vLLM's
+CPU build in a venv of its own and sets it); without it these tests are skipped. One engine server at a time on this
+2-core box (a core and ~3 GB each): the tests take a file lock around every run that starts one.
 """
 from __future__ import annotations
 
@@ -26,13 +26,14 @@ pytestmark = pytest.mark.skipif(not Path(PYTHON).is_file(), reason="SPECBENCH_VL
 ONE_SERVER = FileLock(str(Path(os.environ.get("TMPDIR", "/tmp")) / "specbench-engine-tests.lock"))
 # demo-qwen3 (float32: exact) through vLLM with no compile; a small KV cache; few prompts and tokens
 ENGINE = [f"host.engine_python={PYTHON}", "+host.env.VLLM_CPU_KVCACHE_SPACE=1", "engine.enforce_eager=true",
-          "engine.max_model_len=2048", "num_prompts=3", "max_new_tokens=24", "host=local"]
+          "engine.max_model_len=2048", "num_prompts=3", "max_new_tokens=24"]
 
 
 def specbench(tmp_path, *args: str, timeout: float = 1200) -> subprocess.CompletedProcess:
     with ONE_SERVER:
-        return subprocess.run([sys.executable, "-m", "orchestrator", *args, *ENGINE], capture_output=True, text=True,
-                              cwd=tmp_path, env={**os.environ, "COLUMNS": "200"}, timeout=timeout)
+        return subprocess.run([sys.executable, "-m", "orchestrator", *args, *ENGINE, "host=local"],
+                              capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "COLUMNS": "200"},
+                              timeout=timeout)
 
 
 def outputs(run_dir: Path) -> dict[str, list[list[int]]]:
@@ -107,15 +108,18 @@ def _ours(workdir: Path) -> list[int]:
     return alive
 
 
-# Ctrl-C while the server loads (not yet answering), SIGTERM once it answers: both paths stop it and what it spawned
-@pytest.mark.parametrize("sig, code, when", [(signal.SIGINT, 130, "engine: starting"),
-                                             (signal.SIGTERM, 143, "answered after")])
-def test_a_signal_mid_run_leaves_no_engine_process(sig, code, when, tmp_path):
+# Ctrl-C while the server loads (not yet answering) on an SSH host, SIGTERM once it answers on this one: both paths
+# stop the server and what it spawned
+@pytest.mark.parametrize("sig, code, when, kind", [(signal.SIGINT, 130, "engine: starting", "ssh"),
+                                                   (signal.SIGTERM, 143, "answered after", "local")])
+def test_a_signal_mid_run_leaves_no_engine_process(sig, code, when, kind, tmp_path, request):
     from remote.engines.server import descendants
+    from tests.test_faults import host_overrides
 
     workdir = tmp_path / "work"
     with ONE_SERVER:
-        proc = start_cli(["method=vllm", f"host.workdir={workdir}", "max_new_tokens=256", *ENGINE], cwd=tmp_path)
+        proc = start_cli(["method=vllm", *ENGINE, *host_overrides(kind, workdir, request), "max_new_tokens=256"],
+                         cwd=tmp_path)
         try:
             log = wait_for(lambda: next(workdir.glob("runs/*/runner.log"), None), "the runner's log", timeout=120)
             wait_for(lambda: when in log.read_text(), f"{when!r} in runner.log", timeout=600)
