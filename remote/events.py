@@ -13,7 +13,9 @@ import json
 import os
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
+
+from .files import RunFiles
 
 
 class RunnerStage(enum.Enum):
@@ -40,6 +42,16 @@ class EventWriter:
 
     def close(self) -> None:
         self._f.close()
+
+
+def recorded(spec, run_dir: str, body: Callable[[Any, RunFiles, EventWriter], dict]) -> dict:
+    """`body(spec, files, events)` with the run dir's files and its events.jsonl open, closed on every path."""
+    files = RunFiles(run_dir)
+    events = EventWriter(files.events)
+    try:
+        return body(spec, files, events)
+    finally:
+        events.close()
 
 
 def write_json_atomic(path: str, obj: Any) -> None:

@@ -32,7 +32,7 @@ from .decoding.phase_split import split_step
 from .decoding.sampling import make_generator
 from .downloads import gigabytes, watching
 from .errors import SpecError, first_line
-from .events import EventWriter, RunnerStage, write_json_atomic
+from .events import EventWriter, RunnerStage, recorded, write_json_atomic
 from .fairness import PathLog, verdict
 from .files import RunFiles
 from .kernels.gdn_paths import torch_gdn_path
@@ -306,12 +306,7 @@ def run_methods(run: Run, methods: list[Method], events: EventWriter, outputs) -
 
 
 def run(spec: RunSpec, run_dir: str) -> dict:
-    files = RunFiles(run_dir)
-    events = EventWriter(files.events)
-    try:
-        return _run(spec, files, events)
-    finally:
-        events.close()
+    return recorded(spec, run_dir, _run)
 
 
 def report_lossless_failures(method: str, gens: list[Generation], ar_gens: list[Generation],

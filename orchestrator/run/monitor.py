@@ -36,7 +36,7 @@ from .stall import TIMEOUT_KEY, Say, StallLimits, StallWatch, diagnosis, resumed
 STOP_BOUND = 8.0     # seconds to stop the runner and collect after Ctrl-C / SIGTERM before saying we could not
 
 ARTIFACTS = ("config.yaml", "spec.json", "runner.log", "events.jsonl", "results.json", "outputs.jsonl",
-             "traceback.txt", "failure.json")
+             "traceback.txt", "failure.json", "engine_command.txt")
 
 
 class _FailFast(Exception):

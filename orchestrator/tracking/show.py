@@ -142,7 +142,8 @@ def _title(run_dir: Path, spec: dict, method: str) -> str:
     model = _model_name(run_dir) or m.get("path") or "random model"
     arm = method_named(method)
     budget = f" b{d['tree_budget']}" if arm and arm.builds_tree and "tree_budget" in d else ""
-    versus = "" if arm and arm.baseline else " vs AR"
+    engine = (spec.get("engine") or {}).get("kind")
+    versus = "" if arm and arm.baseline is True else f" vs {engine}'s own AR" if engine else " vs AR"
     return (f"{method}{budget}{versus} · {model} · {m.get('dtype', '?')} · "
             f"temperature {d.get('temperature', '?')} · run {spec.get('run_id', run_dir.name)}")
 
