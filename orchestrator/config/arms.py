@@ -133,6 +133,11 @@ class Engine(Arm):
     def baseline(self) -> bool:          # type: ignore[override]
         return not self.speculative
 
+    @property
+    def needs_command(self) -> bool:
+        """Any OpenAI-compatible server: the arm brings the command that starts it and the URL it answers at."""
+        return self.kind == "openai"   # remote.spec.ENGINES: the kind that starts any command
+
     def tags(self) -> dict[str, str]:
         return {"method": self.name, "engine": self.kind}
 

@@ -82,7 +82,7 @@ def _check_arm(cfg: DictConfig, arm: Arm) -> None:
     if cfg.model.get("random") or cfg.model.path is None:
         raise ConfigError("model.path", f"an engine arm serves a model from its files (a hub id, a directory or "
                                         f"assets:<shipped>); {cfg.model.name} has none (random weights)")
-    if arm.engine == "openai" and not (cfg.method.get("command") and cfg.method.get("url")):
+    if arm.needs_command and not (cfg.method.get("command") and cfg.method.get("url")):
         raise ConfigError("method.command", "method=openai needs the server's command and base URL, e.g. "
                                             "'method.command=[my-server,--port,\"{port}\"]' method.url=http://"
                                             "127.0.0.1:{port}")

@@ -19,20 +19,16 @@ from rich.markup import escape
 
 from ..config.plan import Plan
 from ..hosts import HostError
-from ..hosts.connect import open_host
 from ..signals import describe
 from ..tracking.run_start import RunStart
 from .attach import follow_again
-from .job import Job, Stage
+from .job import Stage
 from .monitor import Outcome, follow, report, stop
 from .place import NoHostReachable, placement
 from .progress import StageLine
-from .steps import announce, launch, preflight, title
+from .steps import BadInput, announce, launch, open_job, preflight, title
 
-
-class BadInput(Exception):
-    """A job's input refused before anything started (its one line names the key): a single run exits
-    EXIT_BAD_INPUT with it; a sweep records the job FAILED and goes on (orchestrator.sweep.job)."""
+__all__ = ["BadInput", "run_job", "write_config"]
 
 
 def run_job(plan: Plan, start: RunStart, console: Console | None = None) -> Outcome:
@@ -62,11 +58,8 @@ def write_config(run_dir: Path, plan: Plan) -> None:
 
 def _on_host(plan: Plan, start: RunStart, console: Console) -> Outcome:
     """The job on its host, from preflight to the end of the follow; every exception becomes the outcome's."""
-    try:
-        host = open_host(plan.host)
-    except (HostError, ValueError) as exc:   # its settings (an ssh_config it cannot use)
-        raise BadInput(str(exc)) from None
-    job = Job(host, plan.spec.run_id, start.run_dir)
+    job = open_job(plan, start.run_dir)
+    host = job.host
     outcome = Outcome(job)
     stages = StageLine(console)   # one line naming the stage, until the runner speaks
     try:

@@ -1,5 +1,5 @@
-"""The steps that put a planned job on its host: `preflight` (the host's survey and the bundle probe, one command)
-and `launch` (the run's files staged, the bundle synced, the runner started detached, one command more), then
+"""The steps that put a planned job on its host: `open_job` (its Host, not yet connected), `preflight` (the host's
+survey and the bundle probe, one command) and `launch` (the run's files staged, the bundle synced, the runner started detached, one command more), then
 `announce` (the run's first line). Each sets the job's stage as it begins, for the messages of a failure there.
 """
 from __future__ import annotations
@@ -10,11 +10,27 @@ from pathlib import Path
 from rich.console import Console
 
 from ..config.plan import Plan
+from ..hosts import HostError
+from ..hosts.connect import open_host
 from ..hosts.preflight import survey
 from ..hosts.settings import HostSettings
 from .bundle import BundleSync
 from .job import Job, Stage
 from .progress import StageLine
+
+
+class BadInput(Exception):
+    """A job's input refused before anything started (its one line names the key): a single run exits
+    EXIT_BAD_INPUT with it; a sweep records the job FAILED and goes on (orchestrator.sweep.job)."""
+
+
+def open_job(plan: Plan, run_dir: Path) -> Job:
+    """The job on its host (nothing connects yet); settings the host cannot use (an ssh_config with ProxyJump) are
+    bad input."""
+    try:
+        return Job(open_host(plan.host), plan.spec.run_id, run_dir)
+    except (HostError, ValueError) as exc:
+        raise BadInput(str(exc)) from None
 
 
 def preflight(job: Job, plan: Plan, stages: StageLine,
