@@ -74,7 +74,7 @@ def _on_host(plan: Plan, start: RunStart, console: Console) -> Outcome:
         start.surveyed(plan, host.name, facts)
         launch(job, plan, sync, answer, stages)
         start.record()
-        announce(plan, host.name, start.run_dir, console)
+        announce(plan, host.name, start.run_dir, console, start.tracker.uri)
         follow(job, outcome, console, fail_fast=plan.fail_fast, needs_results=plan.arm.ours, stall=plan.stall)
     except KeyboardInterrupt as exc:   # before the tail started (follow handles it from there on)
         console.print(f"[yellow]{describe(exc)}: interrupted[/]")

@@ -31,6 +31,7 @@ from urllib.parse import urlparse
 
 from remote.events import write_json_atomic
 
+from ..config.knobs import DEFAULT_EXPERIMENT, EXPERIMENT_ENV, EXPERIMENT_ID_ENV, URI_ENV
 from ..paths import default_artifact_root, default_tracking_uri
 from ..program import program
 from .run_note import NOTE_TAG, definitions_table, description, headline
@@ -92,8 +93,10 @@ def flatten(obj: Any, prefix: str = "") -> dict[str, str]:
 
 
 def resolve_uri(uri: str | None) -> str:
-    """The store's URI with a local path made absolute (`sqlite:///my.db` of the directory the command ran in):
-    the run's records keep it, and `show`, `sync` or `reap` from another directory must reach the same store."""
+    """The store a run logs to: `uri` (tracking.uri, --tracking-uri), else MLflow's own MLFLOW_TRACKING_URI, else
+    the embedded default; a local path made absolute (`sqlite:///my.db` of the directory the command ran in): the
+    run's records keep it, and `show`, `sync` or `reap` from another directory must reach the same store."""
+    uri = uri or os.environ.get(URI_ENV)
     if not uri:
         return default_tracking_uri()
     parsed = urlparse(uri)
@@ -102,6 +105,17 @@ def resolve_uri(uri: str | None) -> str:
     if parsed.scheme == "" or (parsed.scheme == "file" and not parsed.netloc):    # a file store's directory
         return os.path.abspath(os.path.expanduser(parsed.path if parsed.scheme else uri))
     return uri
+
+
+def uri_source(uri: str | None) -> str:
+    """Where the store of `resolve_uri(uri)` comes from, for the line that names it."""
+    return "tracking.uri" if uri else URI_ENV if os.environ.get(URI_ENV) else "the default"
+
+
+def resolve_experiment(name: str | None) -> str:
+    """The experiment runs go to: `name` (tracking.experiment), else MLFLOW_EXPERIMENT_NAME, else DEFAULT_EXPERIMENT
+    (MLFLOW_EXPERIMENT_ID, where set instead of a name, is looked up when the run opens)."""
+    return name or os.environ.get(EXPERIMENT_ENV) or DEFAULT_EXPERIMENT
 
 
 def sqlite_file(uri: str) -> Path | None:
@@ -195,9 +209,14 @@ class Tracker:
     """One run's MLflow mirror and its local record (`run_dir / name`, when a run dir is given; a sweep's parent
     keeps its own in the sweep dir, orchestrator.tracking.sweeps)."""
 
-    def __init__(self, uri: str | None, experiment: str, run_dir: Path | None = None, name: str = RECORD,
+    def __init__(self, uri: str | None, experiment: str | None, run_dir: Path | None = None, name: str = RECORD,
                  away: str | None = None, sweep_job: bool = False, parent_run_id: str | None = None):
         self.uri = resolve_uri(uri)
+        # MLFLOW_EXPERIMENT_ID names the experiment where neither tracking.experiment nor a name in the environment
+        # does (MLflow's fluent API reads it so)
+        self._experiment_by_id = None if experiment or os.environ.get(EXPERIMENT_ENV) else \
+            os.environ.get(EXPERIMENT_ID_ENV)
+        experiment = resolve_experiment(experiment)
         self.parent_run_id = parent_run_id   # a sweep job's parent run, which record_start names by default
         # a sweep's job: one that ends before its launch is still recorded, as a child run saying why
         # (orchestrator.sweep.job)
@@ -208,7 +227,8 @@ class Tracker:
         self.run_dir = run_dir
         self.name = name
         self.record: dict[str, Any] = {"tracking_uri": self.uri, "experiment": experiment, "mlflow_run_id": None,
-                                       "logged": [], "error": None, "start": None, "final": None}
+                                       "logged": [], "error": None, "start": None, "final": None,
+                                       "experiment_by_id": self._experiment_by_id}
         self.warning: str | None = away   # why the run is not (fully) in MLflow
         self._lock = threading.RLock()    # the record is written from the opening's thread too
         self._opening: _Call | None = None
@@ -219,6 +239,8 @@ class Tracker:
         record = json.loads((run_dir / name).read_text())
         tracker = cls(uri or record["tracking_uri"], record["experiment"], run_dir, name)
         tracker.record.update(record)
+        if not record.get("experiment_id"):   # never opened: the experiment MLFLOW_EXPERIMENT_ID named, if it did
+            tracker._experiment_by_id = record.get("experiment_by_id")
         if tracker.uri != record["tracking_uri"]:
             tracker.record.update(tracking_uri=tracker.uri, mlflow_run_id=None, logged=[])
         return tracker
@@ -441,6 +463,11 @@ class Tracker:
     def _experiment_id(self, client) -> str:
         if (database := sqlite_file(self.uri)) is not None:
             database.parent.mkdir(parents=True, exist_ok=True)
+        if self._experiment_by_id:   # raises where the store has no such experiment: said as the store's answer
+            exp = client.get_experiment(self._experiment_by_id)
+            self.experiment = exp.name
+            self._update(experiment=exp.name, experiment_id=exp.experiment_id)
+            return exp.experiment_id
         exp = client.get_experiment_by_name(self.experiment)
         if exp is not None:
             self._update(experiment_id=exp.experiment_id)
