@@ -46,10 +46,10 @@ class LocalHost(Host):
     def get(self, remote_path: str, local_path: str) -> None:
         shutil.copyfile(remote_path, local_path)
 
-    def read_from(self, path: str, offset: int) -> bytes:
+    def read_from(self, path: str, offset: int, limit: int | None = None) -> bytes:
         try:
             with open(path, "rb") as f:
                 f.seek(offset)
-                return f.read()
+                return f.read(-1 if limit is None else limit)
         except FileNotFoundError:
             return b""

@@ -29,6 +29,7 @@ from ..program import program
 from ..signals import deferred, describe, exit_code
 from ..tracking.results_table import fairness_of, results_table
 from ..tracking.tracker import Status, Tracker, close_within, sync_command
+from ..untrusted import LINE_BYTES, log_line, printable
 from .display import LiveDisplay
 from .job import Job
 from .stall import TIMEOUT_KEY, Say, StallLimits, StallWatch, diagnosis, resumed, runner_state, warning
@@ -108,11 +109,11 @@ def _show(console: Console, finding: Finding, shown: set[str]) -> None:
     colour = "red" if finding.severity is Severity.FATAL else "yellow"
     detail = finding.entry.render_detail(finding.details)
     if finding.id in shown and finding.severity is not Severity.FATAL and detail:
-        console.print(f"[{colour}]{finding.severity.value}: {finding.id}: also {escape(detail)}[/]")
+        console.print(f"[{colour}]{finding.severity.value}: {finding.id}: also {escape(printable(detail))}[/]")
         return
     shown.add(finding.id)
-    console.print(f"[{colour}]{finding.severity.value}: {finding.id}: {escape(finding.message)}[/]")
-    console.print(f"[{colour}]  fix: {escape(finding.hint)}[/]")
+    console.print(f"[{colour}]{finding.severity.value}: {finding.id}: {escape(printable(finding.message))}[/]")
+    console.print(f"[{colour}]  fix: {escape(printable(finding.hint))}[/]")
 
 
 def follow(job: Job, outcome: Outcome, console: Console, fail_fast: bool = True,
@@ -135,7 +136,7 @@ def follow(job: Job, outcome: Outcome, console: Console, fail_fast: bool = True,
             raise _Stalled(watch.silent)
         if said is Say.WARN:
             text = warning(watch.silent, runner_state(job), display.stages, stall, job.local_dir)
-            console.print(f"[yellow]{escape(text)}[/]", soft_wrap=True)   # one line, to copy the command from
+            console.print(f"[yellow]{escape(printable(text))}[/]", soft_wrap=True)   # one line, to copy from
         elif said is Say.RESUMED:
             console.print(f"[cyan]{resumed(watch.silent)}[/]")
 
@@ -252,11 +253,11 @@ def _summary(outcome, found, metrics, tracker, run_dir, console, title, fairness
                   + (f"  {escape(note)}" if note else ""), soft_wrap=True)   # one line, to copy the command from
     if outcome.status is Status.FAILED:
         if found.primary is not None:
-            console.print(f"[red]{found.primary.id}: {escape(found.primary.message)}\n  fix: "
-                          f"{escape(found.primary.hint)}[/]")
+            console.print(f"[red]{found.primary.id}: {escape(printable(found.primary.message))}\n  fix: "
+                          f"{escape(printable(found.primary.hint))}[/]")
         quoted = found.primary.details.get("last_line") if found.primary is not None else None
         if found.traceback:
-            console.print(escape(str(found.traceback)))
+            console.print(escape(printable(str(found.traceback))))
         elif (tail := _tail(run_dir / "runner.log")) and tail != [quoted]:   # not the line just quoted, again
             text = "\n".join(tail)
             console.print(f"[red]runner log tail:[/]\n{escape(text)}")
@@ -272,9 +273,12 @@ def _by_id(warnings) -> dict[str, list]:
 
 
 def _tail(path: Path, lines: int = 20) -> list[str]:
-    """The log's last `lines` lines, each shortened as a finding's text is; none where there is no log."""
+    """The log's last `lines` lines (read from its last LINE_BYTES: a log may be gigabytes), each as the tail shows
+    it and shortened as a finding's text is; none where there is no log."""
     try:
-        text = path.read_text(errors="replace")
+        with open(path, "rb") as log:
+            log.seek(max(log.seek(0, 2) - LINE_BYTES, 0))
+            end = log.read()
     except OSError:
         return []
-    return [shorten(line.rstrip()) for line in text.rstrip().splitlines()[-lines:]]
+    return [shorten(log_line(line).rstrip()) for line in end.rstrip().split(b"\n")[-lines:]]
