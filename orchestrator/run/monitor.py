@@ -7,7 +7,9 @@ every log line against the failure catalog as it arrives: a fatal finding is sho
 on the host and what to do), repeated only after a much longer silence, and a line when it resumes; silent
 `stall_timeout` s, it is stopped as by Ctrl-C and the run ends FAILED (`runner_stalled`, stopped_by=stall_timeout).
 Ctrl-C, SIGTERM and SIGHUP stop the job's process group on the host (KILLED), bounded: if the host does not answer
-within STOP_BOUND s (a cut link), the user is told the runner may still be running and how to stop or re-attach to it.
+within STOP_BOUND s (a cut link), the user is told the runner may still be running and how to stop or re-attach to it,
+and its MLflow run is left RUNNING with UNSETTLED_TAG saying so (not closed as if it had stopped), for `attach`, `stop`
+or `reap` to settle.
 `report(outcome, tracker, ...)` turns what happened into the MLflow status, `failure.*` tags, a traceback artifact and
 the terminal summary; a run whose AR and method took different paths (remote.fairness) gets a `fairness` tag saying so,
 a warning and a mark in the results table (a fair one: `fairness=ok`). Used by a fresh run and by `attach` alike.
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,6 +38,7 @@ from .job import Job
 from .stall import TIMEOUT_KEY, Say, StallLimits, StallWatch, diagnosis, resumed, runner_state, warning
 
 STOP_BOUND = 8.0     # seconds to stop the runner and collect after Ctrl-C / SIGTERM before saying we could not
+UNSETTLED_TAG = "stop_unconfirmed"   # on an MLflow run left RUNNING: the stop asked, that the host did not confirm
 
 ARTIFACTS = ("config.yaml", "spec.json", "runner.log", "events.jsonl", "results.json", "outputs.jsonl",
              "traceback.txt", "failure.json")
@@ -61,6 +65,7 @@ class Outcome:
     stopped_by: str | None = None    # "user" (Ctrl-C), "SIGTERM", "SIGHUP", "stall_timeout", or the failure id
                                      # fail-fast stopped on
     interrupt: BaseException | None = None   # the Ctrl-C or signal that stopped the run
+    unsettled: str | None = None     # why its end is not known: a stop the host did not confirm (the link down)
     history: list[tuple[str, float, int]] = field(default_factory=list)   # (metric, value, step) from the log
 
     @classmethod
@@ -98,9 +103,13 @@ class Outcome:
             return exit_code(self.interrupt) if self.interrupt is not None else 130
         return 0 if self.status is Status.FINISHED else 1
 
-    def interrupted(self, exc: BaseException) -> None:
+    def interrupted(self, exc: BaseException, stopped: bool = True) -> None:
+        """Stopped by `exc`; `stopped`: the host confirmed that the runner stopped (else it may still run)."""
         self.status, self.interrupt = Status.KILLED, exc
         self.stopped_by = "user" if describe(exc) == "Ctrl-C" else describe(exc)
+        if not stopped and self.job is not None:
+            self.unsettled = (f"{describe(exc)} at {time.strftime('%Y-%m-%d %H:%M:%S')}, but {self.job.host.name} "
+                              f"did not confirm the stop: the runner may still be running")
 
 
 def _show(console: Console, finding: Finding, shown: set[str]) -> None:
@@ -155,8 +164,7 @@ def follow(job: Job, outcome: Outcome, console: Console, fail_fast: bool = True,
                           f"{escape(job.stopped_by)}): the runner ended on its SIGTERM[/]")
     except KeyboardInterrupt as exc:
         console.print(f"[yellow]{describe(exc)}: stopping the runner on the host[/]")
-        stop(job, console)
-        outcome.interrupted(exc)
+        outcome.interrupted(exc, stopped=stop(job, console))
     except _FailFast as fail:
         console.print(f"[red]fail_fast: stopping the run on {fail.finding.id}[/]")
         stop(job, console)
@@ -230,10 +238,21 @@ def report(outcome: Outcome, tracker: Tracker, run_dir: Path, console: Console, 
                       f"{close_within(tracker.uri):g} s; {how} again leaves now, and `{escape(sync_command(run_dir))}` "
                       f"logs it later)[/]", soft_wrap=True)
 
+    if outcome.unsettled is not None:
+        return _leave_unsettled(outcome, tracker, run_dir, console)
     with deferred(held):   # cut off, the upload left the MLflow run RUNNING
         tracker.finish(outcome.status, metrics, {**tags, "status": outcome.status.value},
                        [run_dir / name for name in ARTIFACTS], history=outcome.history)
         _summary(outcome, found, metrics, tracker, run_dir, console, title, fairness)
+
+
+def _leave_unsettled(outcome: Outcome, tracker: Tracker, run_dir: Path, console: Console) -> None:
+    """A stop the host did not confirm: the run is not closed as if it had stopped (its runner may still be
+    running); its MLflow run stays RUNNING, tagged so, until `attach`, `stop` or `reap` settles it."""
+    tracker.leave_open({"stopped_by": outcome.stopped_by, UNSETTLED_TAG: outcome.unsettled})
+    console.print(f"[yellow]UNSETTLED[/] run dir: {escape(str(run_dir))}  {escape(tracker.open_note())}; "
+                  f"`{program()} attach {escape(str(run_dir))}` follows it again, `{program()} stop` stops it, "
+                  f"`{program()} reap` closes it once it has ended", soft_wrap=True)
 
 
 def _summary(outcome, found, metrics, tracker, run_dir, console, title, fairness=None) -> None:

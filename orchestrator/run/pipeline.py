@@ -78,9 +78,8 @@ def _on_host(plan: Plan, start: RunStart, console: Console) -> Outcome:
         follow(job, outcome, console, fail_fast=plan.fail_fast, needs_results=plan.arm.ours, stall=plan.stall)
     except KeyboardInterrupt as exc:   # before the tail started (follow handles it from there on)
         console.print(f"[yellow]{describe(exc)}: interrupted[/]")
-        if job.stage in (Stage.RUNNING, Stage.LAUNCH):
-            stop(job, console)
-        outcome.interrupted(exc)
+        launched = job.stage in (Stage.RUNNING, Stage.LAUNCH)
+        outcome.interrupted(exc, stopped=not launched or stop(job, console))
     except HostError as exc:
         outcome.error(str(exc))
         console.print(f"[red]error: {exc}[/]")

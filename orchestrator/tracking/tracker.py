@@ -16,6 +16,7 @@ address, for the closing note. Non-goals: logging while the run goes, queueing u
 from __future__ import annotations
 
 import enum
+import functools
 import importlib
 import json
 import logging
@@ -359,14 +360,14 @@ class Tracker:
         tags = {k: str(v)[:8000] for k, v in tags.items()}
         # A second outcome (attach followed the runner on after this command lost the host and closed the run
         # FAILED) is logged anew, and what the first one tagged that this one does not (failure.*) is removed.
-        earlier = self.record["final"]
-        stale = sorted(set(earlier["tags"]) - set(tags)) if earlier else []
+        earlier = {*(self.record["final"] or {}).get("tags", {}), *(self.record.get("unsettled") or {})}
+        stale = sorted(earlier - set(tags))
         self._update(final={
             "status": status.value, "end_time": now, "tags": tags,
             "metrics": [[k, float(v), now, step] for k, v, step in points
                         if isinstance(v, (int, float)) and math.isfinite(float(v))],
             "artifacts": names, "stale_tags": stale},
-            logged=[step for step in self.record["logged"] if step != Step.FINAL.value])
+            logged=[step for step in self.record["logged"] if step != Step.FINAL.value], unsettled=None)
         if self.away:
             return
         late = f"MLflow at {self.uri} did not answer within {within:g} s"
@@ -379,6 +380,35 @@ class Tracker:
             return self._give_up(f"MLflow at {self.uri} unavailable ({mlflow_error(upload.error)})",
                                  server_down=_no_connection(upload.error))
         self.warning = None
+
+    def leave_open(self, tags: Mapping[str, str]) -> None:
+        """The run's end is not known (a stop the host did not confirm: its runner may still be running), so its
+        MLflow run stays RUNNING, with `tags` saying why; the record keeps them (`unsettled`), and the `finish` that
+        settles the run later (attach, stop, reap) removes them. Bounded as `finish` is; never raises."""
+        self._update(unsettled={k: str(v) for k, v in tags.items()})
+        if self.away or not self.opened:
+            return
+        deadline = time.monotonic() + close_within(self.uri)
+        if self._opening is not None and not self._opening.wait(deadline - time.monotonic()):
+            self.warning = f"MLflow at {self.uri} did not answer"
+            return
+
+        def tag(run_id: str) -> None:
+            from mlflow.entities import RunTag
+
+            mlflow_client(self.uri).log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+
+        if self.run_id is not None:
+            call = _Call(functools.partial(tag, self.run_id), "mlflow-tag")
+            if not call.wait(deadline - time.monotonic()) or call.error is not None:
+                why = mlflow_error(call.error) if call.error else "no answer"
+                self.warning = f"MLflow at {self.uri} unavailable ({why})"
+
+    def open_note(self) -> str:
+        """For the line of a run left open: where its MLflow run is, RUNNING, or that MLflow has none yet."""
+        if self.run_id is None:
+            return "(not in MLflow yet)"
+        return f"(MLflow run {self.run_id} left RUNNING{f'; {self.warning}' if self.warning else ''})"
 
     def _described(self, metrics: Mapping[str, float], tags: dict[str, str],
                    artifacts: list[Path]) -> tuple[dict[str, str], list[Path]]:
