@@ -16,6 +16,7 @@ says so (the catalog's disk_full); an unwritable run dir is one HostError line a
 from __future__ import annotations
 
 import enum
+import errno
 import io
 import re
 import shlex
@@ -24,10 +25,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from remote.events import write_text_atomic
 from remote.files import RunFiles
 
 from ..hosts.base import CommandFailed, Host, HostError
-from ..hosts.room import NO_SPACE, STATFS, no_room
+from ..hosts.room import NO_SPACE, STATFS, no_room, no_room_here
 from ..untrusted import LINE_BYTES, log_line
 
 SECRETS = "secrets.env"   # read and removed by launch.sh before the runner starts
@@ -40,6 +42,11 @@ ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 ROOM = 65536          # bytes launch.sh sets aside at the start and frees at the end: the line saying the disk is full
 DISK_FULL_BELOW = 1 << 20   # free bytes under which a failed runner's disk counts as full (launch.sh says so)
 READ_AT_MOST = 4 << 20      # bytes of a tailed file read per poll: what the follower holds of it at once
+
+
+class LocalDiskFull(Exception):
+    """A write into the run's local dir found no room (orchestrator.hosts.room.no_room_here says where, how much).
+    The runner goes on on its host, which keeps everything: `attach` finishes the job once there is room."""
 
 
 def check_env_names(names) -> None:
@@ -216,8 +223,13 @@ class _Stream:
         """The lines `data` completes, each as shown (orchestrator.untrusted.log_line); the local mirror gets the
         exact bytes: it equals the remote file byte for byte."""
         self.offset += len(data)
-        with open(self.local, "ab") as f:
-            f.write(data)
+        try:   # (on a full disk the mirror keeps a prefix of the file, from which `attach` goes on)
+            with open(self.local, "ab") as f:
+                f.write(data)
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC:
+                raise
+            raise LocalDiskFull(no_room_here(self.local.parent, len(data), f"the local copy of {self.local.name}"))
         replay, self.replay = self.replay, []
         *complete, rest = data.split(b"\n")
         lines = []
@@ -417,15 +429,20 @@ class Job:
         """Copy the results the runner wrote into the local dir; returns the names that existed."""
         self.stage = Stage.COLLECT
         present = []
-        for name in RunFiles.COLLECTED:
-            try:
-                self.host.get(f"{self.files.root}/{name}", str(self.local_dir / name))
-                present.append(name)
-            except FileNotFoundError:   # a run that failed early wrote none
-                continue
-        if self.exit_code is not None:   # already read by the tail: no need to fetch it again
-            (self.local_dir / "exit_code").write_text(f"{self.exit_code}\n")
-            present.append("exit_code")
+        try:   # each whole or not at all (Host.get): a full disk leaves no part that looks whole
+            for name in RunFiles.COLLECTED:
+                try:
+                    self.host.get(f"{self.files.root}/{name}", str(self.local_dir / name))
+                    present.append(name)
+                except FileNotFoundError:   # a run that failed early wrote none
+                    continue
+            if self.exit_code is not None:   # already read by the tail: no need to fetch it again
+                write_text_atomic(str(self.local_dir / "exit_code"), f"{self.exit_code}\n")
+                present.append("exit_code")
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC:
+                raise
+            raise LocalDiskFull(no_room_here(self.local_dir, None, "the run's results")) from None
         self.stage = Stage.DONE
         return present
 

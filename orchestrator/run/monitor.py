@@ -16,6 +16,7 @@ a warning and a mark in the results table (a fair one: `fairness=ok`). Used by a
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -25,7 +26,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from remote.events import read_json
+from remote.events import read_json, write_json_atomic, write_text_atomic
 
 from ..failures import Detector, Finding, Severity, shorten
 from ..program import program
@@ -34,12 +35,13 @@ from ..tracking.results_table import fairness_of, results_table
 from ..tracking.tracker import Status, Tracker, close_within, sync_command
 from ..untrusted import LINE_BYTES, log_line, printable
 from .display import LiveDisplay
-from .job import Job
+from .job import Job, LocalDiskFull
 from .stall import TIMEOUT_KEY, Say, StallLimits, StallWatch, diagnosis, resumed, runner_state, warning
 
 STOP_BOUND = 8.0     # seconds to stop the runner and collect after Ctrl-C / SIGTERM before saying we could not
 UNSETTLED_TAG = "stop_unconfirmed"   # on an MLflow run left RUNNING: the stop asked, that the host did not confirm
 
+ROOM_FILE = ".room"   # RESERVE bytes a job sets aside in its run dir as it starts (orchestrator.run.pipeline)
 ARTIFACTS = ("config.yaml", "spec.json", "runner.log", "events.jsonl", "results.json", "outputs.jsonl",
              "traceback.txt", "failure.json")
 
@@ -66,6 +68,7 @@ class Outcome:
                                      # fail-fast stopped on
     interrupt: BaseException | None = None   # the Ctrl-C or signal that stopped the run
     unsettled: str | None = None     # why its end is not known: a stop the host did not confirm (the link down)
+    later: str | None = None         # the command that finishes the job, where it is not `sync` (a full local disk)
     history: list[tuple[str, float, int]] = field(default_factory=list)   # (metric, value, step) from the log
 
     @classmethod
@@ -169,6 +172,12 @@ def follow(job: Job, outcome: Outcome, console: Console, fail_fast: bool = True,
         console.print(f"[red]fail_fast: stopping the run on {fail.finding.id}[/]")
         stop(job, console)
         outcome.status, outcome.stopped_by = Status.FAILED, fail.finding.id
+    except LocalDiskFull as full:   # this machine's disk, not the host's: the runner goes on there
+        console.print(f"[red]error: {escape(str(full))}[/]", soft_wrap=True)
+        outcome.error(str(full))
+        outcome.later = f"{program()} attach {job.local_dir}"
+        console.print(f"[yellow]the runner goes on on {escape(job.host.name)}, which keeps all it writes: once there "
+                      f"is room, `{escape(outcome.later)}` follows it to its end and logs the run[/]", soft_wrap=True)
     except _Stalled as stalled:
         console.print(f"[red]{TIMEOUT_KEY}: no output for {stalled.silent:.0f} s, stopping the runner[/]")
         state = runner_state(job)   # before the stop, which ends it
@@ -209,6 +218,7 @@ def _catching(fn, errors: list[BaseException]) -> None:
 
 
 def report(outcome: Outcome, tracker: Tracker, run_dir: Path, console: Console, title: str) -> None:
+    (run_dir / ROOM_FILE).unlink(missing_ok=True)   # its closing writes get the room set aside for them
     results = read_json(run_dir / "results.json")
     metrics = results.get("metrics", {})
     tags = {k: str(v) for k, v in results.get("environment", {}).items()}
@@ -222,9 +232,10 @@ def report(outcome: Outcome, tracker: Tracker, run_dir: Path, console: Console, 
         tags.update({"failure.stage": outcome.job.stage.value, "exit_code": str(outcome.job.exit_code)})
         # what the run is tagged with, also where no log line explains it (the host lost: orchestrator_error)
         failure = {**found.to_dict(), "ok": False, "tags": {k: v for k, v in tags.items() if k.startswith("failure.")}}
-        (run_dir / "failure.json").write_text(json.dumps(failure, indent=2))
-        if found.traceback:
-            (run_dir / "traceback.txt").write_text(str(found.traceback))
+        with contextlib.suppress(OSError):   # a full disk: whole or not at all; the tags say the same
+            write_json_atomic(str(run_dir / "failure.json"), failure)
+            if found.traceback:
+                write_text_atomic(str(run_dir / "traceback.txt"), str(found.traceback))
     if found.warnings:
         tags["warnings"] = ",".join(sorted({w.finding.id for w in found.warnings}))
     if outcome.stopped_by:
@@ -267,7 +278,7 @@ def _summary(outcome, found, metrics, tracker, run_dir, console, title, fairness
         console.print(f"[yellow]warning x{sum(w.count for w in variants)}: {id_}"
                       f"{escape(f' ({details})') if details else ''}: {escape(variants[0].finding.hint)}[/]")
     colour = {Status.FINISHED: "green", Status.FAILED: "red", Status.KILLED: "yellow"}[outcome.status]
-    note = tracker.closing_note()   # "mlflow run: <id>" only if all of it got there, else why not and `sync`
+    note = tracker.closing_note(outcome.later)   # "mlflow run: <id>" if all of it got there, else why not, `sync`
     console.print(f"[{colour}]{outcome.status.value}[/] run dir: {escape(str(run_dir))}"
                   + (f"  {escape(note)}" if note else ""), soft_wrap=True)   # one line, to copy the command from
     if outcome.status is Status.FAILED:

@@ -11,20 +11,24 @@ returns its Outcome without a runner; the host lost after launch says how to fol
 from __future__ import annotations
 
 import contextlib
+import errno
 from pathlib import Path
 
 from omegaconf import OmegaConf
 from rich.console import Console
 from rich.markup import escape
 
+from remote.events import write_text_atomic
+
 from ..config.plan import Plan
 from ..hosts import HostError
 from ..hosts.connect import open_host
+from ..hosts.room import RESERVE, no_room_here
 from ..signals import describe
 from ..tracking.run_start import RunStart
 from .attach import follow_again
 from .job import Job, Stage
-from .monitor import Outcome, follow, report, stop
+from .monitor import ROOM_FILE, Outcome, follow, report, stop
 from .place import NoHostReachable, placement
 from .progress import StageLine
 from .steps import announce, launch, preflight, title
@@ -38,7 +42,14 @@ class BadInput(Exception):
 def run_job(plan: Plan, start: RunStart, console: Console | None = None) -> Outcome:
     """Run the planned job and report it."""
     console = console or Console()
-    write_config(start.run_dir, plan)
+    try:
+        write_config(start.run_dir, plan)
+    except OSError as exc:   # this machine's disk filled since the command's start (its room was checked then)
+        if exc.errno != errno.ENOSPC:
+            raise
+        console.print(f"[red]error: {escape(no_room_here(start.run_dir, RESERVE, 'the run dir'))}; nothing was "
+                      f"started[/]", soft_wrap=True)
+        return Outcome.not_started(error=f"{exc.strerror} in {start.run_dir}")
     with contextlib.ExitStack() as lease:
         try:
             plan = lease.enter_context(placement(plan, console))
@@ -56,8 +67,12 @@ def run_job(plan: Plan, start: RunStart, console: Console | None = None) -> Outc
 
 
 def write_config(run_dir: Path, plan: Plan) -> None:
+    """The run's config.yaml; first, RESERVE bytes set aside (ROOM_FILE) for the closing writes of a run whose
+    disk fills while it goes (report frees them): its MLflow run closed, its record whole, not left RUNNING."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(dict(plan.config))))
+    if not (run_dir / ROOM_FILE).exists():
+        (run_dir / ROOM_FILE).write_bytes(bytes(RESERVE))
+    write_text_atomic(str(run_dir / "config.yaml"), OmegaConf.to_yaml(OmegaConf.create(dict(plan.config))))
 
 
 def _on_host(plan: Plan, start: RunStart, console: Console) -> Outcome:
@@ -85,9 +100,15 @@ def _on_host(plan: Plan, start: RunStart, console: Console) -> Outcome:
         console.print(f"[red]error: {exc}[/]")
         if job.stage in (Stage.RUNNING, Stage.COLLECT):   # the host went away, not the runner, which runs on
             console.print(f"[yellow]{follow_again(host.name, start.run_dir)}[/]", soft_wrap=True)
-    except Exception:  # a bug of ours must still close the MLflow run (and a sweep's parent) as FAILED
-        outcome.error("orchestrator error")
-        console.print_exception()
+    except Exception as exc:  # a bug of ours must still close the MLflow run (and a sweep's parent) as FAILED
+        if getattr(exc, "errno", None) != errno.ENOSPC:
+            outcome.error("orchestrator error")
+            console.print_exception()
+        else:   # a record of the run's (job.json, spec.json) on this machine's full disk
+            outcome.error(no_room_here(start.run_dir, None, "the run's records"))
+            console.print(f"[red]error: {escape(outcome.errors[-1])}[/]", soft_wrap=True)
+            if job.stage is Stage.RUNNING:
+                console.print(f"[yellow]{escape(follow_again(host.name, start.run_dir))}[/]", soft_wrap=True)
     finally:
         stages.close()
         start.open_late()

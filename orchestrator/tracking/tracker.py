@@ -30,9 +30,10 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 from urllib.parse import urlparse
 
-from remote.events import write_json_atomic
+from remote.events import write_json_atomic, write_text_atomic
 
 from ..config.knobs import DEFAULT_EXPERIMENT, EXPERIMENT_ENV, EXPERIMENT_ID_ENV, URI_ENV
+from ..hosts.room import no_room_here, room_here
 from ..paths import default_artifact_root, default_tracking_uri
 from ..program import program
 from .run_note import NOTE_TAG, definitions_table, description, headline
@@ -58,6 +59,7 @@ TERMINATE_WITHIN_S = 5.0   # then one try to close an incomplete MLflow run (FAI
 # import and a new database's migrations take 10+ s on a loaded machine) and its lock waits are sqlite's own
 # (20 s a statement, with parallel jobs on one database); this bound only guards against a hung disk.
 LOCAL_CLOSE_WITHIN_S = 120.0
+STORE_ROOM = 1 << 20   # free bytes a local store needs beyond the artifacts' size for a run's rows (sqlite's journal)
 
 
 class Status(enum.Enum):
@@ -373,6 +375,8 @@ class Tracker:
         late = f"MLflow at {self.uri} did not answer within {within:g} s"
         if self._opening is not None and not self._opening.wait(deadline - time.monotonic()):
             return self._give_up(late)   # still opening: no second attempt beside it
+        if (no_room := self._no_room(names)) is not None:   # not tried: it would leave part of an artifact
+            return self._give_up(no_room)
         upload = _Call(self.replay, "mlflow-finish")
         if not upload.wait(deadline - time.monotonic()):
             return self._give_up(late)
@@ -424,8 +428,11 @@ class Tracker:
             tags = {**tags, NOTE_TAG: description(start.get("run_name", ""), known, metrics, definitions)}
         if self.run_dir is not None and definitions:
             table = self.run_dir / "definitions.md"
-            table.write_text(definitions_table(metrics, definitions))
-            artifacts = [*artifacts, table]
+            try:   # whole or not at all: a full disk once left it 0 bytes, looking written
+                write_text_atomic(str(table), definitions_table(metrics, definitions))
+                artifacts = [*artifacts, table]
+            except OSError:
+                pass   # the description carries the definitions too
         return tags, artifacts
 
     @staticmethod
@@ -439,6 +446,17 @@ class Tracker:
             return {"gpu": "cpu"}
         count = int(tags["gpu_count"]) if str(tags.get("gpu_count", "")).isdigit() else 1
         return {"gpu": tags["gpu_name"] if count <= 1 else f"{count}x {tags['gpu_name']}"}
+
+    def _no_room(self, artifacts: list[str]) -> str | None:
+        """Why a local store has no room for the run's final logging (its artifacts' copies, its rows), or None."""
+        database = sqlite_file(self.uri)
+        if database is None or not database.parent.exists():
+            return None
+        need = STORE_ROOM + sum(os.path.getsize(p) for name in artifacts
+                                if (p := (self.run_dir or Path(".")) / name).is_file())
+        if room_here(database.parent)[0] >= need:
+            return None
+        return no_room_here(database.parent, need, "the run's MLflow rows and artifact copies")
 
     def _give_up(self, why: str, server_down: bool = False) -> None:
         """Keep the reason in the record; close a half-logged MLflow run FAILED (once, bounded), not RUNNING. Not
@@ -542,8 +560,9 @@ class Tracker:
             return ""
         return where(self.uri, run_url(self.uri, exp_id, self.run_id))
 
-    def closing_note(self) -> str:
-        """For the run's closing line: where it is in MLflow, or why it is not and how to log it later."""
+    def closing_note(self, later: str | None = None) -> str:
+        """For the run's closing line: where it is in MLflow, or why it is not and how to log it later (`sync`, or
+        `later` where that finishes the job)."""
         if self.logged:
             return f"mlflow run: {self.run_id} {self.url()}".rstrip()
         if not self.opened and self.sweep_job:
@@ -552,4 +571,4 @@ class Tracker:
             return "(never reached MLflow: it ended before its launch; nothing to sync)"
         what = f"not fully in MLflow (run {self.run_id} incomplete)" if self.run_id else "not in MLflow"
         return (f"({what}: {self.warning or 'not logged'}; results kept locally; log it later: "
-                f"{sync_command(self.run_dir or Path('.'))})")
+                f"{later or sync_command(self.run_dir or Path('.'))})")
