@@ -13,8 +13,7 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
-from orchestrator.hosts.room import START_ROOM
-from orchestrator.paths import PROJECT_ROOT
+from orchestrator.paths import PROJECT_ROOT, START_ROOM
 from tests.test_disk_full import tmpfs
 
 SCRIPT = Path(__file__).parent / "scripts" / "hostile_output.py"
@@ -28,8 +27,9 @@ def fill(path: Path, leave: int) -> None:
 
 
 def cli(*args: str, runs: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": "1000", "SPECBENCH_RUNS_DIR": str(runs)}
     return subprocess.run([sys.executable, "-m", "orchestrator", *args], cwd=PROJECT_ROOT, capture_output=True,
-                          text=True, timeout=300, env={**os.environ, "COLUMNS": "1000", "SPECBENCH_RUNS_DIR": str(runs)})
+                          text=True, timeout=300, env=env)
 
 
 def test_a_runs_dir_without_room_to_start_refuses_every_command_that_writes_in_one_line(tmp_path):

@@ -129,8 +129,7 @@ def _before_hydra(argv: list[str], multirun: bool) -> list[str]:
 def _refuse_without_room() -> None:
     """A run, or a command that writes runs, on a runs dir without START_ROOM free: one line, exit 1, nothing
     written (Hydra's own files would be the first to find no room)."""
-    from ..hosts.room import room_to_start
-    from ..paths import runs_dir
+    from ..paths import room_to_start, runs_dir
 
     if (problem := room_to_start(runs_dir())) is not None:
         print(f"error: {problem}", file=sys.stderr)

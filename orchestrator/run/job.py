@@ -29,7 +29,8 @@ from remote.events import write_text_atomic
 from remote.files import RunFiles
 
 from ..hosts.base import CommandFailed, Host, HostError
-from ..hosts.room import NO_SPACE, STATFS, no_room, no_room_here
+from ..hosts.room import NO_SPACE, STATFS, no_room
+from ..paths import RESERVE, no_room_here
 from ..untrusted import LINE_BYTES, log_line
 
 SECRETS = "secrets.env"   # read and removed by launch.sh before the runner starts
@@ -44,9 +45,24 @@ DISK_FULL_BELOW = 1 << 20   # free bytes under which a failed runner's disk coun
 READ_AT_MOST = 4 << 20      # bytes of a tailed file read per poll: what the follower holds of it at once
 
 
+ROOM_FILE = ".room"   # in a local run dir: RESERVE bytes set aside as the job starts, freed for its closing writes
+
+
 class LocalDiskFull(Exception):
-    """A write into the run's local dir found no room (orchestrator.hosts.room.no_room_here says where, how much).
+    """A write into the run's local dir found no room (orchestrator.paths.no_room_here says where, how much).
     The runner goes on on its host, which keeps everything: `attach` finishes the job once there is room."""
+
+
+def set_room_aside(run_dir: Path) -> None:
+    """RESERVE bytes in `run_dir` (ROOM_FILE) for the closing writes of a run whose disk fills while it goes (the
+    report frees them first): its MLflow run closed, its record whole, not left RUNNING."""
+    if not (run_dir / ROOM_FILE).exists():
+        (run_dir / ROOM_FILE).write_bytes(bytes(RESERVE))
+
+
+def records_full(run_dir: Path, need: int | None = None) -> str:
+    """The one line for a record of the run's (its config, job.json, spec.json) that found no room here."""
+    return no_room_here(run_dir, need, "the run's records")
 
 
 def check_env_names(names) -> None:

@@ -35,13 +35,12 @@ from ..tracking.results_table import fairness_of, results_table
 from ..tracking.tracker import Status, Tracker, close_within, sync_command
 from ..untrusted import LINE_BYTES, log_line, printable
 from .display import LiveDisplay
-from .job import Job, LocalDiskFull
+from .job import ROOM_FILE, Job, LocalDiskFull
 from .stall import TIMEOUT_KEY, Say, StallLimits, StallWatch, diagnosis, resumed, runner_state, warning
 
 STOP_BOUND = 8.0     # seconds to stop the runner and collect after Ctrl-C / SIGTERM before saying we could not
 UNSETTLED_TAG = "stop_unconfirmed"   # on an MLflow run left RUNNING: the stop asked, that the host did not confirm
 
-ROOM_FILE = ".room"   # RESERVE bytes a job sets aside in its run dir as it starts (orchestrator.run.pipeline)
 ARTIFACTS = ("config.yaml", "spec.json", "runner.log", "events.jsonl", "results.json", "outputs.jsonl",
              "traceback.txt", "failure.json")
 

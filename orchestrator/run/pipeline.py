@@ -23,12 +23,11 @@ from remote.events import write_text_atomic
 from ..config.plan import Plan
 from ..hosts import HostError
 from ..hosts.connect import open_host
-from ..hosts.room import RESERVE, no_room_here
 from ..signals import describe
 from ..tracking.run_start import RunStart
 from .attach import follow_again
-from .job import Job, Stage
-from .monitor import ROOM_FILE, Outcome, follow, report, stop
+from .job import Job, Stage, records_full, set_room_aside
+from .monitor import Outcome, follow, report, stop
 from .place import NoHostReachable, placement
 from .progress import StageLine
 from .steps import announce, launch, preflight, title
@@ -47,8 +46,7 @@ def run_job(plan: Plan, start: RunStart, console: Console | None = None) -> Outc
     except OSError as exc:   # this machine's disk filled since the command's start (its room was checked then)
         if exc.errno != errno.ENOSPC:
             raise
-        console.print(f"[red]error: {escape(no_room_here(start.run_dir, RESERVE, 'the run dir'))}; nothing was "
-                      f"started[/]", soft_wrap=True)
+        console.print(f"[red]error: {escape(records_full(start.run_dir))}; nothing was started[/]", soft_wrap=True)
         return Outcome.not_started(error=f"{exc.strerror} in {start.run_dir}")
     with contextlib.ExitStack() as lease:
         try:
@@ -67,11 +65,9 @@ def run_job(plan: Plan, start: RunStart, console: Console | None = None) -> Outc
 
 
 def write_config(run_dir: Path, plan: Plan) -> None:
-    """The run's config.yaml; first, RESERVE bytes set aside (ROOM_FILE) for the closing writes of a run whose
-    disk fills while it goes (report frees them): its MLflow run closed, its record whole, not left RUNNING."""
+    """The run's config.yaml, after the room set aside for its closing writes (job.set_room_aside)."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    if not (run_dir / ROOM_FILE).exists():
-        (run_dir / ROOM_FILE).write_bytes(bytes(RESERVE))
+    set_room_aside(run_dir)
     write_text_atomic(str(run_dir / "config.yaml"), OmegaConf.to_yaml(OmegaConf.create(dict(plan.config))))
 
 
@@ -105,7 +101,7 @@ def _on_host(plan: Plan, start: RunStart, console: Console) -> Outcome:
             outcome.error("orchestrator error")
             console.print_exception()
         else:   # a record of the run's (job.json, spec.json) on this machine's full disk
-            outcome.error(no_room_here(start.run_dir, None, "the run's records"))
+            outcome.error(records_full(start.run_dir))
             console.print(f"[red]error: {escape(outcome.errors[-1])}[/]", soft_wrap=True)
             if job.stage is Stage.RUNNING:
                 console.print(f"[yellow]{escape(follow_again(host.name, start.run_dir))}[/]", soft_wrap=True)

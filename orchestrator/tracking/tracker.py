@@ -33,8 +33,7 @@ from urllib.parse import urlparse
 from remote.events import write_json_atomic, write_text_atomic
 
 from ..config.knobs import DEFAULT_EXPERIMENT, EXPERIMENT_ENV, EXPERIMENT_ID_ENV, URI_ENV
-from ..hosts.room import no_room_here, room_here
-from ..paths import default_artifact_root, default_tracking_uri
+from ..paths import default_artifact_root, default_tracking_uri, no_room_here, room_here
 from ..program import program
 from .run_note import NOTE_TAG, definitions_table, description, headline
 from .ui_links import run_url, where
