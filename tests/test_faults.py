@@ -19,7 +19,7 @@ from mlflow.tracking import MlflowClient
 
 from orchestrator.paths import PROJECT_ROOT
 from tests.sshd import SSHD
-from tests.test_ssh_e2e import group_alive
+from tests.test_ssh_e2e import _descendants, _signal_each, group_alive
 
 # Long enough to be interrupted mid-decode on any machine; never paid in full. A runner that sends our runner's
 # `start` and progress events and idles: what a runner computes does not matter to these faults, and ours cost ~5 s
@@ -144,23 +144,6 @@ def test_ctrl_c_during_a_link_cut_ends_within_10_s_and_says_how_to_stop(sshd_net
     assert run.info.status == "KILLED"
 
 
-def _descendants(pid: int) -> list[int]:
-    """`pid`'s processes below it, through /proc (an sshd's per-connection processes and their sessions)."""
-    parents = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-    found, frontier = [], [pid]
-    while frontier:
-        kids = [child for child, parent in parents.items() if parent in frontier]
-        found += kids
-        frontier = kids
-    return found
-
-
 def test_a_signal_the_host_cannot_hear_leaves_the_run_unsettled_until_stop_settles_it(tmp_path):
     """The whole sshd stopped (SIGSTOP: a hung box; the link stays up and says nothing) when Ctrl-C comes: the stop
     cannot reach the runner, which may still be running, so its MLflow run is not closed KILLED as if it had
@@ -169,28 +152,25 @@ def test_a_signal_the_host_cannot_hear_leaves_the_run_unsettled_until_stop_settl
     facts = server.start()
     workdir = Path(facts.host_config()["workdir"])
     proc = start_cli([*facts.overrides(io_timeout=1.5, connect_timeout=1.5), *LONG])
-    group, frozen = None, []
+    group, frozen = None, set()
     try:
         (host_dir,) = wait_for(lambda: started_runs(workdir), "the runner starting")
         group = int((host_dir / "pid").read_text())
         (job_file,) = wait_for(lambda: _in_mlflow(tmp_path / "runs"), "the run in MLflow")
-        frozen = [server.proc.pid, *_descendants(server.proc.pid)]
-        for pid in frozen:
-            os.kill(pid, signal.SIGSTOP)
+        frozen = _descendants(server.proc.pid)   # the listener and every connection's processes
+        _signal_each(frozen, signal.SIGSTOP)
         proc.send_signal(signal.SIGINT)
         sent = time.monotonic()
         out = finish(proc, timeout=60)
         took = time.monotonic() - sent
         (run,) = runs_of(tmp_path / "runs")
-        for pid in frozen:
-            os.kill(pid, signal.SIGCONT)
-        frozen = []
+        _signal_each(frozen, signal.SIGCONT)
+        frozen = set()
         reaped = cli("reap")
         (after_reap,) = runs_of(tmp_path / "runs")
         stopped = cli("stop", str(job_file.parent))
     finally:
-        for pid in frozen:
-            os.kill(pid, signal.SIGCONT)
+        _signal_each(frozen, signal.SIGCONT)
         if group is not None and group_alive(group):
             os.killpg(group, signal.SIGKILL)
         server.stop()

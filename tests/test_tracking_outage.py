@@ -44,7 +44,8 @@ class MlflowServer:
         if password is not None:
             (root / "auth.ini").write_text(
                 f"[mlflow]\ndefault_permission = READ\ndatabase_uri = sqlite:///{root / 'auth.db'}\n"
-                f"admin_username = admin\nauthorization_function = mlflow.server.auth:authenticate_request_basic_auth\n")
+                f"admin_username = admin\n"
+                f"authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n")
             env.update(MLFLOW_AUTH_CONFIG_PATH=str(root / "auth.ini"), MLFLOW_AUTH_ADMIN_PASSWORD=password,
                        MLFLOW_FLASK_SERVER_SECRET_KEY=os.urandom(16).hex())
             auth = ["--app-name", "basic-auth"]

@@ -4,14 +4,15 @@ Contract: a `Job` owns one run directory on a host (`<workdir>/runs/<run_id>/`, 
 mirror; it quotes every value that reaches a shell and never knows which host it talks to. `prepare()` stages the run's
 files (spec, secrets, a user's script), sending nothing; `launch()` writes them and launch.sh into the run dir and
 starts the runner in its own session (setsid): one command. `poll()`: the new complete lines of runner.log and
-events.jsonl, mirrored byte for byte; `attach()` resumes where the mirror ends, and its first poll hands out the
-mirrored events once more (not the log). `started_at`: the runner's start in local epoch seconds (the launch; for
-`attach`, the host's word, or None); `quiet_at_attach`: how long it had then written nothing, by the host's clock
-(orchestrator.run.stall). `finished()`: launch.sh wrote `exit_code`, or the host says the process group is gone without
-one (`lost`). `cancel()` records who asked (`stopped_by`), then stops the group (TERM, then KILL after a grace period).
-launch.sh holds one `flock` per GPU (`<workdir>/locks/gpu<N>.lock`; when: `_gpu_locks`) for the runner's lifetime; a
-held GPU refuses the launch (exit GPU_BUSY_EXIT, one line in runner.log). A full disk loses no exit code, and runner.log
-says so (the catalog's disk_full); an unwritable run dir is one HostError line at launch (orchestrator.hosts.room).
+events.jsonl (each as orchestrator.untrusted shows it, at most LINE_BYTES of it held; READ_AT_MOST bytes a poll),
+mirrored byte for byte (a local disk that fills: LocalDiskFull); `attach()` resumes where the mirror ends, its first
+poll handing out the mirrored events again. `started_at`: the runner's start in local epoch seconds (for `attach`, the
+host's word, or None); `quiet_at_attach`: how long it had then written nothing (orchestrator.run.stall). `finished()`:
+launch.sh wrote `exit_code`, or the host says the process group is gone without one (`lost`). `cancel()` records who
+asked (`stopped_by`), then stops the group (TERM, then KILL after a grace period). launch.sh holds one `flock` per GPU
+(`<workdir>/locks/gpu<N>.lock`: `_gpu_locks`) for the runner's lifetime; a held GPU refuses the launch (GPU_BUSY_EXIT).
+A full disk on the host loses no exit code, and runner.log says so (the catalog's disk_full); an unwritable run dir is
+one HostError line at launch (orchestrator.hosts.room).
 """
 from __future__ import annotations
 
@@ -43,8 +44,6 @@ ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 ROOM = 65536          # bytes launch.sh sets aside at the start and frees at the end: the line saying the disk is full
 DISK_FULL_BELOW = 1 << 20   # free bytes under which a failed runner's disk counts as full (launch.sh says so)
 READ_AT_MOST = 4 << 20      # bytes of a tailed file read per poll: what the follower holds of it at once
-
-
 ROOM_FILE = ".room"   # in a local run dir: RESERVE bytes set aside as the job starts, freed for its closing writes
 
 

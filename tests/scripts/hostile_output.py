@@ -8,7 +8,8 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--line-mb", type=int, default=0)
 args = parser.parse_args()
 out = sys.stdout.buffer
-out.write(b"title \x1b]0;PWNED\x07 colour \x1b[38;5;199mPINK\x1b[0m clear \x1b[2J ask \x1b[6n c1 \xc2\x9b31m bell \x07\n")
+out.write(b"title \x1b]0;PWNED\x07 colour \x1b[38;5;199mPINK\x1b[0m clear \x1b[2J ask \x1b[6n "
+          b"c1 \xc2\x9b31m bell \x07\n")
 out.write(b"loading 10%\rloading 60%\rloading 100%\n")
 for _ in range(args.line_mb):
     out.write(b"x" * (1 << 20))
