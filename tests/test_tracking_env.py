@@ -66,3 +66,23 @@ def test_a_password_in_mlflow_tracking_uri_is_refused_in_one_line_before_anythin
     assert refused.returncode == 2 and len(said.splitlines()) == 1, said
     assert said.startswith("error: MLFLOW_TRACKING_URI: http://admin:***@127.0.0.1:9 carries a password"), said
     assert PASSWORD not in said and not (tmp_path / "runs").exists(), said
+
+
+def test_mlflow_experiment_id_names_the_experiment_where_no_name_is_given(tmp_path, monkeypatch):
+    from orchestrator.tracking.tracker import Status, Tracker
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    chosen = client.create_experiment("chosen-by-id", artifact_location=(tmp_path / "art").as_uri())
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_ID", chosen)
+    runs = {}
+    for name in (None, "named"):   # an explicit tracking.experiment comes first
+        run_dir = tmp_path / f"run-{name}"
+        run_dir.mkdir()
+        tracker = Tracker(uri, name, run_dir=run_dir)
+        tracker.start("r", {}, {"run_id_local": run_dir.name})
+        tracker.finish(Status.FINISHED, {"tau": 2.0}, {}, [])
+        assert tracker.logged, tracker.warning
+        runs[name] = client.get_run(tracker.run_id)
+    assert runs[None].info.experiment_id == chosen
+    assert runs["named"].info.experiment_id == client.get_experiment_by_name("named").experiment_id != chosen
