@@ -19,11 +19,12 @@ def main(argv: list[str]) -> int:
     from .files import RunFiles
     from .spec import RunSpec
     run_dir = argv[0]
+    path = RunFiles(run_dir).spec
     try:
-        with open(RunFiles(run_dir).spec, encoding="utf-8") as f:
+        with open(path, encoding="utf-8") as f:
             spec = RunSpec.from_json(f.read())
-    except (OSError, ValueError) as exc:
-        print(f"error: cannot read the run spec: {exc}".splitlines()[0], file=sys.stderr)
+    except (OSError, ValueError) as exc:   # UnicodeDecodeError and JSONDecodeError among them
+        print(f"error: cannot read the run spec {path}: {exc}".splitlines()[0], file=sys.stderr)
         return 2
     try:
         from transformers.utils import logging as hf_logging

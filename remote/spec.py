@@ -173,6 +173,8 @@ class RunSpec:
     @classmethod
     def from_json(cls, text: str) -> "RunSpec":
         data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError(f"spec is a JSON {type(data).__name__}, not an object")
         version = data.get("version")
         if version != SPEC_VERSION:
             raise ValueError(f"spec version {version!r} is not supported (this runner reads {SPEC_VERSION})")

@@ -107,6 +107,15 @@ class RunKnobs:
                           "speedup_vs_ar, tokens_per_s, tau, tpot_ms, ttft_ms (set the sweeper's direction)")
 
 
+# MLflow's own variables, honoured as MLflow's fluent API honours them: a tracking.uri / tracking.experiment given
+# explicitly comes first, then these, then the embedded defaults (orchestrator.tracking.tracker resolves them). The
+# client reads the credentials (MLFLOW_TRACKING_USERNAME / _PASSWORD / _TOKEN) and the TLS settings itself.
+URI_ENV = "MLFLOW_TRACKING_URI"
+EXPERIMENT_ENV = "MLFLOW_EXPERIMENT_NAME"
+EXPERIMENT_ID_ENV = "MLFLOW_EXPERIMENT_ID"
+DEFAULT_EXPERIMENT = "specbench"
+
+
 def tracking_uri(value) -> str | None:
     """A URI with no password in it: the URI is logged with every run (params, job.json, the terminal), the
     environment is not, and MLflow's client reads its credentials from there."""
@@ -130,7 +139,8 @@ def _file_store(value: str) -> str | None:
     """MLflow 3's file store (a directory, file:...) refuses to open unless MLFLOW_ALLOW_FILE_STORE is set: said
     here, before the run, rather than as a `not in MLflow` at its end (and at every `sync`)."""
     scheme = urlsplit(value).scheme
-    if scheme not in ("", "file") or os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").lower() in ("1", "true"):
+    if scheme not in ("", "file") or value in ("databricks", "databricks-uc") or \
+            os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").lower() in ("1", "true"):
         return None
     return (f"{value} is MLflow's file store, which MLflow keeps only in maintenance mode and refuses to open unless "
             f"MLFLOW_ALLOW_FILE_STORE=true; use a database, e.g. tracking.uri=sqlite:///mlflow.db")
@@ -227,12 +237,14 @@ class EngineKnobs:
 
 @dataclass(frozen=True)
 class TrackingKnobs:
-    uri: str | None = knob(None, tracking_uri, "null = sqlite:///<runs dir>/mlflow.db (checkout: runs/; installed: "
-                           "./runs; or $SPECBENCH_RUNS_DIR)")
-    experiment: str = knob("specbench", rule(
+    uri: str | None = knob(None, tracking_uri, "null = $MLFLOW_TRACKING_URI where set, else sqlite:///<runs dir>/"
+                           "mlflow.db (checkout: runs/; installed: ./runs; or $SPECBENCH_RUNS_DIR)")
+    experiment: str | None = knob(None, nullable(rule(
         "a non-empty string (quote a numeric one: tracking.experiment=\"'2024'\")",
         # MLflow refuses a number (and an empty name) once the run is under way: the run went on outside MLflow
-        lambda v: isinstance(v, str) and v.strip() != ""), "the MLflow experiment runs go to")
+        lambda v: isinstance(v, str) and v.strip() != "")),
+        "the MLflow experiment runs go to; null = $MLFLOW_EXPERIMENT_NAME (or $MLFLOW_EXPERIMENT_ID) where set, "
+        "else specbench")
 
 
 @dataclass(frozen=True)

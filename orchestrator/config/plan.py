@@ -42,8 +42,8 @@ class StallLimits:
 
 @dataclass(frozen=True)
 class Tracking:
-    uri: str | None            # None: the embedded default store
-    experiment: str
+    uri: str | None            # None: $MLFLOW_TRACKING_URI, else the embedded default store
+    experiment: str | None     # None: $MLFLOW_EXPERIMENT_NAME (or _ID), else specbench
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ def make_plan(cfg: DictConfig, choices: Mapping[str, Any] | None = None, run_id:
     entries = pool_hosts(cfg)
     pool = Pool(tuple(PoolEntry.of(e) for e in entries), str(cfg.pool.lock_dir)) if entries else None
     return Plan(arm=arm, spec=build_spec(cfg, arm, run_id), model=str(cfg.model.name), host=host_settings(cfg.host),
-                gpus=tuple(cfg.gpus), pool=pool, tracking=Tracking(cfg.tracking.uri, str(cfg.tracking.experiment)),
+                gpus=tuple(cfg.gpus), pool=pool, tracking=Tracking(cfg.tracking.uri, cfg.tracking.experiment),
                 stall=StallLimits.of(cfg), force=bool(cfg.force), fail_fast=bool(cfg.fail_fast),
                 objective=str(cfg.objective), config=OmegaConf.to_container(cfg, resolve=True))
 

@@ -23,7 +23,8 @@ from ..knob import Knob, gpu_list, integer, is_int, knobs_of, one_of
 from ..paths import CONF_DIR
 from .arms import METHODS, Arm, arm_of
 from .errors import ConfigError
-from .knobs import MAX_NEW_TOKENS_LIMIT, NO_DRAFTER, OBJECTIVES, SECTIONS, RunKnobs, TrackingKnobs
+from .knobs import MAX_NEW_TOKENS_LIMIT, NO_DRAFTER, OBJECTIVES, SECTIONS, URI_ENV, RunKnobs, TrackingKnobs, \
+    tracking_uri
 from .sections import complete, host_knobs
 from .sources import user_dir
 
@@ -53,6 +54,8 @@ def validate(cfg: DictConfig, choices=None, source=None) -> Arm:
     _check_arm(cfg, arm)
     check_knobs(cfg, knobs_of(RunKnobs))
     check_knobs(cfg.tracking, knobs_of(TrackingKnobs), "tracking.")
+    if cfg.tracking.uri is None and (problem := tracking_uri(os.environ.get(URI_ENV) or None)) is not None:
+        raise ConfigError(URI_ENV, f"{problem} (or set tracking.uri, which comes first)")
     if arm.ours:
         check_knobs(cfg, {"max_new_tokens": Knob("max_new_tokens", None, max_new_tokens(cfg.model), "")})
     _check_hosts(cfg)

@@ -27,7 +27,7 @@ from ..locks import try_following
 from ..program import program
 from ..tracking.find import JOB_FILE, find_run_dir, one_line, tracking_of
 from ..tracking.tracker import Status, Tracker
-from .job import Job
+from .job import READ_AT_MOST, Job
 from .monitor import Outcome, follow, report
 from .progress import clock
 
@@ -76,7 +76,9 @@ def attach(run_dir: Path, console: Console | None = None, fail_fast: bool = True
             # What was already mirrored is scanned too, so the final report covers the whole log.
             log = run_dir / "runner.log"
             if log.exists():
-                outcome.detector.feed(log.read_bytes())
+                with open(log, "rb") as mirrored:   # in pieces: a log may be gigabytes
+                    for piece in iter(lambda: mirrored.read(READ_AT_MOST), b""):
+                        outcome.detector.feed(piece)
             job.attach()
             if stop:
                 console.print(f"[yellow]stopping {meta['run_id']} on {job.host.name}[/]")

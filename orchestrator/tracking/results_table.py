@@ -17,6 +17,8 @@ from rich.table import Table
 
 from remote.fairness import verdict
 
+from ..untrusted import printable
+
 SUMMARY_KEYS = ("tau", "tau_prompt_mean", "tpot_ms", "tpot_ms_p50", "tpot_ms_p90", "tpot_ms_p99", "tokens_per_s",
                 "ttft_ms", "speedup_vs_ar", "exact_match_vs_ar", "ar_tpot_ms", "draft_ms", "tree_build_ms",
                 "verify_ms", "commit_ms", "nodes_per_token", "reject_in_tree", "auto_budget_mean", "auto_calibration",
@@ -78,5 +80,5 @@ def results_table(metrics: Mapping[str, float], title: str, fairness: str | None
     if spread:
         table.add_row("repeats: sd", ", ".join(spread))
     if fairness:
-        table.add_row("fairness", fairness if fairness == "ok" else f"[yellow]{escape(fairness)}[/]")
+        table.add_row("fairness", fairness if fairness == "ok" else f"[yellow]{escape(printable(fairness))}[/]")
     return table

@@ -30,6 +30,7 @@ from remote.events import read_json
 
 from ..config.arms import AR, method_named
 from ..program import program
+from ..untrusted import printable
 from .find import JOB_FILE, find_run_dir
 
 OUTPUTS = "outputs.jsonl"
@@ -44,13 +45,6 @@ def first_difference(a: Sequence, b: Sequence) -> int | None:
         if x != y:
             return i
     return None if len(a) == len(b) else min(len(a), len(b))
-
-
-def printable(text: str) -> str:
-    """Control characters (a random model emits ESC and friends) as their Unicode pictures, one character each so
-    that positions stay put; newlines and tabs stay."""
-    return "".join(chr(0x2400 + ord(c)) if ord(c) < 32 and c not in "\n\t" else
-                   "\u2421" if c == "\x7f" else c for c in text)
 
 
 @dataclass(frozen=True)
