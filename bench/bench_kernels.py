@@ -35,7 +35,8 @@ What is timed (microseconds per call: --calls calls captured in one graph, media
   --gdn-preset: `node-v<BV>-w<W>` the per-node kernel (remote.kernels.gdn_tree, BV value columns a program, W
   warps), `chunk-n<BN>-v<BV>-w<W>-<dot>` the chunked one (remote.kernels.gdn_chunked, blocks of BN nodes, float32
   products at `dot` precision), `solve-v<BV>-w<W>-<dot>-<dot>` the two-launch one (remote.kernels.gdn_solve:
-  BV value columns a program of its second launch, W warps, its products' precisions), `state` the chunked
+  BV value columns a program of its second launch, W warps, its products' precisions; `solve-first` its first
+  launch alone, the per-head solve of T and M), `state` the chunked
   commit's state build after the deepest node, `node-none` /
   `node-keep` / `node-save` the per-node kernel keeping nothing / every node's state / every node's inputs,
   `commit-install-6` / `commit-recompute-6` a DDTree commit of 6 stacked layers from kept states / from kept inputs
@@ -55,6 +56,7 @@ import argparse
 import json
 import statistics
 import sys
+from fnmatch import fnmatch
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -311,6 +313,7 @@ def solve_fns(variant, inputs: tuple, height: int, solved: tuple, deepest: torch
     fns = {f"solve-v{bv}-w{w}-{solve}-{apply}": variant(gdn_solve, run, BLOCK_V=bv, NUM_WARPS=w, DOT_SOLVE=solve,
                                                         DOT_APPLY=apply)
            for bv, w, solve, apply in SOLVE_SHAPES if bv <= max(dv, 16)}
+    fns["solve-first"] = lambda: gdn_solve.solve_launch(*inputs[:2], *inputs[3:5], visible, height)  # noqa: E731
     fns.update({f"solve-state-v{bv}": variant(gdn_solve, build, BLOCK_V=bv) for bv in (16, 32, 64)
                 if bv <= max(dv, 16)})
     return fns
@@ -406,6 +409,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--vocab", type=int, default=4096, help="vocabulary of the `tree` and `sample` kinds")
     p.add_argument("--proj-preset", default="qwen3-8b", help="widths of the proj and glue kinds (bench_verify.PRESETS)")
     p.add_argument("--gdn-preset", default="demo-qwen3_5", choices=sorted(GDN_SHAPES))
+    p.add_argument("--gdn-variants", default="*", help="which gdn variants to time: comma-separated fnmatch patterns")
     p.add_argument("--out")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
@@ -445,6 +449,8 @@ def main(argv: list[str]) -> int:
         trees = [(16, "chain"), *((b + 1, d) for b in map(int, args.budgets.split(",")) for d in ("spine", "spread"))]
         for nodes, draft in trees if "gdn" in kinds else ():
             for name, fn in gdn_fns(args.gdn_preset, nodes, draft).items():
+                if not any(fnmatch(name, pattern) for pattern in args.gdn_variants.split(",")):
+                    continue
                 record("gdn", name, graph_us(fn, args.calls, args.repeats), nodes=nodes, draft=draft,
                        preset=args.gdn_preset)
         for q in map(int, args.queries.split(",")) if "sample" in kinds else ():

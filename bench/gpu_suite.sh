@@ -59,8 +59,8 @@ step() {  # name seconds command... (ONLY: the name STEPS selects it by, if not 
   case " ${STEPS:-all} " in *" all "* | *" ${ONLY:-$name} "*) ;; *) return ;; esac
   timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
   echo "$name rc=$? $(date +%T)"
-  grep -E 'decode_path|^floor|^set |^ +[a-z_0-9-]+-T[01] +tau|^auto[0-9]+-T|^\||^kernel|passed|failed' \
-    "$OUT/$name.log" | head -40
+  grep -E -e 'decode_path|^floor|^set |^ +[a-z_0-9-]+-T[01] +tau|^auto[0-9]+-T|^\||^kernel|passed|failed' \
+    -e 'PASSED|FAILED|ERROR|Timeout' "$OUT/$name.log" | head -40
 }
 methods() {  # name seconds args...: bench_methods here and, with BASE, in the old tree as <name>_base
   local name=$1 limit=$2; shift 2
@@ -180,9 +180,16 @@ step verify_27b 90 python3 bench/bench_verify.py --preset qwen3.6-27b --layers 1
 # layer at 33 nodes); the demo pairs with the head cut to 2048 of 4096 tokens beside the full one (goal: tau within
 # 2%); T=1 auto beside fixed budgets and AR (goal: >= 0.98x AR where every budget is slower, >= 97% of the best
 # where one is faster); the deployed widths with a 32k head and the solve on, against AR and the floor
-step vocab_tests 300 python3 -m pytest -q -p no:cacheprovider --durations=5 -k "cuda or hopper" \
+# -k cuda: the compiled kernels on this GPU (the hopper tests compile the same for sm_90 on CI's CPU); each test named
+# as it ends (-v) and stopped at 120 s (pytest-timeout), so one that hangs names itself: the 2026-12-07 call ran out
+# of its 300 s inside the GDN solve's CUDA test, then at both precisions and ten shapes, each its own compiles
+step vocab_tests 180 python3 -m pytest -v -p no:cacheprovider --timeout 120 --durations=5 -k cuda \
   tests/test_step_stats_kernel.py tests/test_gdn_solve_kernel.py tests/test_auto_budget.py tests/test_draft_vocab.py
-step gdn_solve 150 python3 bench/bench_kernels.py --kinds gdn --gdn-preset qwen3.6-27b --budgets 32,64 \
+# the chunked kernel, the two-launch solve (tf32x3 as shipped; tf32 alone: what three passes cost), its first launch
+# alone, both commit state builds and the one-token steps, for a chain of 16 and 33-node trees: 24 rows (the full
+# variant list ran past 150 s on one H100, 2026-12-07; `--gdn-variants '*'` for all)
+step gdn_solve 90 python3 bench/bench_kernels.py --kinds gdn --gdn-preset qwen3.6-27b --budgets 32 \
+  --gdn-variants 'chunk-n16-v64-*,state,solve-v32-w4-*-tf32x3,solve-v32-w4-tf32-tf32,solve-first,solve-state-v32,*-1' \
   --out "$OUT/gdn_solve_27b.json"
 # the verify's weight-reading GEMMs at 33 and 65 rows: cuBLAS, our few-row kernel and the split one (remote.kernels.
 # gemm_split, off until measured) against the one-row kernel's GB/s (goal: within 5% of its time for the same bytes)

@@ -370,5 +370,16 @@ def test_methods_measures_each_draft_head_and_sets_a_switch(tmp_path):
     assert [r.get("draft_vocab") for r in rows[1:]] == [1024, 1024, 300, 300]
     assert rows[1]["ar_outside_draft_vocab"] == 0 and 0 <= rows[3]["ar_outside_draft_vocab"] <= 1
     assert all(r["exact_match_vs_ar"] == 1.0 for r in rows[1:])
+    # bench/cheaper_draft_table.py: these rows as a demo pair's and a deployed width's step, with their goals
+    for step in ("q3_vocab", "q8b_vocab"):
+        (tmp_path / "out" / step).mkdir(parents=True)
+        (tmp_path / "out" / step / "rows.json").write_text(json.dumps(rows))
+    with open(tmp_path / "table.md", "w") as f, contextlib.redirect_stdout(f):
+        _bench("cheaper_draft_table").main([str(tmp_path / "nothing"), str(tmp_path / "out")])
+    table = (tmp_path / "table.md").read_text()
+    kept = rows[3]["tau"] / rows[1]["tau"]
+    assert f"| q3_vocab | dflash-v300 | 300 | {rows[3]['tau']:.3f} ({kept:.1%}: " in table
+    assert f"DDTree / AR {rows[2]['speedup_vs_ar']:.2f}x (>= 2.0: " in table
+    assert f"| q8b_vocab | ddtree-4-v300 | 300 | {rows[4]['step_ms']:.2f} | " in table
     with pytest.raises(SystemExit, match="has no NOPE"):
         _bench("bench_methods").main(["--random", json.dumps(TINY_QWEN3), "--set", "remote.kernels.gdn_solve.NOPE=1"])

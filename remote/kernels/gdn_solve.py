@@ -132,22 +132,31 @@ def tree_recurrence(q, k, v, g, beta, state, visible, height: int):
         return gdn_chunked.tree_recurrence(q, k, v, g, beta, state, visible, height)
     if not (q.stride(-1) == k.stride(-1) == v.stride(-1) == 1):
         raise ValueError("tree_recurrence needs q, k, v contiguous in their last dimension")
-    np_, bk = max(16, triton.next_power_of_2(n)), max(16, triton.next_power_of_2(dk))
     bv = max(16, min(triton.next_power_of_2(dv), BLOCK_V))
     out = torch.empty(n, hv, dv, dtype=v.dtype, device=v.device)
     u = torch.empty(n, hv, dv, dtype=torch.float32, device=v.device)
-    lg = torch.empty(n, hv, dtype=torch.float32, device=v.device)
-    t, m = (torch.empty(hv, np_, np_, dtype=torch.float32, device=v.device) for _ in range(2))
-    g, beta, state = (x.contiguous() for x in (g, beta, state))
-    seen = visible.contiguous().view(torch.uint8)
-    factors = max(1, (min(height, np_) - 1).bit_length())      # A^(2^factors) = 0: no path is that long
-    _solve_kernel[(hv,)](q, k, g, beta, seen, t, m, lg, n, hv, q.stride(0), q.stride(1), k.stride(0), k.stride(1),
-                         dk ** -0.5, DK=dk, NP=np_, BK=bk, FACTORS=factors, DOT=DOT_SOLVE, num_warps=NUM_WARPS)
+    t, m, lg = solve_launch(q, k, g, beta, visible, height)
+    np_, bk = t.shape[-1], max(16, triton.next_power_of_2(dk))
+    beta, state = beta.contiguous(), state.contiguous()
     _apply_kernel[(triton.cdiv(dv, bv), hv)](
         q, k, v, beta, state, t, m, lg, out, u, n, hv, q.stride(0), q.stride(1), k.stride(0), k.stride(1),
         v.stride(0), v.stride(1), dk ** -0.5, DK=dk, DV=dv, NP=np_, BK=bk, BV=bv, DOT=DOT_APPLY,
         num_warps=NUM_WARPS)
     return out, (u, lg)
+
+
+def solve_launch(q, k, g, beta, visible, height: int):
+    """The first launch: each head's T and M [HV, NP, NP] and each node's log decay down its path [N, HV]."""
+    n, (hv, dk) = q.shape[0], q.shape[1:]
+    np_, bk = max(16, triton.next_power_of_2(n)), max(16, triton.next_power_of_2(dk))
+    lg = torch.empty(n, hv, dtype=torch.float32, device=q.device)
+    t, m = (torch.empty(hv, np_, np_, dtype=torch.float32, device=q.device) for _ in range(2))
+    g, beta = g.contiguous(), beta.contiguous()
+    seen = visible.contiguous().view(torch.uint8)
+    factors = max(1, (min(height, np_) - 1).bit_length())      # A^(2^factors) = 0: no path is that long
+    _solve_kernel[(hv,)](q, k, g, beta, seen, t, m, lg, n, hv, q.stride(0), q.stride(1), k.stride(0), k.stride(1),
+                         dk ** -0.5, DK=dk, NP=np_, BK=bk, FACTORS=factors, DOT=DOT_SOLVE, num_warps=NUM_WARPS)
+    return t, m, lg
 
 
 def node_state(k, solved, state, visible, node, out=None, conv=None):
