@@ -196,10 +196,10 @@ step gdn_solve 90 python3 bench/bench_kernels.py --kinds gdn --gdn-preset qwen3.
 step gemm_split 240 sh -c "python3 bench/bench_kernels.py --kinds proj --queries 1,33,65 --proj-preset qwen3.6-27b \
   --out $OUT/gemm_split_27b.json && python3 bench/bench_kernels.py --kinds proj --queries 1,33,65 \
   --out $OUT/gemm_split_8b.json"
-methods q3_vocab 200 $Q3 --temperatures 0 --num-prompts 24 --budgets 31,63 --interleave --draft-vocabs 0,2048
+methods q3_vocab 170 $Q3 --temperatures 0 --num-prompts 24 --budgets 31,63 --interleave --draft-vocabs 0,2048
 methods q35_vocab 240 $Q35 --temperatures 0 --num-prompts 24 --budgets 15,31 --interleave --draft-vocabs 0,2048
 HELDOUT="--dataset jsonl:$M/heldout_prompts.jsonl"
-methods q3_auto_t1 200 --model $M/demo-qwen3 --drafter $M/demo-qwen3-dflash $HELDOUT --num-prompts 12 \
+methods q3_auto_t1 150 --model $M/demo-qwen3 --drafter $M/demo-qwen3-dflash $HELDOUT --num-prompts 12 \
   --temperatures 1 --budgets 15,31,63,auto
 methods q35_auto_t1 240 --model $M/demo-qwen3_5 --drafter $M/demo-qwen3_5-dflash $HELDOUT --num-prompts 12 \
   --temperatures 1 --budgets 15,31,63,auto

@@ -52,6 +52,7 @@ CASES = [
     ("dataset.name=nope", "dataset.name"),
     ("drafter.block_size=1", "drafter.block_size"),
     ("drafter.draft_vocab=1", "drafter.draft_vocab"),
+    ("method=vllm-dflash", "drafter.draft_vocab=2048", "drafter.draft_vocab"),     # the engine's head is its own
     ("drafter.draft_vocab=2048", "drafter.calibration=./no-such-text.txt", "drafter.calibration"),
     ("drafter.draft_vocab=2048", "drafter.calibration=assets:calibration/nope.txt", "drafter.calibration"),
     ("model.trust_remote_code=yes", "model.trust_remote_code"),

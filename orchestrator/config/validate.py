@@ -82,6 +82,9 @@ def _check_arm(cfg: DictConfig, arm: Arm) -> None:
     if arm.engine is None:   # engine.* and concurrency are engine arms' (a sweep mixes both kinds)
         return
     check_knobs(cfg.engine, knobs_of(SECTIONS["engine"]), "engine.")
+    if cfg.drafter.get("draft_vocab"):      # the engine drafts over its drafter's own head, as its files give it
+        raise ConfigError("drafter.draft_vocab", "our runner cuts the draft head; an engine arm drafts over the head "
+                                                 "its checkpoint ships (a speculators checkpoint's own vocabulary)")
     if cfg.model.get("random") or cfg.model.path is None:
         raise ConfigError("model.path", f"an engine arm serves a model from its files (a hub id, a directory or "
                                         f"assets:<shipped>); {cfg.model.name} has none (random weights)")
