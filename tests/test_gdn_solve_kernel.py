@@ -90,14 +90,14 @@ def test_solve_kernels_pass_the_hybrid_targets_oracle_tests():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="compiled Triton needs CUDA")
 def test_solve_kernels_match_the_stepwise_rule_on_cuda():
-    """Compiled, at the products' precision the module ships (TF32x3), at Qwen3.6-27B widths and two odd ones:
+    """Compiled, at the products' precision the module ships (TF32x3), at Qwen3.6-27B widths and an odd one:
     float32-close. Each shape compiles its own kernels (26 s for the 64-node solve alone on a 2-core box); IEEE
     products at 64 nodes spill 12,960 bytes of stack a thread (`cuobjdump -res-usage`, 2026-12-07), so the suite's
     call ran out of time inside them: the interpreted test covers the arithmetic, this one the compiled kernels."""
-    cases = [SHAPES[0], SHAPES[3], [33, [48, 128, 128], "spine"], [33, [48, 128, 128], "tree"],
-             [64, [48, 128, 128], "spine"], [16, [48, 128, 128], "chain"]]
+    cases = [SHAPES[0], [33, [48, 128, 128], "spine"], [33, [48, 128, 128], "tree"], [64, [48, 128, 128], "spine"],
+             [16, [48, 128, 128], "chain"]]
     for height, out_error, state_error, u_error, _, in_place_error, window_error in run_interpreted(
-            CHECK, json.dumps([cases, "cuda", "tf32x3"]), timeout=240, interpret=False):
+            CHECK, json.dumps([cases, "cuda", "tf32x3"]), timeout=150, interpret=False):
         assert out_error < 1e-4 and state_error < 1e-4 and u_error < 1e-4 and in_place_error < 1e-4
         assert window_error == 0
 
