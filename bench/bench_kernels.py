@@ -218,7 +218,7 @@ def gdn_fns(preset: str, nodes: int, draft: str = "spine") -> dict:
     (remote.kernels.gdn_chunked) at several blockings, the chunked commit's state build after the deepest node, what
     a DDTree verify keeps for its commit and that commit both ways, and the one-token step: ours, and fla's where
     installed."""
-    from remote.kernels import gdn_chunked, gdn_install, gdn_tree
+    from remote.kernels import gdn_chunked, gdn_tree
     from remote.decoding.tree_build import best_first_tree
     from remote.tree import Ancestry
 
@@ -263,8 +263,17 @@ def gdn_fns(preset: str, nodes: int, draft: str = "spine") -> dict:
                                                           DOT=dot) for bn, bv, w, dot in shapes if bv <= dv})
     fns["state"] = commit
     fns.update(solve_fns(variant, (q, k, v, g, beta, state, visible), tree.height, solved, deepest))
-    # what a DDTree verify keeps for its commit, and the commit of 6 stacked layers (the demo hybrid's GDN layers):
-    # node states then a copy (remote.kernels.gdn_install.install), or node inputs then a recompute (.recompute)
+    return {**fns, **commit_fns((q, k, v, g, beta, state), tree, deepest)}
+
+
+def commit_fns(inputs: tuple, tree, deepest: torch.Tensor) -> dict:
+    """What a DDTree verify keeps for its commit, and the commit of 6 stacked layers (the demo hybrid's GDN layers):
+    node states then a copy (remote.kernels.gdn_install.install), or node inputs then a recompute (.recompute); the
+    one-token step, ours and fla's where installed."""
+    from remote.kernels import gdn_install, gdn_tree
+
+    q, k, v, g, beta, state = inputs
+    (n, heads, dk), dv, fns = k.shape, v.shape[-1], {}
     layers, channels = 6, 2 * heads * dk + heads * dv
     kept = torch.zeros(layers, n, heads, dk, dv, device="cuda")
     saved = torch.empty(layers, n, heads, gdn_tree.saved_width(dk, dv), device="cuda")
@@ -397,6 +406,30 @@ def proj_fns(preset: str, q: int) -> dict:
     return fns
 
 
+def gdn_rows(args, kinds: list[str], record) -> None:
+    """The `gdn` kind's rows (those --gdn-variants names) and the `conv` kind's, at --gdn-preset's widths."""
+    trees = [(16, "chain"), *((b + 1, d) for b in map(int, args.budgets.split(",")) for d in ("spine", "spread"))]
+    for nodes, draft in trees if "gdn" in kinds else ():
+        for name, fn in gdn_fns(args.gdn_preset, nodes, draft).items():
+            if any(fnmatch(name, pattern) for pattern in args.gdn_variants.split(",")):
+                record("gdn", name, graph_us(fn, args.calls, args.repeats), nodes=nodes, draft=draft,
+                       preset=args.gdn_preset)
+    for nodes in (1, 16, 32, 64) if "conv" in kinds else ():
+        for name, fn in conv_fns(args.gdn_preset, nodes).items():
+            record("conv", name, graph_us(fn, args.calls, args.repeats), nodes=nodes, preset=args.gdn_preset)
+
+
+def fastest_attention(rows: list[dict]) -> dict:
+    """{q<queries>-c<cap>: (variant, us)}: the fastest attention variant of each shape."""
+    best = {}
+    for row in rows:
+        if row["kind"] == "attention" and row["us"] is not None:
+            key = f"q{row['q']}-c{row['cap']}"
+            if key not in best or row["us"] < best[key][1]:
+                best[key] = (row["variant"], round(row["us"], 2))
+    return best
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--preset", default="demo-qwen3", choices=sorted(SHAPES))
@@ -446,29 +479,14 @@ def main(argv: list[str]) -> int:
         for q in map(int, args.queries.split(",")) if "glue" in kinds else ():
             for name, fn in glue_fns(args.proj_preset, q).items():
                 record("glue", name, graph_us(fn, args.calls, args.repeats), q=q, preset=args.proj_preset)
-        trees = [(16, "chain"), *((b + 1, d) for b in map(int, args.budgets.split(",")) for d in ("spine", "spread"))]
-        for nodes, draft in trees if "gdn" in kinds else ():
-            for name, fn in gdn_fns(args.gdn_preset, nodes, draft).items():
-                if not any(fnmatch(name, pattern) for pattern in args.gdn_variants.split(",")):
-                    continue
-                record("gdn", name, graph_us(fn, args.calls, args.repeats), nodes=nodes, draft=draft,
-                       preset=args.gdn_preset)
+        gdn_rows(args, kinds, record)
         for q in map(int, args.queries.split(",")) if "sample" in kinds else ():
             for name, fn in sample_fns(args.vocab, q).items():
                 record("sample", name, graph_us(fn, args.calls, args.repeats), q=q, vocab=args.vocab)
-        for nodes in (1, 16, 32, 64) if "conv" in kinds else ():
-            for name, fn in conv_fns(args.gdn_preset, nodes).items():
-                record("conv", name, graph_us(fn, args.calls, args.repeats), nodes=nodes, preset=args.gdn_preset)
     meta = {"preset": args.preset, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
     if args.out:
         Path(args.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
-    best = {}
-    for row in rows:
-        if row["kind"] == "attention" and row["us"] is not None:
-            key = f"q{row['q']}-c{row['cap']}"
-            if key not in best or row["us"] < best[key][1]:
-                best[key] = (row["variant"], round(row["us"], 2))
-    print(json.dumps({"meta": meta, "fastest_attention": best}))
+    print(json.dumps({"meta": meta, "fastest_attention": fastest_attention(rows)}))
     return 0
 
 
