@@ -1,7 +1,7 @@
 """Reduced draft vocabularies (remote.models.draft_vocab, remote.calibration, remote.models.speculators_format): a
 head over N of the target's V tokens drafts the trees a full head masked to those N would draft, accepts what it
 accepts, and every method stays lossless (fp32, temperature 0, pure-attention and hybrid targets, the eager loop and
-the graph decoder's steps); a speculators-format checkpoint made from the demo drafter loads with its vocabulary and
+the graph decoder's steps, captured in CUDA graphs on a GPU); a speculators-format checkpoint made from the demo drafter loads with its vocabulary and
 runs; a calibration text holding an evaluated prompt is refused."""
 from __future__ import annotations
 
@@ -100,6 +100,27 @@ def test_a_reduced_head_is_lossless_and_accepts_as_the_masked_full_head(kind):
             assert reduced[0].stats == twin[0].stats and reduced[1].stats == twin[1].stats
             deepest = max([deepest] + reduced[0].accepted)
     assert outside and deepest >= 2     # tokens the drafter could not draft, and multi-token acceptance, happened
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need CUDA")
+def test_cuda_graphed_steps_of_a_reduced_head_replay_ars_tokens():
+    """On CUDA each method's step is captured with the reduced head inside it (draft ids mapped back to the
+    target's within the graph) and replayed: every method's tokens stay AR's."""
+    model, drafter, _ = tiny_pair("wide", block_size=8)
+    ids = reduce(drafter, model, [0, 1, 2, 4, 5, 8, 9, 13])
+    model, drafter = model.cuda(), drafter.cuda()
+    decoder = GraphDecoder(model, drafter, drafter.target_layer_ids)
+    inputs = [prompt.cuda() for prompt in prompts(model, 4, seed=5)]
+    decoder.reserve(max(prompt.shape[1] for prompt in inputs), 40, "ddtree", 64)
+    outside = 0
+    for prompt in inputs:
+        timer = PhaseTimer(prompt.device)
+        ar = decoder.generate_ar(prompt, 40, set(), timer).tokens
+        outside += sum(t not in ids.tolist() for t in ar)
+        for method, budget in METHODS:
+            assert decoder.generate_spec(prompt, 40, set(), timer, method, budget).tokens == ar, (method, budget)
+    assert decoder.graphs and decoder.replays.captured, decoder.replays.fallback
+    assert outside                       # tokens the drafter could not draft came up
 
 
 def test_most_frequent_ranks_by_count_then_id_and_fills_with_the_lowest_ids():
