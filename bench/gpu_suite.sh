@@ -180,7 +180,8 @@ step verify_27b 90 python3 bench/bench_verify.py --preset qwen3.6-27b --layers 1
 # layer at 33 nodes); the demo pairs with the head cut to 2048 of 4096 tokens beside the full one (goal: tau within
 # 2%); T=1 auto beside fixed budgets and AR (goal: >= 0.98x AR where every budget is slower, >= 97% of the best
 # where one is faster); the deployed widths with a 32k head and the solve on, against AR and the floor
-# -k cuda: the compiled kernels on this GPU (the hopper tests compile the same for sm_90 on CI's CPU); each test named
+# -k cuda: the compiled kernels on this GPU (the hopper tests compile the same for sm_90 on CI's CPU) and a reduced
+# head's steps in CUDA graphs; each test named
 # as it ends (-v) and stopped at 170 s (pytest-timeout; the GDN check stops itself at 150 s, printing the shape it was
 # on), so one that hangs names itself: the 2026-12-07 call ran out of its 300 s inside the GDN solve's CUDA test,
 # then at both precisions and ten shapes, each its own compiles

@@ -1,8 +1,8 @@
 """Reduced draft vocabularies (remote.models.draft_vocab, remote.calibration, remote.models.speculators_format): a
 head over N of the target's V tokens drafts the trees a full head masked to those N would draft, accepts what it
 accepts, and every method stays lossless (fp32, temperature 0, pure-attention and hybrid targets, the eager loop and
-the graph decoder's steps, captured in CUDA graphs on a GPU); a speculators-format checkpoint made from the demo drafter loads with its vocabulary and
-runs; a calibration text holding an evaluated prompt is refused."""
+the graph decoder's steps, captured in CUDA graphs on a GPU); a speculators-format checkpoint made from the demo
+drafter loads with its vocabulary and runs; a calibration text holding an evaluated prompt is refused."""
 from __future__ import annotations
 
 import types
