@@ -181,10 +181,9 @@ step verify_27b 90 python3 bench/bench_verify.py --preset qwen3.6-27b --layers 1
 # 2%); T=1 auto beside fixed budgets and AR (goal: >= 0.98x AR where every budget is slower, >= 97% of the best
 # where one is faster); the deployed widths with a 32k head and the solve on, against AR and the floor
 # -k cuda: the compiled kernels on this GPU (the hopper tests compile the same for sm_90 on CI's CPU) and a reduced
-# head's steps in CUDA graphs; each test named
-# as it ends (-v) and stopped at 170 s (pytest-timeout; the GDN check stops itself at 150 s, printing the shape it was
-# on), so one that hangs names itself: the 2026-12-07 call ran out of its 300 s inside the GDN solve's CUDA test,
-# then at both precisions and ten shapes, each its own compiles
+# head's steps in CUDA graphs; each test named as it ends (-v) and stopped at 170 s (pytest-timeout; the GDN check
+# stops itself at 150 s, printing the shape it was on), so one that hangs names itself: the 2026-12-07 call ran out
+# of its 300 s inside the GDN solve's CUDA test, then at both precisions and ten shapes, each its own compiles
 step vocab_tests 200 python3 -m pytest -v -p no:cacheprovider --timeout 170 --durations=5 -k cuda \
   tests/test_step_stats_kernel.py tests/test_gdn_solve_kernel.py tests/test_auto_budget.py tests/test_draft_vocab.py
 # the chunked kernel, the two-launch solve (tf32x3 as shipped; tf32 alone: what three passes cost), its first launch
