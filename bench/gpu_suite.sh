@@ -187,11 +187,11 @@ step verify_27b 90 python3 bench/bench_verify.py --preset qwen3.6-27b --layers 1
 step vocab_tests 200 python3 -m pytest -v -p no:cacheprovider --timeout 170 --durations=5 -k cuda \
   tests/test_step_stats_kernel.py tests/test_gdn_solve_kernel.py tests/test_auto_budget.py tests/test_draft_vocab.py
 # the chunked kernel, the two-launch solve (tf32x3 as shipped; tf32 alone: what three passes cost), its first launch
-# alone, both commit state builds and the one-token steps, for a chain of 16 and 33-node trees: 24 rows (the full
-# variant list ran past 150 s on one H100, 2026-12-07; `--gdn-variants '*'` for all)
+# alone, its powers form, both commit state builds and the one-token steps, for a chain of 16 and 33-node trees: 27
+# rows (the full variant list ran past 150 s on one H100, 2026-12-07; `--gdn-variants '*'` for all)
+GDN_VARIANTS='chunk-n16-v64-*,state,solve-v32-w4-*-tf32x3,solve-v32-w4-tf32-tf32,solve-first,solve-powers'
 step gdn_solve 90 python3 bench/bench_kernels.py --kinds gdn --gdn-preset qwen3.6-27b --budgets 32 \
-  --gdn-variants 'chunk-n16-v64-*,state,solve-v32-w4-*-tf32x3,solve-v32-w4-tf32-tf32,solve-first,solve-state-v32,*-1' \
-  --out "$OUT/gdn_solve_27b.json"
+  --gdn-variants "$GDN_VARIANTS,solve-state-v32,*-1" --out "$OUT/gdn_solve_27b.json"
 # the verify's weight-reading GEMMs at 33 and 65 rows: cuBLAS, our few-row kernel and the split one (remote.kernels.
 # gemm_split, off until measured) against the one-row kernel's GB/s (goal: within 5% of its time for the same bytes)
 step gemm_split 240 sh -c "python3 bench/bench_kernels.py --kinds proj --queries 1,33,65 --proj-preset qwen3.6-27b \

@@ -30,8 +30,9 @@ def parents_of(n, shape):
 random.seed(0)
 torch.manual_seed(0)
 errors = []
-cases, device, dot = json.loads(sys.argv[1])
+cases, device, dot, *form = json.loads(sys.argv[1])
 gdn_solve.DOT_SOLVE = gdn_solve.DOT_APPLY = dot
+gdn_solve.FORM = form[0] if form else gdn_solve.FORM
 for n, (hv, dk, dv), shape in cases:
     print("case", n, hv, dk, dv, shape, file=sys.stderr, flush=True)     # a case that hangs names itself
     parents = parents_of(n, shape)
@@ -56,6 +57,16 @@ def test_solve_kernels_match_the_stepwise_rule_on_every_node():
     # (the interpreter computes every product in float32, whatever the precision asked: one run covers both)
     results = run_interpreted(CHECK, json.dumps([SHAPES, "cpu", "tf32x3"]), timeout=900)
     assert max(height for height, *_ in results) == 16          # the spines are as deep as a block of 16 allows
+    for height, out_error, state_error, u_error, lg_error, in_place_error, window_error in results:
+        assert out_error < 1e-5 and state_error < 1e-5 and u_error < 1e-5 and lg_error < 1e-6, results
+        assert in_place_error < 1e-5 and window_error == 0, results
+
+
+def test_the_powers_form_matches_the_stepwise_rule():
+    """FORM "powers" (A's powers in the first launch, their factors applied per value block): the same results."""
+    shapes = [SHAPES[0], SHAPES[1], SHAPES[2], SHAPES[4]]
+    results = run_interpreted(CHECK, json.dumps([shapes, "cpu", "tf32x3", "powers"]), timeout=900)
+    assert [height for height, *_ in results][1:3] == [16, 16]
     for height, out_error, state_error, u_error, lg_error, in_place_error, window_error in results:
         assert out_error < 1e-5 and state_error < 1e-5 and u_error < 1e-5 and lg_error < 1e-6, results
         assert in_place_error < 1e-5 and window_error == 0, results
@@ -88,23 +99,29 @@ def test_solve_kernels_pass_the_hybrid_targets_oracle_tests():
     assert run_interpreted(ORACLE, json.dumps(tests), timeout=900) > 0
 
 
+# the 27B spine and chain for the powers form (its kernels compile anew)
+CUDA_CASES = {"product": [SHAPES[0], [33, [48, 128, 128], "spine"], [33, [48, 128, 128], "tree"],
+                          [64, [48, 128, 128], "spine"], [16, [48, 128, 128], "chain"]],
+              "powers": [SHAPES[0], [33, [48, 128, 128], "spine"], [16, [48, 128, 128], "chain"]]}
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="compiled Triton needs CUDA")
-def test_solve_kernels_match_the_stepwise_rule_on_cuda():
+@pytest.mark.parametrize("form", ["product", "powers"])
+def test_solve_kernels_match_the_stepwise_rule_on_cuda(form):
     """Compiled, at the products' precision the module ships (TF32x3), at Qwen3.6-27B widths and an odd one:
     float32-close. Each shape compiles its own kernels (26 s for the 64-node solve alone on a 2-core box); IEEE
     products at 64 nodes spill 12,960 bytes of stack a thread (`cuobjdump -res-usage`, 2026-12-07), so the suite's
     call ran out of time inside them: the interpreted test covers the arithmetic, this one the compiled kernels."""
-    cases = [SHAPES[0], [33, [48, 128, 128], "spine"], [33, [48, 128, 128], "tree"], [64, [48, 128, 128], "spine"],
-             [16, [48, 128, 128], "chain"]]
     for height, out_error, state_error, u_error, _, in_place_error, window_error in run_interpreted(
-            CHECK, json.dumps([cases, "cuda", "tf32x3"]), timeout=150, interpret=False):
+            CHECK, json.dumps([CUDA_CASES[form], "cuda", "tf32x3", form]), timeout=150, interpret=False):
         assert out_error < 1e-4 and state_error < 1e-4 and u_error < 1e-4 and in_place_error < 1e-4
         assert window_error == 0
 
 
 def test_solve_kernels_compile_for_hopper():
-    """Triton's compiler types what its interpreter does not; both kernels compile for sm_90 here, without a GPU,
-    at Qwen3.6-27B widths and 33 nodes (padded to 64), at both precisions."""
+    """Triton's compiler types what its interpreter does not; every kernel of both forms compiles for sm_90 here,
+    without a GPU, at Qwen3.6-27B widths and 33 nodes (padded to 64), at the precision shipped (TF32x3; IEEE
+    products there are a bench variant that spills, and their compiles took a minute of this test on a 2-core box)."""
     from remote.kernels import gdn_solve
     from tests.test_tree_kernel import hopper_ptx
 
@@ -116,10 +133,16 @@ def test_solve_kernels_compile_for_hopper():
              "C": "i32", "k_t": "i32", "k_h": "i32", "bank_c": "i32"}
     apply = {**common, "v": "*bf16", "state": "*fp32", "t_in": "*fp32", "m_in": "*fp32", "lg_in": "*fp32",
              "out": "*bf16", "u_out": "*fp32", "v_t": "i32", "v_h": "i32"}
-    for dot in ("ieee", "tf32x3"):
-        sizes = {"DK": 128, "NP": 64, "BK": 128, "DOT": dot}
-        assert ".entry" in hopper_ptx(gdn_solve._solve_kernel, solve, {**sizes, "FACTORS": 4})
-        assert ".entry" in hopper_ptx(gdn_solve._apply_kernel, apply, {**sizes, "DV": 128, "BV": 32})
-        for window in (0, 4):           # commit's state, without and with the conv window
-            assert ".entry" in hopper_ptx(gdn_solve._state_kernel, state, {**sizes, "DV": 128, "BV": 32, "KC": window,
-                                                                          "CB": 64})
+    powers = {"k": "*bf16", "g": "*fp32", "beta": "*bf16", "visible": "*u8", "p_out": "*fp32", "lg_out": "*fp32",
+              "N": "i32", "HV": "i32", "k_t": "i32", "k_h": "i32"}
+    apply_powers = {**{name: kind for name, kind in apply.items() if name not in ("t_in", "m_in")},
+                    "visible": "*u8", "p_in": "*fp32"}
+    sizes = {"DK": 128, "NP": 64, "BK": 128, "DOT": "tf32x3"}
+    columns = {**sizes, "DV": 128, "BV": 32}
+    for kernel, signature, constants in [(gdn_solve._solve_kernel, solve, {**sizes, "FACTORS": 4}),
+                                         (gdn_solve._apply_kernel, apply, columns),
+                                         (gdn_solve._powers_kernel, powers, {**sizes, "FACTORS": 4}),
+                                         (gdn_solve._apply_powers_kernel, apply_powers, {**columns, "FACTORS": 4}),
+                                         *((gdn_solve._state_kernel, state, {**columns, "KC": window, "CB": 64})
+                                           for window in (0, 4))]:    # commit's state, without and with conv window
+        assert ".entry" in hopper_ptx(kernel, signature, constants)

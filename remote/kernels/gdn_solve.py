@@ -37,6 +37,11 @@ BLOCK_V = 32             # value columns a program of the second launch holds: 4
 NUM_WARPS = 4
 DOT_SOLVE = "tf32x3"     # the N x N products: three TF32 passes, float32's accuracy on tensor cores
 DOT_APPLY = "tf32x3"     # the second launch's (K S_0 and Q S_0 read the float32 state)
+# "powers": the first launch only squares A (A, A^2, A^4, ... stored: four products in turn where T and M took
+# nine) and each (head, value block) program applies the factors (I - A)(I + A^2)... to its own columns and forms
+# (Q K^T) * decays itself: shorter first launch, longer second. Off until `gpu_suite.sh gdn_solve` times it
+# (solve-powers rows).
+FORM = "product"
 
 
 if triton is not None:
@@ -125,6 +130,59 @@ if triton is not None:
         tl.store(new + grid, s, mask=in_kv)
 
 
+    @triton.jit
+    def _powers_kernel(k, g, beta, visible, p_out, lg_out, N, HV, k_t, k_h, DK: tl.constexpr, NP: tl.constexpr,
+                       BK: tl.constexpr, FACTORS: tl.constexpr, DOT: tl.constexpr):
+        """Program `head`: A, A^2, ..., A^(2^(FACTORS-1)) [FACTORS, NP, NP] of its nodes, and each node's log decay
+        down its path."""
+        head = tl.program_id(0)
+        r = tl.arange(0, NP)
+        dk = tl.arange(0, BK)
+        on = r < N
+        kn = _unit_rows(k, r, dk, on[:, None] & (dk < DK)[None, :], k_t, head * k_h)
+        vis = _visible(visible, r, r, N)
+        gh = tl.load(g + r * HV + head, mask=on, other=0.0).to(tl.float32)
+        lg = tl.sum(tl.where(vis, gh[None, :], 0.0), 1)
+        bh = tl.load(beta + r * HV + head, mask=on, other=0.0).to(tl.float32)
+        a = tl.dot(kn, tl.trans(kn), input_precision=DOT) * _decays(vis, lg, lg) * bh[:, None]
+        a = tl.where(r[:, None] == r[None, :], 0.0, a)                    # strictly the ancestors
+        grid = head * FACTORS * NP * NP + r[:, None] * NP + r[None, :]
+        tl.store(p_out + grid, a)
+        for f in tl.static_range(1, FACTORS):
+            a = tl.dot(a, a, input_precision=DOT)
+            tl.store(p_out + grid + f * NP * NP, a)
+        tl.store(lg_out + r * HV + head, lg, mask=on)
+
+    @triton.jit
+    def _apply_powers_kernel(q, k, v, beta, state, visible, p_in, lg_in, out, u_out, N, HV, q_t, q_h, k_t, k_h, v_t,
+                             v_h, scale, DK: tl.constexpr, DV: tl.constexpr, NP: tl.constexpr, BK: tl.constexpr,
+                             BV: tl.constexpr, FACTORS: tl.constexpr, DOT: tl.constexpr):
+        """Program (value block, head): u = (I - A)(I + A^2)... b and o = g Q S_0 + ((Q K^T) * decays) u."""
+        block, head = tl.program_id(0), tl.program_id(1)
+        r = tl.arange(0, NP)
+        dk = tl.arange(0, BK)
+        dv = block * BV + tl.arange(0, BV)
+        on, in_k, in_v = r < N, dk < DK, dv < DV
+        kn = _unit_rows(k, r, dk, on[:, None] & in_k[None, :], k_t, head * k_h)
+        qn = _unit_rows(q, r, dk, on[:, None] & in_k[None, :], q_t, head * q_h) * scale
+        s0 = tl.load(state + head * DK * DV + dk[:, None] * DV + dv[None, :], mask=in_k[:, None] & in_v[None, :],
+                     other=0.0)
+        lg = tl.load(lg_in + r * HV + head, mask=on, other=0.0)
+        bh = tl.load(beta + r * HV + head, mask=on, other=0.0).to(tl.float32)
+        vb = tl.load(v + r[:, None] * v_t + head * v_h + dv[None, :], mask=on[:, None] & in_v[None, :],
+                     other=0.0).to(tl.float32)
+        rhs = bh[:, None] * (vb - tl.exp(lg)[:, None] * tl.dot(kn, s0, input_precision=DOT))
+        grid = head * FACTORS * NP * NP + r[:, None] * NP + r[None, :]
+        u = rhs - tl.dot(tl.load(p_in + grid), rhs, input_precision=DOT)
+        for f in tl.static_range(1, FACTORS):
+            u += tl.dot(tl.load(p_in + grid + f * NP * NP), u, input_precision=DOT)
+        qk = tl.dot(qn, tl.trans(kn), input_precision=DOT) * _decays(_visible(visible, r, r, N), lg, lg)
+        o = tl.exp(lg)[:, None] * tl.dot(qn, s0, input_precision=DOT) + tl.dot(qk, u, input_precision=DOT)
+        dest = r[:, None] * HV * DV + head * DV + dv[None, :]
+        tl.store(out + dest, o.to(out.dtype.element_ty), mask=on[:, None] & in_v[None, :])
+        tl.store(u_out + dest, u, mask=on[:, None] & in_v[None, :])
+
+
 def tree_recurrence(q, k, v, g, beta, state, visible, height: int):
     """See the module docstring."""
     n, (hv, dk), dv = q.shape[0], q.shape[1:], v.shape[-1]
@@ -135,12 +193,32 @@ def tree_recurrence(q, k, v, g, beta, state, visible, height: int):
     bv = max(16, min(triton.next_power_of_2(dv), BLOCK_V))
     out = torch.empty(n, hv, dv, dtype=v.dtype, device=v.device)
     u = torch.empty(n, hv, dv, dtype=torch.float32, device=v.device)
+    if FORM == "powers":
+        return _powers_form(q, k, v, g, beta, state, visible, height, out, u, bv)
     t, m, lg = solve_launch(q, k, g, beta, visible, height)
     np_, bk = t.shape[-1], max(16, triton.next_power_of_2(dk))
     beta, state = beta.contiguous(), state.contiguous()
     _apply_kernel[(triton.cdiv(dv, bv), hv)](
         q, k, v, beta, state, t, m, lg, out, u, n, hv, q.stride(0), q.stride(1), k.stride(0), k.stride(1),
         v.stride(0), v.stride(1), dk ** -0.5, DK=dk, DV=dv, NP=np_, BK=bk, BV=bv, DOT=DOT_APPLY,
+        num_warps=NUM_WARPS)
+    return out, (u, lg)
+
+
+def _powers_form(q, k, v, g, beta, state, visible, height: int, out, u, bv: int):
+    """tree_recurrence with FORM "powers": A's powers in the first launch, their factors applied in the second."""
+    n, (hv, dk), dv = q.shape[0], q.shape[1:], v.shape[-1]
+    np_, bk = max(16, triton.next_power_of_2(n)), max(16, triton.next_power_of_2(dk))
+    factors = max(1, (min(height, np_) - 1).bit_length())      # A^(2^factors) = 0: no path is that long
+    lg = torch.empty(n, hv, dtype=torch.float32, device=q.device)
+    powers = torch.empty(hv, factors, np_, np_, dtype=torch.float32, device=q.device)
+    beta, state = beta.contiguous(), state.contiguous()
+    seen = visible.contiguous().view(torch.uint8)
+    _powers_kernel[(hv,)](k, g.contiguous(), beta, seen, powers, lg, n, hv, k.stride(0), k.stride(1), DK=dk, NP=np_,
+                          BK=bk, FACTORS=factors, DOT=DOT_SOLVE, num_warps=NUM_WARPS)
+    _apply_powers_kernel[(triton.cdiv(dv, bv), hv)](
+        q, k, v, beta, state, seen, powers, lg, out, u, n, hv, q.stride(0), q.stride(1), k.stride(0), k.stride(1),
+        v.stride(0), v.stride(1), dk ** -0.5, DK=dk, DV=dv, NP=np_, BK=bk, BV=bv, FACTORS=factors, DOT=DOT_APPLY,
         num_warps=NUM_WARPS)
     return out, (u, lg)
 
