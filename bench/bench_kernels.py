@@ -36,7 +36,7 @@ What is timed (microseconds per call: --calls calls captured in one graph, media
   warps), `chunk-n<BN>-v<BV>-w<W>-<dot>` the chunked one (remote.kernels.gdn_chunked, blocks of BN nodes, float32
   products at `dot` precision), `solve-v<BV>-w<W>-<dot>-<dot>` the two-launch one (remote.kernels.gdn_solve:
   BV value columns a program of its second launch, W warps, its products' precisions; `solve-first` its first
-  launch alone, the per-head solve of T and M; `solve-powers` its FORM "powers"), `state` the chunked
+  launch alone, the per-head solve of T and M; `solve-powers-v<BV>` its FORM "powers"), `state` the chunked
   commit's state build after the deepest node, `node-none` /
   `node-keep` / `node-save` the per-node kernel keeping nothing / every node's state / every node's inputs,
   `commit-install-6` / `commit-recompute-6` a DDTree commit of 6 stacked layers from kept states / from kept inputs
@@ -323,7 +323,7 @@ def solve_fns(variant, inputs: tuple, height: int, solved: tuple, deepest: torch
                                                         DOT_APPLY=apply)
            for bv, w, solve, apply in SOLVE_SHAPES if bv <= max(dv, 16)}
     fns["solve-first"] = lambda: gdn_solve.solve_launch(*inputs[:2], *inputs[3:5], visible, height)  # noqa: E731
-    fns["solve-powers"] = variant(gdn_solve, run, FORM="powers")
+    fns.update({f"solve-powers-v{bv}": variant(gdn_solve, run, FORM="powers", BLOCK_V=bv) for bv in (16, 32)})
     fns.update({f"solve-state-v{bv}": variant(gdn_solve, build, BLOCK_V=bv) for bv in (16, 32, 64)
                 if bv <= max(dv, 16)})
     return fns

@@ -187,9 +187,10 @@ step verify_27b 90 python3 bench/bench_verify.py --preset qwen3.6-27b --layers 1
 step vocab_tests 200 python3 -m pytest -v -p no:cacheprovider --timeout 170 --durations=5 -k cuda \
   tests/test_step_stats_kernel.py tests/test_gdn_solve_kernel.py tests/test_auto_budget.py tests/test_draft_vocab.py
 # the chunked kernel, the two-launch solve (tf32x3 as shipped; tf32 alone: what three passes cost), its first launch
-# alone, its powers form, both commit state builds and the one-token steps, for a chain of 16 and 33-node trees: 27
-# rows (the full variant list ran past 150 s on one H100, 2026-12-07; `--gdn-variants '*'` for all)
-GDN_VARIANTS='chunk-n16-v64-*,state,solve-v32-w4-*-tf32x3,solve-v32-w4-tf32-tf32,solve-first,solve-powers'
+# alone, its powers form (16 and 32 value columns), both commit state builds and the one-token steps, for a chain of
+# 16 and 33-node trees: 30 rows (the full variant list ran past 150 s on one H100, 2026-12-07; `--gdn-variants '*'`
+# for all)
+GDN_VARIANTS='chunk-n16-v64-*,state,solve-v32-w4-*-tf32x3,solve-v32-w4-tf32-tf32,solve-first,solve-powers-*'
 step gdn_solve 90 python3 bench/bench_kernels.py --kinds gdn --gdn-preset qwen3.6-27b --budgets 32 \
   --gdn-variants "$GDN_VARIANTS,solve-state-v32,*-1" --out "$OUT/gdn_solve_27b.json"
 # the verify's weight-reading GEMMs at 33 and 65 rows: cuBLAS, our few-row kernel and the split one (remote.kernels.
