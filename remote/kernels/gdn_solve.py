@@ -76,10 +76,10 @@ if triton is not None:
         tl.store(lg_out + r * HV + head, lg, mask=on)
 
     @triton.jit
-    def _apply_kernel(q, k, v, beta, state, t_in, m_in, lg_in, out, u_out, N, HV, q_t, q_h, k_t, k_h, v_t, v_h,
-                      scale, DK: tl.constexpr, DV: tl.constexpr, NP: tl.constexpr, BK: tl.constexpr,
-                      BV: tl.constexpr, DOT: tl.constexpr):
-        """Program (value block, head): its columns of every node's output and correction u."""
+    def _columns_in(q, k, v, beta, state, lg_in, N, HV, q_t, q_h, k_t, k_h, v_t, v_h, scale, DK: tl.constexpr,
+                    DV: tl.constexpr, NP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr):
+        """Program (value block, head)'s operands: unit k and q (scaled) rows, each node's log decay, the right-hand
+        side b = beta (v - g K S_0) and g Q S_0 of its columns."""
         block, head = tl.program_id(0), tl.program_id(1)
         r = tl.arange(0, NP)
         dk = tl.arange(0, BK)
@@ -89,18 +89,34 @@ if triton is not None:
         qn = _unit_rows(q, r, dk, on[:, None] & in_k[None, :], q_t, head * q_h) * scale
         s0 = tl.load(state + head * DK * DV + dk[:, None] * DV + dv[None, :], mask=in_k[:, None] & in_v[None, :],
                      other=0.0)
-        decay = tl.exp(tl.load(lg_in + r * HV + head, mask=on, other=0.0))
+        lg = tl.load(lg_in + r * HV + head, mask=on, other=0.0)
         bh = tl.load(beta + r * HV + head, mask=on, other=0.0).to(tl.float32)
         vb = tl.load(v + r[:, None] * v_t + head * v_h + dv[None, :], mask=on[:, None] & in_v[None, :],
                      other=0.0).to(tl.float32)
-        rhs = bh[:, None] * (vb - decay[:, None] * tl.dot(kn, s0, input_precision=DOT))
-        grid = head * NP * NP + r[:, None] * NP + r[None, :]
+        rhs = bh[:, None] * (vb - tl.exp(lg)[:, None] * tl.dot(kn, s0, input_precision=DOT))
+        return kn, qn, lg, rhs, tl.exp(lg)[:, None] * tl.dot(qn, s0, input_precision=DOT)
+
+    @triton.jit
+    def _columns_out(out, u_out, o, u, N, HV, DV: tl.constexpr, NP: tl.constexpr, BV: tl.constexpr):
+        """Program (value block, head)'s columns of every node's output and correction u stored."""
+        r = tl.arange(0, NP)
+        dv = tl.program_id(0) * BV + tl.arange(0, BV)
+        dest = r[:, None] * HV * DV + tl.program_id(1) * DV + dv[None, :]
+        tl.store(out + dest, o.to(out.dtype.element_ty), mask=(r < N)[:, None] & (dv < DV)[None, :])
+        tl.store(u_out + dest, u, mask=(r < N)[:, None] & (dv < DV)[None, :])
+
+    @triton.jit
+    def _apply_kernel(q, k, v, beta, state, t_in, m_in, lg_in, out, u_out, N, HV, q_t, q_h, k_t, k_h, v_t, v_h,
+                      scale, DK: tl.constexpr, DV: tl.constexpr, NP: tl.constexpr, BK: tl.constexpr,
+                      BV: tl.constexpr, DOT: tl.constexpr):
+        """Program (value block, head): its columns of every node's output and correction u."""
+        _, _, _, rhs, gqs = _columns_in(q, k, v, beta, state, lg_in, N, HV, q_t, q_h, k_t, k_h, v_t, v_h, scale, DK,
+                                        DV, NP, BK, BV, DOT)
+        r = tl.arange(0, NP)
+        grid = tl.program_id(1) * NP * NP + r[:, None] * NP + r[None, :]
         u = tl.dot(tl.load(t_in + grid), rhs, input_precision=DOT)
-        o = decay[:, None] * tl.dot(qn, s0, input_precision=DOT) + tl.dot(tl.load(m_in + grid), rhs,
-                                                                          input_precision=DOT)
-        dest = r[:, None] * HV * DV + head * DV + dv[None, :]
-        tl.store(out + dest, o.to(out.dtype.element_ty), mask=on[:, None] & in_v[None, :])
-        tl.store(u_out + dest, u, mask=on[:, None] & in_v[None, :])
+        o = gqs + tl.dot(tl.load(m_in + grid), rhs, input_precision=DOT)
+        _columns_out(out, u_out, o, u, N, HV, DV, NP, BV)
 
     @triton.jit
     def _state_kernel(k, u, lg, visible, state, node, new, bank, conv_index, conv, N, HV, C, k_t, k_h, bank_c,
@@ -158,29 +174,15 @@ if triton is not None:
                              v_h, scale, DK: tl.constexpr, DV: tl.constexpr, NP: tl.constexpr, BK: tl.constexpr,
                              BV: tl.constexpr, FACTORS: tl.constexpr, DOT: tl.constexpr):
         """Program (value block, head): u = (I - A)(I + A^2)... b and o = g Q S_0 + ((Q K^T) * decays) u."""
-        block, head = tl.program_id(0), tl.program_id(1)
+        kn, qn, lg, rhs, gqs = _columns_in(q, k, v, beta, state, lg_in, N, HV, q_t, q_h, k_t, k_h, v_t, v_h, scale,
+                                           DK, DV, NP, BK, BV, DOT)
         r = tl.arange(0, NP)
-        dk = tl.arange(0, BK)
-        dv = block * BV + tl.arange(0, BV)
-        on, in_k, in_v = r < N, dk < DK, dv < DV
-        kn = _unit_rows(k, r, dk, on[:, None] & in_k[None, :], k_t, head * k_h)
-        qn = _unit_rows(q, r, dk, on[:, None] & in_k[None, :], q_t, head * q_h) * scale
-        s0 = tl.load(state + head * DK * DV + dk[:, None] * DV + dv[None, :], mask=in_k[:, None] & in_v[None, :],
-                     other=0.0)
-        lg = tl.load(lg_in + r * HV + head, mask=on, other=0.0)
-        bh = tl.load(beta + r * HV + head, mask=on, other=0.0).to(tl.float32)
-        vb = tl.load(v + r[:, None] * v_t + head * v_h + dv[None, :], mask=on[:, None] & in_v[None, :],
-                     other=0.0).to(tl.float32)
-        rhs = bh[:, None] * (vb - tl.exp(lg)[:, None] * tl.dot(kn, s0, input_precision=DOT))
-        grid = head * FACTORS * NP * NP + r[:, None] * NP + r[None, :]
+        grid = tl.program_id(1) * FACTORS * NP * NP + r[:, None] * NP + r[None, :]
         u = rhs - tl.dot(tl.load(p_in + grid), rhs, input_precision=DOT)
         for f in tl.static_range(1, FACTORS):
             u += tl.dot(tl.load(p_in + grid + f * NP * NP), u, input_precision=DOT)
         qk = tl.dot(qn, tl.trans(kn), input_precision=DOT) * _decays(_visible(visible, r, r, N), lg, lg)
-        o = tl.exp(lg)[:, None] * tl.dot(qn, s0, input_precision=DOT) + tl.dot(qk, u, input_precision=DOT)
-        dest = r[:, None] * HV * DV + head * DV + dv[None, :]
-        tl.store(out + dest, o.to(out.dtype.element_ty), mask=on[:, None] & in_v[None, :])
-        tl.store(u_out + dest, u, mask=on[:, None] & in_v[None, :])
+        _columns_out(out, u_out, gqs + tl.dot(qk, u, input_precision=DOT), u, N, HV, DV, NP, BV)
 
 
 def tree_recurrence(q, k, v, g, beta, state, visible, height: int):
