@@ -206,13 +206,15 @@ methods q3_auto_t1 150 --model $M/demo-qwen3 --drafter $M/demo-qwen3-dflash $HEL
 methods q35_auto_t1 240 --model $M/demo-qwen3_5 --drafter $M/demo-qwen3_5-dflash $HELDOUT --num-prompts 12 \
   --temperatures 1 --budgets 15,31,63,auto
 # Qwen3.6-27B widths, the full head and a 32k one side by side: with the switches as committed (q27b_vocab), with the
-# GDN tree solve on (q27b_fast), and with the split GEMMs on too (q27b_split)
+# GDN tree solve on (q27b_fast; q27b_powers in its powers form), and with the split GEMMs on too (q27b_split)
 # (no DFlash rows: the goals are DDTree's against AR, and the 32k rows come last, where a slow step is cut)
 Q27_VOCAB=(--dataset builtin --num-prompts 2 --max-new-tokens 48 --budgets 32,64 --temperatures 0 --floor
   --methods ar,ddtree)
 methods q27b_vocab 240 --random "$Q27" "${Q27_VOCAB[@]}" --random-drafter "$RANDOM_DRAFTER" --draft-vocabs 0,32768
 methods q27b_fast 240 --random "$Q27" "${Q27_VOCAB[@]}" --random-drafter "$RANDOM_DRAFTER" --draft-vocabs 0,32768 \
   --set remote.kernels.gdn_solve.ENABLED=true
+methods q27b_powers 240 --random "$Q27" "${Q27_VOCAB[@]}" --random-drafter "$RANDOM_DRAFTER" --draft-vocabs 0,32768 \
+  --set remote.kernels.gdn_solve.ENABLED=true --set 'remote.kernels.gdn_solve.FORM="powers"'
 methods q27b_split 240 --random "$Q27" "${Q27_VOCAB[@]}" --random-drafter "$RANDOM_DRAFTER" --draft-vocabs 32768 \
   --set remote.kernels.gdn_solve.ENABLED=true --set remote.kernels.gemm_split.ENABLED=true
 methods q8b_vocab 150 --random "$Q8" --dataset builtin --num-prompts 2 --max-new-tokens 48 --budgets 64 \
