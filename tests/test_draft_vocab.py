@@ -210,3 +210,13 @@ def test_outside_share_and_a_drafter_without_a_reduced_head():
     assert drafter.vocab is None
     reduce(drafter, model, [1, 2, 5])
     assert outside_share(drafter, [1, 2, 3, 4]) == 0.5
+
+
+def test_a_head_cut_from_a_target_on_another_device_keeps_its_maps_beside_the_head():
+    """reduce_draft_vocab counts on the CPU while the target's head sits on the GPU: the id maps must follow the
+    head (2026-12-07, one H100: a 32k head cut after loading failed its first graphed step, `index is on cuda:0,
+    different from other tensors on cpu`). The meta device stands in for the GPU."""
+    head = torch.empty(16, 4, device="meta")
+    vocab = DraftVocab.from_head(torch.tensor([1, 3, 7]), head, "test")
+    assert vocab.ids.device == vocab.inverse.device == vocab.weight.device == head.device
+    assert vocab.to_target(torch.tensor([0, 2], device="meta")).device == head.device

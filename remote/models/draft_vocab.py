@@ -28,6 +28,7 @@ class DraftVocab(nn.Module):
         if ids.numel() < 2 or bool((ids[1:] <= ids[:-1]).any()) or int(ids[0]) < 0 or int(ids[-1]) >= vocab_size:
             raise SpecError(f"draft vocabulary ids must be ascending target ids in 0..{vocab_size - 1} "
                             f"(at least two), got {ids.shape[0]} ids from {int(ids.min())} to {int(ids.max())}")
+        ids = ids.to(weight.device)     # the maps beside the head: a graphed step indexes them on the GPU
         inverse = torch.full((vocab_size,), -1, dtype=torch.long, device=ids.device)
         inverse[ids] = torch.arange(ids.shape[0], device=ids.device)
         self.register_buffer("ids", ids, persistent=False)            # [N] draft id -> target id
