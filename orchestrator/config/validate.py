@@ -122,6 +122,9 @@ def _check_hosts(cfg: DictConfig) -> None:
         knobs = host_knobs(host)
         if knobs is None:   # an unknown kind
             raise ConfigError(f"{prefix}kind", KIND_RULE(host.get("kind")))
+        if settings_class(host.get("kind")).scheduled and entries:   # two placements at once: Ray's and the pool's
+            raise ConfigError(f"{prefix}kind", "a Ray cluster places its jobs itself: use host=ray without a pool "
+                                               "(pool=none), or a pool of SSH hosts")
         check_knobs(host, knobs, prefix)
         for key, k in knobs.items():   # files of this machine: a typo read as "is the host up?"
             if k.local_file and host.get(key) and not Path(str(host[key])).expanduser().is_file():

@@ -80,9 +80,11 @@ class Stage(enum.Enum):
 
 
 def render_launch_script(files: RunFiles, *, python: str, bundle: str, gpus: list[int] | None,
-                         env: dict[str, str], argv: list[str] | None = None, locks: str | None = None) -> str:
+                         env: dict[str, str], argv: list[str] | None = None, locks: str | None = None,
+                         tied_to: int | None = None) -> str:
     """The wrapper the host runs detached. Golden-file tested; every value is shell-quoted. `locks`: the host's
-    lock directory for the GPU leases (none taken without it)."""
+    lock directory for the GPU leases (none taken without it); `tied_to`: a pid on the host whose end stops the
+    runner as `cancel` does (the Ray actor holding its GPUs)."""
     q = shlex.quote
     check_env_names(env)
     command = " ".join(q(a) for a in (argv or [python, "-m", "remote", files.root]))
@@ -106,6 +108,7 @@ def render_launch_script(files: RunFiles, *, python: str, bundle: str, gpus: lis
         # Secrets arrive in a 0600 file that is read and removed before the runner starts.
         f"if [ -f {SECRETS} ]; then set -a; . ./{SECRETS}; set +a; rm -f {SECRETS}; fi",
         f"trap 'finish {CANCELLED_EXIT}' TERM",
+        *_tie(tied_to),
         f"{command} >> runner.log 2>&1 < /dev/null &",
         "wait $!",
         "code=$?",
@@ -118,6 +121,17 @@ def render_launch_script(files: RunFiles, *, python: str, bundle: str, gpus: lis
         "finish $code",
         "",
     ])
+
+
+def _tie(pid: int | None) -> list[str]:
+    """A watcher in the runner's group that stops the group (TERM, as `cancel` does) once process `pid` is gone: the
+    GPUs the runner uses are Ray's to give again then (its hold ended, or its node's Ray went)."""
+    if pid is None:
+        return []
+    # It ends with launch.sh ($$), which the hold waits for: the group must empty for the hold to end.
+    return [f"( while kill -0 {int(pid)} 2>/dev/null; do kill -0 $$ 2>/dev/null || exit 0; sleep 1; done; "
+            f"echo \"[specbench] the Ray actor holding this run's GPUs (pid {int(pid)}) ended: stopping the "
+            "runner\" >> runner.log; kill -TERM -- -$$ ) < /dev/null > /dev/null 2>&1 &"]
 
 
 def _room_for_the_end() -> list[str]:
@@ -258,8 +272,9 @@ class Job:
         """Create the run dir, place what `prepare` staged and launch.sh in it, and start launch.sh detached:
         one command, whose stdin carries the files as a tar stream."""
         self.stage = Stage.LAUNCH
-        script = render_launch_script(self.files, python=self.host.python, bundle=bundle, gpus=gpus,
-                                      env=env, argv=argv, locks=lock_dir(self.host))
+        script = render_launch_script(self.files, python=self.host.python, bundle=bundle, gpus=gpus, env=env,
+                                      argv=argv, locks=lock_dir(self.host) if self.host.gpu_leases else None,
+                                      tied_to=self.host.tied_to)
         (self.local_dir / "launch.sh").write_text(script)
         # Secrets travel on stdin: never in a local file, nor in a command line (`ps` shows those to every
         # user of a shared box).
