@@ -10,6 +10,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -32,14 +33,14 @@ class RayNode:
         self.root, self.ip, self.head = root, ip, head
         self.port = free_port() if head is None else None
         args = [RAY, "start", "--block", f"--node-ip-address={ip}", f"--num-gpus={gpus}", "--num-cpus=1",
-                f"--temp-dir={root / 'tmp'}", "--object-store-memory=78643200", "--disable-usage-stats"]
+                f"--temp-dir={root}", "--object-store-memory=78643200", "--disable-usage-stats"]
         args += ["--head", f"--port={self.port}", "--include-dashboard=false"] if head is None else [f"--address={head}"]
         if resources:
             args.append(f"--resources={resources}")
         root.mkdir(parents=True, exist_ok=True)
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "RAY_ADDRESS")}
         env["RAY_USAGE_STATS_ENABLED"] = "0"
-        self.log = root / "ray-start.log"
+        self.log = root / "start.log"
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                          cwd=root, env=env, start_new_session=True)
@@ -66,7 +67,7 @@ class RayNode:
 class RayCluster:
     def __init__(self, root: Path):
         self.root = root
-        self.head = RayNode(root / "head", "127.0.0.2")
+        self.head = RayNode(root / "2", "127.0.0.2")
         self.head.wait_ready()
         self.nodes = [self.head, self.add_node("127.0.0.3")]
 
@@ -75,7 +76,7 @@ class RayCluster:
         return self.head.address
 
     def add_node(self, ip: str, resources: str | None = None) -> RayNode:
-        node = RayNode(self.root / ip, ip, head=self.address, resources=resources)
+        node = RayNode(self.root / ip.rsplit(".", 1)[1], ip, head=self.address, resources=resources)
         node.wait_ready()
         return node
 
@@ -85,11 +86,16 @@ class RayCluster:
 
 
 @pytest.fixture(scope="module")
-def ray_cluster(tmp_path_factory):
+def ray_cluster():
     if RAY is None:
         pytest.skip("ray is not installed (pip install ray; .ci/run does)")
-    cluster = RayCluster(tmp_path_factory.mktemp("ray"))
+    # A short root: a node's sockets live under it, and a Unix socket's path has at most 107 bytes
+    root = Path(tempfile.mkdtemp(prefix="ray", dir="/tmp"))
     try:
-        yield cluster
+        cluster = RayCluster(root)
+        try:
+            yield cluster
+        finally:
+            cluster.stop()
     finally:
-        cluster.stop()
+        shutil.rmtree(root, ignore_errors=True)

@@ -30,8 +30,7 @@ def ray_placement(settings: RaySettings, count: int, run_id: str,
         ray = connect(settings)
         _feasible(ray, settings, count)
     except HostError as exc:
-        raise NoHostReachable(f"the Ray cluster at {settings.address} cannot take this job", {"ray": str(exc)}) \
-            from None
+        raise NoHostReachable(f"the Ray cluster at {settings.address} cannot take this job: {exc}", {}) from None
     root = f"{settings.workdir}/runs/{run_id}"
     hold = ray.remote(ray_node.GpuHold).options(
         num_gpus=count, num_cpus=0, resources=dict(settings.resources or {}), max_concurrency=2, lifetime="detached", name=f"gpus-{run_id}",

@@ -1,0 +1,180 @@
+"""Jobs on a real Ray cluster on loopback (tests/ray_cluster.py: a head and a second node, two GPUs declared each):
+a sweep spread over both nodes with no GPU given to two jobs of one node at once, and the faults as they happen:
+Ctrl-C mid-run, the orchestrator killed with -9 (the runner finishes; `reap` logs it), a node that dies mid-run
+(`node_lost` within Ray's health-check bound), the head unreachable at start. Each says what the user sees and how
+fast, and that nothing is left running.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.ray_cluster import free_port, ray_cluster  # noqa: F401  (the fixture)
+from tests.test_faults import LONG, finish, runs_of, start_cli, wait_for
+from tests.test_sweep_ssh import runs
+
+
+
+def ray_args(cluster, work: Path, *more: str) -> list[str]:
+    return ["host=ray", f"host.address={cluster.address}", f"host.workdir={work}", *more]
+
+
+def started(proc: subprocess.Popen, work: Path) -> Path:
+    """The run dir on its node once the runner started (its `start` event is written); the orchestrator's output if it
+    ended before that."""
+    def found():
+        if proc.poll() is not None:
+            pytest.fail(f"the orchestrator ended first (exit {proc.returncode}): {proc.stdout.read()[-3000:]}")
+        return [e.parent for e in work.glob("runs/*/events.jsonl") if '"start"' in e.read_text()]
+
+    (root,) = wait_for(found, "the runner starting")
+    return root
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+
+
+def group_alive(pgid: int) -> bool:
+    return subprocess.run(["ps", "-o", "stat=", "-s", str(pgid)], capture_output=True, text=True).stdout.strip() \
+        .replace("Z", "") != ""
+
+
+def hold_pid(run_dir: Path) -> int:
+    return json.loads((run_dir / "job.json").read_text())["host"]["hold_pid"]
+
+
+def local_run(runs_dir: Path) -> Path:
+    (job,) = runs_dir.glob("*/*/job.json")
+    return job.parent
+
+
+def test_sweep_runs_on_both_nodes_without_sharing_a_gpu(ray_cluster, tmp_path):
+    work = tmp_path / "work"
+    proc = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "-m", "method=ar,dflash,ddtree", "tree_budget=8,32",
+         *ray_args(ray_cluster, work), "hydra.launcher.n_jobs=4", "model=tiny-qwen3", "num_prompts=1",
+         "max_new_tokens=4"], capture_output=True, text=True, cwd=tmp_path, timeout=900,
+        env={**os.environ, "COLUMNS": "200"})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    _, parent, children = runs(tmp_path)
+    assert parent.info.status == "FINISHED" and len(children) == 6
+    assert all(c.info.status == "FINISHED" for c in children)
+    ran = [c for c in children if c.data.tags.get("skipped") != "true"]
+    assert len(ran) == 4 and {c.data.tags["ray.node_ip"] for c in ran} == {"127.0.0.2", "127.0.0.3"}
+    jobs = []
+    for c in ran:   # each job's GPUs as its runner saw them, its node, and its runner's life on the node
+        root = work / "runs" / c.data.tags["run_id_local"]
+        config = yaml.safe_load((Path(c.data.tags["run_dir"]) / "config.yaml").read_text())
+        assert c.data.tags["cuda_visible_devices"] == ",".join(map(str, config["gpus"])) == c.data.tags["gpus"]
+        jobs.append((c.data.tags["ray.node_id"], set(config["gpus"]), (root / "pid").stat().st_mtime,
+                     (root / "exit_code").stat().st_mtime))
+    for (node_a, gpus_a, start_a, end_a), (node_b, gpus_b, start_b, end_b) in itertools.combinations(jobs, 2):
+        if node_a == node_b and start_a < end_b and start_b < end_a:
+            assert not gpus_a & gpus_b, jobs
+    assert "best speedup" in proc.stdout and "ddtree-b32" in proc.stdout   # the sweep's table, as for a local one
+
+
+def test_ctrl_c_stops_the_runner_and_frees_its_gpus(ray_cluster, tmp_path):
+    work = tmp_path / "work"
+    proc = start_cli([*ray_args(ray_cluster, work), *LONG], cwd=tmp_path)
+    try:
+        root = started(proc, work)
+        pgid = int((root / "pid").read_text())
+        hold = hold_pid(local_run(tmp_path / "runs"))
+        os.killpg(proc.pid, signal.SIGINT)
+        sent = time.monotonic()
+        out = finish(proc, timeout=60)
+        took = time.monotonic() - sent
+    finally:
+        finish(proc, timeout=1)
+    assert proc.returncode == 130, out[-3000:]
+    assert took < 15, f"{took:.1f} s from Ctrl-C to exit"
+    assert not group_alive(pgid), "the runner is still running on the node"
+    wait_for(lambda: not alive(hold), "the GPU hold ending with its runner", timeout=30)
+    (run,) = runs_of(tmp_path / "runs")
+    assert run.info.status == "KILLED" and run.data.tags["stopped_by"] == "user"
+
+
+def test_orchestrator_killed_with_kill_9_leaves_the_runner_finishing_and_reap_logs_it(ray_cluster, tmp_path):
+    work, until = tmp_path / "work", tmp_path / "until"
+    proc = start_cli([*ray_args(ray_cluster, work), *LONG, f"runner.args=[--until,{until}]"], cwd=tmp_path)
+    try:
+        root = started(proc, work)
+        run_dir = local_run(tmp_path / "runs")
+        wait_for(lambda: json.loads((run_dir / "job.json").read_text()).get("mlflow_run_id"), "the MLflow run")
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        finish(proc, timeout=1)
+    pgid, hold = int((root / "pid").read_text()), hold_pid(run_dir)
+    time.sleep(2)   # what the orchestrator's death could have stopped: nothing does
+    assert group_alive(pgid) and alive(hold), "the runner or its GPU hold went with the orchestrator"
+    until.touch()   # the runner ends by itself: its hold lets the GPUs go
+    wait_for(lambda: (root / "exit_code").exists(), "the runner finishing")
+    wait_for(lambda: not alive(hold), "the GPU hold ending with its runner", timeout=30)
+    reap = subprocess.run([sys.executable, "-m", "orchestrator", "reap"], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=300)
+    assert reap.returncode == 0, reap.stdout[-3000:] + reap.stderr[-3000:]
+    (run,) = runs_of(tmp_path / "runs")
+    assert run.info.status == "FINISHED", reap.stdout[-2000:]
+    assert "decoding runner done" in (run_dir / "runner.log").read_text()
+
+
+def test_a_node_that_dies_mid_run_fails_the_job_as_node_lost(ray_cluster, tmp_path):
+    spare = ray_cluster.add_node("127.0.0.4", resources='{"spare": 1}')   # the job's node, and only this test's
+    work = tmp_path / "work"
+    proc = start_cli([*ray_args(ray_cluster, work, "host.resources={spare:1}"), *LONG], cwd=tmp_path)
+    try:
+        root = started(proc, work)
+        pgid = int((root / "pid").read_text())
+        spare.stop()   # the node's Ray processes SIGKILLed: what a machine that dies does to them
+        killed = time.monotonic()
+        out = finish(proc, timeout=120)
+        noticed = time.monotonic() - killed
+    finally:
+        finish(proc, timeout=1)
+        spare.stop()
+    assert proc.returncode == 1, out[-3000:]
+    assert noticed < 45, f"{noticed:.1f} s to notice"   # Ray's health check: 5 misses 3 s apart, then our next call
+    assert "node_lost" in out and "127.0.0.4" in out and "attach" not in out, out[-3000:]
+    wait_for(lambda: not group_alive(pgid), "the runner stopping with its node's GPU hold", timeout=10)
+    (run,) = runs_of(tmp_path / "runs")
+    assert run.info.status == "FAILED" and run.data.tags["failure.id"] == "node_lost"
+
+
+def test_an_unreachable_head_is_one_line_before_anything_runs(tmp_path):
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "orchestrator", "host=ray", f"host.address=127.0.0.1:{free_port()}",
+                           f"host.workdir={tmp_path / 'work'}", "host.connect_timeout=5", *LONG],
+                          capture_output=True, text=True, cwd=tmp_path,
+                          timeout=120, env={**os.environ, "COLUMNS": "1000"})
+    took = time.monotonic() - start
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    errors = [line for line in proc.stdout.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "cannot reach the cluster's head" in errors[0] and "nothing was started" in errors[0]
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert took < 60, f"{took:.1f} s"
+    assert not (tmp_path / "work").exists()
+
+
+def test_ray_config_mistakes_are_refused_before_anything_starts(tmp_path):
+    for args, says in ((["host=ray"], "host.address"),
+                       (["host=ray", "host.address=h:1", "host.gpus=[0]"], "host.gpus"),
+                       (["host=ray", "host.address=h:1", "pool=example"], "places its jobs itself")):
+        proc = subprocess.run([sys.executable, "-m", "orchestrator", *args], capture_output=True, text=True,
+                              cwd=tmp_path, timeout=120, env={**os.environ, "COLUMNS": "1000"})
+        assert proc.returncode == 2 and says in proc.stdout + proc.stderr, (args, proc.stdout + proc.stderr)
