@@ -34,7 +34,8 @@ class RayNode:
         self.port = free_port() if head is None else None
         args = [RAY, "start", "--block", f"--node-ip-address={ip}", f"--num-gpus={gpus}", "--num-cpus=1",
                 f"--temp-dir={root}", "--object-store-memory=78643200", "--disable-usage-stats"]
-        args += ["--head", f"--port={self.port}", "--include-dashboard=false"] if head is None else [f"--address={head}"]
+        args += (["--head", f"--port={self.port}", "--include-dashboard=false"] if head is None
+                 else [f"--address={head}"])
         if resources:
             args.append(f"--resources={resources}")
         root.mkdir(parents=True, exist_ok=True)

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.ray_cluster import free_port, ray_cluster  # noqa: F401  (the fixture)
+from tests.ray_cluster import free_port
 from tests.test_faults import LONG, finish, runs_of, start_cli, wait_for
 from tests.test_sweep_ssh import runs
 
@@ -51,6 +51,14 @@ def alive(pid: int) -> bool:
 def group_alive(pgid: int) -> bool:
     return subprocess.run(["ps", "-o", "stat=", "-s", str(pgid)], capture_output=True, text=True).stdout.strip() \
         .replace("Z", "") != ""
+
+
+def ended_after(proc: subprocess.Popen, act, timeout: float) -> tuple[str, float]:
+    """`act()`, then the orchestrator's output and the seconds from `act` to its exit."""
+    act()
+    since = time.monotonic()
+    out = finish(proc, timeout=timeout)
+    return out, time.monotonic() - since
 
 
 def hold_pid(run_dir: Path) -> int:
@@ -95,10 +103,7 @@ def test_ctrl_c_stops_the_runner_and_frees_its_gpus(ray_cluster, tmp_path):
         root = started(proc, work)
         pgid = int((root / "pid").read_text())
         hold = hold_pid(local_run(tmp_path / "runs"))
-        os.killpg(proc.pid, signal.SIGINT)
-        sent = time.monotonic()
-        out = finish(proc, timeout=60)
-        took = time.monotonic() - sent
+        out, took = ended_after(proc, lambda: os.killpg(proc.pid, signal.SIGINT), timeout=60)
     finally:
         finish(proc, timeout=1)
     assert proc.returncode == 130, out[-3000:]
@@ -141,10 +146,8 @@ def test_a_node_that_dies_mid_run_fails_the_job_as_node_lost(ray_cluster, tmp_pa
     try:
         root = started(proc, work)
         pgid = int((root / "pid").read_text())
-        spare.stop()   # the node's Ray processes SIGKILLed: what a machine that dies does to them
-        killed = time.monotonic()
-        out = finish(proc, timeout=120)
-        noticed = time.monotonic() - killed
+        # the node's Ray processes SIGKILLed: what a machine that dies does to them
+        out, noticed = ended_after(proc, spare.stop, timeout=120)
     finally:
         finish(proc, timeout=1)
         spare.stop()
@@ -178,3 +181,22 @@ def test_ray_config_mistakes_are_refused_before_anything_starts(tmp_path):
         proc = subprocess.run([sys.executable, "-m", "orchestrator", *args], capture_output=True, text=True,
                               cwd=tmp_path, timeout=120, env={**os.environ, "COLUMNS": "1000"})
         assert proc.returncode == 2 and says in proc.stdout + proc.stderr, (args, proc.stdout + proc.stderr)
+
+
+def test_the_node_side_needs_nothing_of_orchestrator_on_the_node(tmp_path):
+    """The agent travels by value: it loads and works in a Python where orchestrator cannot be imported."""
+    import ray.cloudpickle
+
+    from orchestrator.hosts import plain_files, ray_node
+
+    for module in (ray_node, plain_files):
+        ray.cloudpickle.register_pickle_by_value(module)
+    (tmp_path / "agent.pkl").write_bytes(ray.cloudpickle.dumps(ray_node.NodeAgent))
+    (tmp_path / "log").write_bytes(b"0123456789")
+    node = (f"import sys\nclass Block:\n    def find_spec(self, name, path=None, target=None):\n"
+            f"        if name.split('.')[0] == 'orchestrator': raise ImportError(name)\n"
+            f"sys.meta_path.insert(0, Block())\nimport ray.cloudpickle\n"
+            f"agent = ray.cloudpickle.loads(open({str(tmp_path / 'agent.pkl')!r}, 'rb').read())()\n"
+            f"print(agent.read_from({str(tmp_path / 'log')!r}, 6), agent.run('echo $((6*7))', None, 10)[1])")
+    proc = subprocess.run([sys.executable, "-c", node], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.split() == ["b'6789'", "b'42\\n'"], proc.stdout + proc.stderr

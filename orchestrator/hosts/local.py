@@ -11,6 +11,7 @@ import uuid
 
 from ..paths import runs_dir
 from .base import CommandFailed, Host, HostError, Result
+from .plain_files import read_from
 from .room import no_room
 
 
@@ -47,9 +48,4 @@ class LocalHost(Host):
         shutil.copyfile(remote_path, local_path)
 
     def read_from(self, path: str, offset: int) -> bytes:
-        try:
-            with open(path, "rb") as f:
-                f.seek(offset)
-                return f.read()
-        except FileNotFoundError:
-            return b""
+        return read_from(path, offset)

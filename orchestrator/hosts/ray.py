@@ -23,7 +23,7 @@ import uuid
 from typing import Any
 
 from ..paths import REMOTE_PACKAGE
-from . import ray_node
+from . import plain_files, ray_node
 from .base import CommandFailed, Host, HostError, HostGone, LinkLost, Result
 from .room import no_room
 from .settings import RaySettings
@@ -43,7 +43,8 @@ def connect(settings: RaySettings):
             return ray
         ray.shutdown()
     _reachable(settings.address, settings.connect_timeout)
-    ray.cloudpickle.register_pickle_by_value(ray_node)   # the nodes need nothing of ours installed
+    for module in (ray_node, plain_files):   # the nodes need nothing of ours installed
+        ray.cloudpickle.register_pickle_by_value(module)
     term = signal.getsignal(signal.SIGTERM)   # ray.init replaces it with an exit; ours stops the runner first
     try:
         ray.init(address=settings.address, namespace=NAMESPACE, logging_level=logging.ERROR, log_to_driver=False,

@@ -1,5 +1,5 @@
-"""What runs inside a Ray node for a Ray host: shipped by value (cloudpickle), so it imports nothing of orchestrator
-and only the standard library and Ray, which every Ray worker has; a node needs nothing of ours installed.
+"""What runs inside a Ray node for a Ray host: shipped by value (cloudpickle, with plain_files), so it needs nothing of
+orchestrator there, only the standard library and Ray, which every Ray worker has.
 
 `NodeAgent` (no CPU, no GPU, pinned to the node) is a Ray host's Host primitives there: run a bash command, read a
 file from an offset, write one atomically, read one whole; the runner's commands get the worker's environment less
@@ -16,6 +16,8 @@ import sys
 import threading
 import time
 import uuid
+
+from . import plain_files
 
 TIMEOUT_EXIT = 124
 RELEASE_GRACE = 5.0    # seconds a released hold still waits for a runner whose launch.sh is about to write its pid
@@ -45,12 +47,7 @@ class NodeAgent:
         return proc.returncode, proc.stdout, proc.stderr
 
     def read_from(self, path: str, offset: int) -> bytes:
-        try:
-            with open(path, "rb") as f:
-                f.seek(offset)
-                return f.read()
-        except FileNotFoundError:
-            return b""
+        return plain_files.read_from(path, offset)
 
     def read(self, path: str) -> bytes:
         with open(path, "rb") as f:

@@ -33,8 +33,9 @@ def ray_placement(settings: RaySettings, count: int, run_id: str,
         raise NoHostReachable(f"the Ray cluster at {settings.address} cannot take this job: {exc}", {}) from None
     root = f"{settings.workdir}/runs/{run_id}"
     hold = ray.remote(ray_node.GpuHold).options(
-        num_gpus=count, num_cpus=0, resources=dict(settings.resources or {}), max_concurrency=2, lifetime="detached", name=f"gpus-{run_id}",
-        scheduling_strategy="SPREAD", max_restarts=0).remote(root, HOLD_START)
+        num_gpus=count, num_cpus=0, resources=dict(settings.resources or {}), max_concurrency=2,
+        lifetime="detached", name=f"gpus-{run_id}", scheduling_strategy="SPREAD", max_restarts=0,
+    ).remote(root, HOLD_START)
     try:
         where = _placed(ray, hold, count, tell)
     except BaseException:   # Ctrl-C while it waited: it must not take GPUs later

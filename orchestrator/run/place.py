@@ -3,8 +3,8 @@ GPUs a lease from the plan's pool gives.
 
 Contract: `placement(plan, console)` is a context manager that yields the placed plan and holds a pool's lease (or
 the scheduler's hold) until it exits; it raises NoHostReachable when no host of the pool that could take the job
-answers (or the scheduler's cluster cannot take it), and waits (saying what for, once) while they are merely busy. `held_on_host` is the pool's question to a host: which of its GPUs a runner
-of ours holds there now.
+answers (or the scheduler's cluster cannot take it), and waits (saying what for, once) while they are merely busy.
+`held_on_host` is the pool's question to a host: which of its GPUs a runner of ours holds there now.
 """
 from __future__ import annotations
 
