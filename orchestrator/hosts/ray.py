@@ -209,7 +209,10 @@ class RayHost(Host):
                 if now - silent_since > self.settings.reconnect_timeout:
                     raise HostError(f"{self.name}: {node_label(self.settings)} did not answer for "
                                     f"{self.settings.reconnect_timeout:g} s ({_one_line(exc)})") from None
-                log.warning("%s: %s; asking again", self.name, _one_line(exc))
+                if silent_since == now:   # once: Ray's health check settles the node's fate within seconds
+                    log.warning("%s: %s does not answer (%s); asking again for up to %g s while Ray checks it",
+                                self.name, node_label(self.settings), type(exc).__name__,
+                                self.settings.reconnect_timeout)
                 if isinstance(exc, RayActorError) and not _unavailable(exc):
                     self._agent = None   # it died with its node still alive: a new one
                 time.sleep(1.0)
