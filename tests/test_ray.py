@@ -98,9 +98,11 @@ def test_sweep_runs_on_both_nodes_without_sharing_a_gpu(ray_cluster, tmp_path):
 
 def test_ctrl_c_stops_the_runner_and_frees_its_gpus(ray_cluster, tmp_path):
     work = tmp_path / "work"
-    proc = start_cli([*ray_args(ray_cluster, work), *LONG], cwd=tmp_path)
+    proc = start_cli([*ray_args(ray_cluster, work, "gpus=2"), *LONG], cwd=tmp_path)   # any two: a whole node
     try:
         root = started(proc, work)
+        seen = json.loads((root / "events.jsonl").read_text().splitlines()[0])["cuda_visible_devices"]
+        assert sorted(seen.split(",")) == ["0", "1"], seen
         pgid = int((root / "pid").read_text())
         run_dir = local_run(tmp_path / "runs")
         hold = hold_pid(run_dir)
@@ -180,7 +182,8 @@ def test_an_unreachable_head_is_one_line_before_anything_runs(tmp_path):
 def test_ray_config_mistakes_are_refused_before_anything_starts(tmp_path):
     for args, says in ((["host=ray"], "host.address"),
                        (["host=ray", "host.address=h:1", "host.gpus=[0]"], "host.gpus"),
-                       (["host=ray", "host.address=h:1", "pool=example"], "places its jobs itself")):
+                       (["host=ray", "host.address=h:1", "pool=example"], "places its jobs itself"),
+                       (["gpus=2"], "is for host=ray or a pool")):
         proc = subprocess.run([sys.executable, "-m", "orchestrator", *args], capture_output=True, text=True,
                               cwd=tmp_path, timeout=120, env={**os.environ, "COLUMNS": "1000"})
         assert proc.returncode == 2 and says in proc.stdout + proc.stderr, (args, proc.stdout + proc.stderr)

@@ -50,6 +50,7 @@ def validate(cfg: DictConfig, choices=None, source=None) -> Arm:
     check_knobs(cfg.tracking, knobs_of(TrackingKnobs), "tracking.")
     if arm.ours:
         check_knobs(cfg, {"max_new_tokens": Knob("max_new_tokens", None, max_new_tokens(cfg.model), "")})
+    _gpu_count(cfg)
     _check_hosts(cfg)
     allowed = cfg.host.get("gpus")
     if allowed is not None and not set(cfg.gpus) <= set(allowed):
@@ -106,6 +107,18 @@ def check_objective(cfg: DictConfig) -> None:
     if cfg.objective in ("speedup_vs_ar", "exact_match_vs_ar") and cfg.baseline == "none":
         raise ConfigError("objective", f"{cfg.objective} needs the AR baseline (baseline=ar), got "
                                        f"baseline={cfg.baseline}; choose e.g. objective=tokens_per_s")
+
+
+def _gpu_count(cfg: DictConfig) -> None:
+    """gpus=N: any N GPUs, where a pool or the host's scheduler (Ray) chooses them; written as [0..N-1] until then
+    (only their number counts there). A host with fixed GPUs needs them named."""
+    if not is_int(cfg.gpus):
+        return
+    kind = settings_class(cfg.host.get("kind"))
+    if not pool_hosts(cfg) and not (kind is not None and kind.scheduled):
+        raise ConfigError("gpus", f"a count (gpus={cfg.gpus}) is for host=ray or a pool, which choose the GPUs; name "
+                                  f"this host's, e.g. gpus=[{','.join(map(str, range(max(int(cfg.gpus), 1))))}]")
+    cfg.gpus = list(range(int(cfg.gpus)))
 
 
 def _check_hosts(cfg: DictConfig) -> None:
