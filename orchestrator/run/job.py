@@ -10,8 +10,9 @@ mirrored events once more (not the log). `started_at`: the runner's start in loc
 (orchestrator.run.stall). `finished()`: launch.sh wrote `exit_code`, or the host says the process group is gone without
 one (`lost`). `cancel()` records who asked (`stopped_by`), then stops the group (TERM, then KILL after a grace period).
 launch.sh holds one `flock` per GPU (`<workdir>/locks/gpu<N>.lock`; when: `_gpu_locks`) for the runner's lifetime; a
-held GPU refuses the launch (exit GPU_BUSY_EXIT, one line in runner.log). A full disk loses no exit code, and runner.log
-says so (the catalog's disk_full); an unwritable run dir is one HostError line at launch (orchestrator.hosts.room).
+held GPU refuses the launch (exit GPU_BUSY_EXIT, one line in runner.log). Where the host's scheduler placed the job
+(`host.gpu_leases` false: Ray) it takes none, and stops the runner if `host.tied_to` (the scheduler's hold) ends. A
+full disk loses no exit code, and runner.log says so (disk_full); an unwritable run dir is one HostError line at launch.
 """
 from __future__ import annotations
 
