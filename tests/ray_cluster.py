@@ -2,9 +2,14 @@
 `ray start --block` in its own session and temp dir, each declaring two GPUs (--num-gpus 2: Ray places by count,
 this CPU box has none). A node is stopped as a dead machine's would be: its process group SIGKILLed. The nodes get no
 PYTHONPATH: what runs there comes through Ray (the runtime environment, actors shipped by value).
+
+One cluster serves the whole test session, across xdist's workers too: the first worker that asks starts it and
+records it beside their common base temp dir; each worker counts itself in and out under a file lock, and the last
+one out stops it.
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -15,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 READY = "Ray runtime started"
 RAY = shutil.which("ray")
@@ -26,12 +32,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
 class RayNode:
     """One `ray start --block` process group; `stop()` kills it as a node that dies would go."""
 
     def __init__(self, root: Path, ip: str, head: str | None = None, gpus: int = 2, resources: str | None = None):
-        self.root, self.ip, self.head = root, ip, head
-        self.port = free_port() if head is None else None
+        self.ip, self.port = ip, (free_port() if head is None else None)
         args = [RAY, "start", "--block", f"--node-ip-address={ip}", f"--num-gpus={gpus}", "--num-cpus=1",
                 f"--temp-dir={root}", "--object-store-memory=78643200", "--disable-usage-stats"]
         args += (["--head", f"--port={self.port}", "--include-dashboard=false"] if head is None
@@ -45,12 +57,13 @@ class RayNode:
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                          cwd=root, env=env, start_new_session=True)
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
 
-    @property
-    def address(self) -> str:
-        return f"{self.ip}:{self.port}"
-
-    def wait_ready(self, timeout: float = 120) -> None:
+    def _wait_ready(self, timeout: float = 180) -> None:
         deadline = time.monotonic() + timeout
         while READY not in self.log.read_text(errors="replace"):
             if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -58,45 +71,60 @@ class RayNode:
             time.sleep(0.2)
 
     def stop(self) -> None:
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        kill_group(self.proc.pid)
         self.proc.wait(timeout=30)
 
 
 class RayCluster:
-    def __init__(self, root: Path):
-        self.root = root
-        self.head = RayNode(root / "2", "127.0.0.2")
-        self.head.wait_ready()
-        self.nodes = [self.head, self.add_node("127.0.0.3")]
+    """The shared cluster as its record describes it: `address`, and `add_node` for a test's own extra node (which
+    the test stops)."""
 
-    @property
-    def address(self) -> str:
-        return self.head.address
+    def __init__(self, record: dict):
+        self.root, self.address, self.pgids = Path(record["root"]), record["address"], record["pgids"]
+
+    @classmethod
+    def start(cls) -> "RayCluster":
+        # A short root: a node's sockets live under it, and a Unix socket's path has at most 107 bytes
+        root = Path(tempfile.mkdtemp(prefix="ray", dir="/tmp"))
+        head = RayNode(root / "2", "127.0.0.2")
+        try:
+            second = RayNode(root / "3", "127.0.0.3", head=f"127.0.0.2:{head.port}")
+        except BaseException:
+            head.stop()
+            raise
+        return cls({"root": str(root), "address": f"127.0.0.2:{head.port}", "pgids": [head.proc.pid, second.proc.pid]})
+
+    def record(self) -> dict:
+        return {"root": str(self.root), "address": self.address, "pgids": self.pgids}
 
     def add_node(self, ip: str, resources: str | None = None) -> RayNode:
-        node = RayNode(self.root / ip.rsplit(".", 1)[1], ip, head=self.address, resources=resources)
-        node.wait_ready()
-        return node
+        return RayNode(self.root / ip.rsplit(".", 1)[1], ip, head=self.address, resources=resources)
 
     def stop(self) -> None:
-        for node in reversed(self.nodes):
-            node.stop()
+        for pgid in reversed(self.pgids):
+            kill_group(pgid)
+        shutil.rmtree(self.root, ignore_errors=True)
 
 
-@pytest.fixture(scope="module")
-def ray_cluster():
+@pytest.fixture(scope="session")
+def ray_cluster(tmp_path_factory):
     if RAY is None:
         pytest.skip("ray is not installed (pip install ray; .ci/run does)")
-    # A short root: a node's sockets live under it, and a Unix socket's path has at most 107 bytes
-    root = Path(tempfile.mkdtemp(prefix="ray", dir="/tmp"))
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base   # this session's, for all its workers
+    state, lock = shared / "ray-cluster.json", FileLock(str(shared / "ray-cluster.lock"))
+    with lock:
+        record = json.loads(state.read_text()) if state.exists() else None
+        cluster = RayCluster(record) if record else RayCluster.start()
+        users = (record or {}).get("users", 0) + 1
+        state.write_text(json.dumps({**cluster.record(), "users": users}))
     try:
-        cluster = RayCluster(root)
-        try:
-            yield cluster
-        finally:
-            cluster.stop()
+        yield cluster
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        with lock:
+            record = json.loads(state.read_text())
+            if record["users"] > 1:
+                state.write_text(json.dumps({**record, "users": record["users"] - 1}))
+            else:
+                cluster.stop()
+                state.unlink()

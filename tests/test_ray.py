@@ -1,8 +1,8 @@
 """Jobs on a real Ray cluster on loopback (tests/ray_cluster.py: a head and a second node, two GPUs declared each):
 a sweep spread over both nodes with no GPU given to two jobs of one node at once, and the faults as they happen:
 Ctrl-C mid-run, the orchestrator killed with -9 (the runner finishes; `reap` logs it), a node that dies mid-run
-(`node_lost` within Ray's health-check bound), the head unreachable at start. Each says what the user sees and how
-fast, and that nothing is left running.
+(`node_lost` within Ray's health-check bound; also after its orchestrator died: `reap`), the head unreachable at
+start. Each says what the user sees and how fast, and that nothing is left running.
 """
 from __future__ import annotations
 
@@ -162,6 +162,29 @@ def test_a_node_that_dies_mid_run_fails_the_job_as_node_lost(ray_cluster, tmp_pa
     wait_for(lambda: not group_alive(pgid), "the runner stopping with its node's GPU hold", timeout=10)
     (run,) = runs_of(tmp_path / "runs")
     assert run.info.status == "FAILED" and run.data.tags["failure.id"] == "node_lost"
+
+
+def test_reap_closes_a_run_whose_node_died_after_its_orchestrator_as_node_lost(ray_cluster, tmp_path):
+    spare = ray_cluster.add_node("127.0.0.5", resources='{"spare5": 1}')
+    work = tmp_path / "work"
+    proc = start_cli([*ray_args(ray_cluster, work, "host.resources={spare5:1}"), *LONG], cwd=tmp_path)
+    try:
+        root = started(proc, work)
+        run_dir = local_run(tmp_path / "runs")
+        wait_for(lambda: json.loads((run_dir / "job.json").read_text()).get("mlflow_run_id"), "the MLflow run")
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        spare.stop()
+    finally:
+        finish(proc, timeout=1)
+        spare.stop()
+    wait_for(lambda: not group_alive(int((root / "pid").read_text())), "the runner stopping with its GPU hold",
+             timeout=10)
+    reap = subprocess.run([sys.executable, "-m", "orchestrator", "reap"], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=300, env={**os.environ, "COLUMNS": "1000"})
+    assert reap.returncode == 0 and "reap: 1 run(s) closed" in reap.stdout, reap.stdout[-3000:] + reap.stderr[-2000:]
+    (run,) = runs_of(tmp_path / "runs")
+    assert run.info.status == "FAILED" and run.data.tags["failure.id"] == "node_lost", reap.stdout[-3000:]
 
 
 def test_an_unreachable_head_is_one_line_before_anything_runs(tmp_path):

@@ -60,20 +60,16 @@ def attach(run_dir: Path, console: Console | None = None, fail_fast: bool = True
 
 
 def _gone(run_dir: Path, meta: dict, job: Job, exc: HostGone, console: Console) -> Outcome:
-    """Close a run whose host is gone for good, FAILED with the reason (node_lost), unless the orchestrator that
-    follows it does so itself."""
+    """Close a run whose host was found gone for good before it was followed (`stop`, `reap`), FAILED with the
+    reason, unless the orchestrator that follows it does so itself."""
     outcome = Outcome(job)
-    console.print(f"[red]error: {exc}[/]")
     lock = try_following(run_dir)
     if lock is None:
+        console.print(f"[red]error: {exc}[/]")
         return outcome
     with lock:
-        uri, mlflow_run_id = tracking_of(run_dir, meta)
-        tracker = Tracker(uri, meta.get("experiment", "specbench"), run_dir=run_dir)
-        tracker.resume(mlflow_run_id)
-        job.stage = Stage.RUNNING
-        outcome.error(str(exc))
-        report(outcome, tracker, run_dir, console, title=f"run {meta['run_id']}")
+        _lost(outcome, exc, console)
+        report(outcome, _tracker(run_dir, meta), run_dir, console, title=f"run {meta['run_id']}")
     return outcome
 
 
@@ -96,22 +92,37 @@ def _attach(run_dir: Path, meta: dict, job: Job, console: Console, fail_fast: bo
             outcome.status, outcome.stopped_by = Status.KILLED, "user"
             return outcome
         with lock:
-            uri, mlflow_run_id = tracking_of(run_dir, meta)
-            tracker = Tracker(uri, meta.get("experiment", "specbench"), run_dir=run_dir)
-            tracker.resume(mlflow_run_id)
+            tracker = _tracker(run_dir, meta)
             # What was already mirrored is scanned too, so the final report covers the whole log.
             log = run_dir / "runner.log"
             if log.exists():
                 outcome.detector.feed(log.read_bytes())
-            job.attach()
-            if stop:
-                console.print(f"[yellow]stopping {meta['run_id']} on {job.host.name}[/]")
-                job.cancel(by="user")
-            console.print(f"[cyan]attached to {meta['run_id']} on {job.host.name}{_age(job.started_at)}[/]")
-            follow(job, outcome, console, fail_fast=fail_fast, needs_results=meta.get("needs_results", True),
-                   stall=_stall_limits(run_dir))
+            try:
+                job.attach()
+                if stop:
+                    console.print(f"[yellow]stopping {meta['run_id']} on {job.host.name}[/]")
+                    job.cancel(by="user")
+                console.print(f"[cyan]attached to {meta['run_id']} on {job.host.name}{_age(job.started_at)}[/]")
+                follow(job, outcome, console, fail_fast=fail_fast, needs_results=meta.get("needs_results", True),
+                       stall=_stall_limits(run_dir))
+            except HostGone as exc:
+                _lost(outcome, exc, console)
             report(outcome, tracker, run_dir, console, title=f"run {meta['run_id']}")
     return outcome
+
+
+def _tracker(run_dir: Path, meta: dict) -> Tracker:
+    uri, mlflow_run_id = tracking_of(run_dir, meta)
+    tracker = Tracker(uri, meta.get("experiment", "specbench"), run_dir=run_dir)
+    tracker.resume(mlflow_run_id)
+    return tracker
+
+
+def _lost(outcome: Outcome, exc: HostGone, console: Console) -> None:
+    """The run's host is gone for good (a dead Ray node): the run fails with the reason (node_lost)."""
+    console.print(f"[red]error: {exc}[/]")
+    outcome.job.stage = Stage.RUNNING
+    outcome.error(str(exc))
 
 
 def _stall_limits(run_dir: Path) -> StallLimits:
