@@ -70,6 +70,25 @@ def local_run(runs_dir: Path) -> Path:
     return job.parent
 
 
+def in_mlflow(run_dir: Path) -> str:
+    """The run's MLflow id once MLflow has it (it opens in the background)."""
+    return wait_for(lambda: json.loads((run_dir / "job.json").read_text()).get("mlflow_run_id"), "the MLflow run")
+
+
+def killed_with_kill_9(proc: subprocess.Popen, work: Path, runs_dir: Path) -> tuple[Path, Path]:
+    """Once its runner started and MLflow has the run, the orchestrator killed with -9: the run dirs on the node
+    and here."""
+    try:
+        root = started(proc, work)
+        run_dir = local_run(runs_dir)
+        in_mlflow(run_dir)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        finish(proc, timeout=1)
+    return root, run_dir
+
+
 def test_sweep_runs_on_both_nodes_without_sharing_a_gpu(ray_cluster, tmp_path):
     work = tmp_path / "work"
     proc = subprocess.run(
@@ -106,8 +125,7 @@ def test_ctrl_c_stops_the_runner_and_frees_its_gpus(ray_cluster, tmp_path):
         pgid = int((root / "pid").read_text())
         run_dir = local_run(tmp_path / "runs")
         hold = hold_pid(run_dir)
-        # once MLflow has the run: a Ctrl-C earlier also waits for its opening, as on any host
-        wait_for(lambda: json.loads((run_dir / "job.json").read_text()).get("mlflow_run_id"), "the MLflow run")
+        in_mlflow(run_dir)   # a Ctrl-C before MLflow has the run also waits for its opening, as on any host
         out, took = ended_after(proc, lambda: os.killpg(proc.pid, signal.SIGINT), timeout=60)
     finally:
         finish(proc, timeout=1)
@@ -122,14 +140,7 @@ def test_ctrl_c_stops_the_runner_and_frees_its_gpus(ray_cluster, tmp_path):
 def test_orchestrator_killed_with_kill_9_leaves_the_runner_finishing_and_reap_logs_it(ray_cluster, tmp_path):
     work, until = tmp_path / "work", tmp_path / "until"
     proc = start_cli([*ray_args(ray_cluster, work), *LONG, f"runner.args=[--until,{until}]"], cwd=tmp_path)
-    try:
-        root = started(proc, work)
-        run_dir = local_run(tmp_path / "runs")
-        wait_for(lambda: json.loads((run_dir / "job.json").read_text()).get("mlflow_run_id"), "the MLflow run")
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-    finally:
-        finish(proc, timeout=1)
+    root, run_dir = killed_with_kill_9(proc, work, tmp_path / "runs")
     pgid, hold = int((root / "pid").read_text()), hold_pid(run_dir)
     time.sleep(2)   # what the orchestrator's death could have stopped: nothing does
     assert group_alive(pgid) and alive(hold), "the runner or its GPU hold went with the orchestrator"
@@ -169,14 +180,8 @@ def test_reap_closes_a_run_whose_node_died_after_its_orchestrator_as_node_lost(r
     work = tmp_path / "work"
     proc = start_cli([*ray_args(ray_cluster, work, "host.resources={spare5:1}"), *LONG], cwd=tmp_path)
     try:
-        root = started(proc, work)
-        run_dir = local_run(tmp_path / "runs")
-        wait_for(lambda: json.loads((run_dir / "job.json").read_text()).get("mlflow_run_id"), "the MLflow run")
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-        spare.stop()
+        root, _ = killed_with_kill_9(proc, work, tmp_path / "runs")
     finally:
-        finish(proc, timeout=1)
         spare.stop()
     wait_for(lambda: not group_alive(int((root / "pid").read_text())), "the runner stopping with its GPU hold",
              timeout=10)

@@ -18,8 +18,8 @@ from hydra.core.config_store import ConfigStore
 from remote.spec import ATTN_IMPLEMENTATIONS, DATASETS, DTYPES, DatasetSpec, DecodingSpec, DrafterSpec, ModelSpec, \
     RunSpec
 
-from ..knob import ANY, FLAG, LIST, MAPPING, NAME, REQUIRED, TEXT, defaults_of, gpu_list, gpus_or_count, integer, is_int, knob, \
-    nullable, number, one_of, rule
+from ..knob import ANY, FLAG, LIST, MAPPING, NAME, REQUIRED, TEXT, defaults_of, gpu_list, gpus_or_count, integer, \
+    is_int, knob, nullable, number, one_of, rule
 from .arms import AR, METHODS, Script
 
 # Non-root tree nodes: the largest tree the code is written for. remote.decoding.tree_build ranks at most
