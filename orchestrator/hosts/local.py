@@ -45,7 +45,13 @@ class LocalHost(Host):
             raise
 
     def get(self, remote_path: str, local_path: str) -> None:
-        shutil.copyfile(remote_path, local_path)
+        tmp = f"{local_path}.part{os.getpid()}"   # whole or not at all: a full disk leaves no part that looks whole
+        try:
+            shutil.copyfile(remote_path, tmp)
+            os.replace(tmp, local_path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
 
-    def read_from(self, path: str, offset: int) -> bytes:
-        return read_from(path, offset)
+    def read_from(self, path: str, offset: int, limit: int | None = None) -> bytes:
+        return read_from(path, offset, limit)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 
-def read_from(path: str, offset: int) -> bytes:
-    """Bytes of `path` from `offset` to its current end; b"" if it does not exist yet."""
+def read_from(path: str, offset: int, limit: int | None = None) -> bytes:
+    """Bytes of `path` from `offset` to its current end, at most `limit` of them; b"" if it does not exist yet."""
     try:
         with open(path, "rb") as f:
             f.seek(offset)
-            return f.read()
+            return f.read(-1 if limit is None else limit)
     except FileNotFoundError:
         return b""

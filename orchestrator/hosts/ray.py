@@ -155,8 +155,8 @@ class RayHost(Host):
             f.write(data)
         os.replace(tmp, local_path)
 
-    def read_from(self, path: str, offset: int) -> bytes:
-        return self._call("read_from", path, offset)
+    def read_from(self, path: str, offset: int, limit: int | None = None) -> bytes:
+        return self._call("read_from", path, offset, limit)
 
     def close(self) -> None:
         agent, self._agent = self._agent, None

@@ -46,8 +46,8 @@ class NodeAgent:
             return TIMEOUT_EXIT, exc.stdout or b"", (exc.stderr or b"") + f"\n[timed out after {timeout:g} s]".encode()
         return proc.returncode, proc.stdout, proc.stderr
 
-    def read_from(self, path: str, offset: int) -> bytes:
-        return plain_files.read_from(path, offset)
+    def read_from(self, path: str, offset: int, limit: int | None = None) -> bytes:
+        return plain_files.read_from(path, offset, limit)
 
     def read(self, path: str) -> bytes:
         with open(path, "rb") as f:

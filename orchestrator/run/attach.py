@@ -27,7 +27,7 @@ from ..locks import try_following
 from ..program import program
 from ..tracking.find import JOB_FILE, find_run_dir, one_line, tracking_of
 from ..tracking.tracker import Status, Tracker
-from .job import Job, Stage
+from .job import READ_AT_MOST, Job, Stage
 from .monitor import Outcome, follow, report
 from .progress import clock
 
@@ -96,7 +96,9 @@ def _attach(run_dir: Path, meta: dict, job: Job, console: Console, fail_fast: bo
             # What was already mirrored is scanned too, so the final report covers the whole log.
             log = run_dir / "runner.log"
             if log.exists():
-                outcome.detector.feed(log.read_bytes())
+                with open(log, "rb") as mirrored:   # in pieces: a log may be gigabytes
+                    for piece in iter(lambda: mirrored.read(READ_AT_MOST), b""):
+                        outcome.detector.feed(piece)
             try:
                 job.attach()
                 if stop:

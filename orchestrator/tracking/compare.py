@@ -7,8 +7,8 @@ created. The sweep summary logged on a multirun's parent run is made by the same
 Every title says which model, host, GPU and date its numbers belong to (`context(rows)`). The terminal table fits
 80 columns (short headers, GPU names without the vendor, host names without their domain; the model moves to
 the title when all rows share it; runs launched apart that would share a name get the params that differ added to
-it; a speedup whose 95% interval
-includes 1.0 is marked `*`); summary.csv has every column, host and GPU included, and the skipped duplicates of a
+it; a speedup whose 95% interval includes 1.0 is marked `*`, each run's intervals follow the table; an engine arm's
+row is marked `†`); summary.csv has every column, host, GPU and engine included, and the skipped duplicates of a
 sweep with the run that holds their result. Plots: speedup (with the speedup = 1 line: AR) and tau against tree
 budget per method (budget-free methods as flat lines), tokens/s against tau with each run's budget labelled and
 the Pareto front drawn (pareto.png), and the unconditional per-depth acceptance of each run.
@@ -31,7 +31,7 @@ from .tracker import resolve_uri, sqlite_file
 
 METRICS = ("tau", "tau_ci_low", "tau_ci_high", "tpot_ms", "speedup_vs_ar", "speedup_vs_ar_ci_low",
            "speedup_vs_ar_ci_high", "exact_match_vs_ar", "tokens_per_s", "ar_tokens_per_s")
-COLUMNS = ("run", "status", "model", "method", "tree_budget", "temperature", "host", "gpu", "date", *METRICS,
+COLUMNS = ("run", "status", "model", "method", "engine", "tree_budget", "temperature", "host", "gpu", "date", *METRICS,
            "duplicate_of", "run_id")   # summary.csv, then accept_by_depth
 # The terminal table: (row key, header), chosen to fit 80 columns.
 TERMINAL = (("run", "run"), ("host", "host"), ("gpu", "gpu"), ("status", "status"), ("tau", "tau"),
@@ -39,6 +39,7 @@ TERMINAL = (("run", "run"), ("host", "host"), ("gpu", "gpu"), ("status", "status
             ("tokens_per_s", "tok/s"))
 STATUS_SHORT = {"FINISHED": "done", "SKIPPED": "skipped"}
 NOT_SIGNIFICANT = "*"
+ENGINE_MARK = " †"     # an engine arm's row: the engine's own decoding, its speedup against the engine's own AR
 _DEPTH = re.compile(r"accept_rate_depth_(\d+)$")
 _IP = re.compile(r"[\d.]+|.*:.*")   # IPv4 / IPv6: kept whole
 _GPU_VENDOR = re.compile(r"\b(NVIDIA|GeForce|Tesla|Quadro) ")
@@ -49,10 +50,12 @@ def row_of(run) -> dict:
     skipped = tags.get("skipped") == "true"
     start = run.info.start_time
     method = tags.get("method") or params.get("method.name", "")
-    arm = method_named(method)   # None: not one of our methods (a user's script: our model configs are unused)
+    arm = method_named(method, tags)   # None: not one of ours nor an engine (a user's script: our configs unused)
+    engine = tags.get("engine")
     row = {
         "run": run.info.run_name or run.info.run_id[:8], "status": "SKIPPED" if skipped else run.info.status,
         "model": params.get("model.name", "") if arm else "", "method": method,
+        "engine": f"{engine} {tags.get('engine_version', '')}".strip() if engine else None,
         # Only a tree reads the budget: another method's run under a swept budget is the same run.
         "tree_budget": _budget(params.get("tree_budget", "")) if arm and arm.builds_tree else None,
         "temperature": params.get("temperature", ""), "host": tags.get("host", ""),
@@ -62,8 +65,11 @@ def row_of(run) -> dict:
         "duplicate_name": tags.get("duplicate_of.name") if skipped else None, "run_id": run.info.run_id,
     }
     row.update({k: metrics.get(k) for k in METRICS})
-    if arm and arm.baseline and row["tau"] is None and row["status"] == "FINISHED":
+    if arm and arm.baseline is True and row["tau"] is None and row["status"] == "FINISHED":
         row["tau"] = 1.0   # AR commits one token per target forward (a run that failed measured nothing)
+    if engine and params.get("method.speculative") in (None, "None") and row["tau"] is None \
+            and row["status"] == "FINISHED":
+        row["tau"] = 1.0   # an engine without speculation: one token per step
     depths = {int(m.group(1)): v for k, v in metrics.items() if (m := _DEPTH.match(k))}
     row["accept_by_depth"] = [depths[d] for d in sorted(depths)]
     return row
@@ -167,8 +173,9 @@ def _not_significant(row: dict) -> bool:
 
 def _cell(row: dict, key: str, models: list[str]) -> str:
     value = row.get(key)
-    if key == "run" and len(models) == 1:
-        return str(value).replace(f"-{models[0]}", "", 1)   # the model is in the title
+    if key == "run":
+        name = str(value).replace(f"-{models[0]}", "", 1) if len(models) == 1 else str(value)  # model: in the title
+        return name + (ENGINE_MARK if row.get("engine") else "")
     if key == "gpu":
         return _GPU_VENDOR.sub("", str(value or "-"))
     if key == "host" and value and not _IP.fullmatch(str(value)):
@@ -178,6 +185,9 @@ def _cell(row: dict, key: str, models: list[str]) -> str:
     if key == "speedup_vs_ar" and value is not None and _not_significant(row):
         return _fmt(value) + NOT_SIGNIFICANT
     return _fmt(value)
+
+
+ENGINE_NOTE = "engine arm: the engine's own decoding, its speedup against the same engine without speculation"
 
 
 def leader(rows: list[dict]) -> str | None:
@@ -199,6 +209,19 @@ def leader(rows: list[dict]) -> str | None:
     return f"best speedup: {name} {best[key]:.3g}x vs AR{interval}, {speed}"
 
 
+def intervals(rows: list[dict], models: list[str]) -> list[str]:
+    """`95% intervals: ddtree-b63 tau 2.90-5.31, vs AR 0.63-1.16`, one line a run that has one (the columns above
+    have no room for them within 80 columns)."""
+    lines = []
+    for row in rows:
+        parts = [f"{label} {row[f'{key}_ci_low']:.2f}-{row[f'{key}_ci_high']:.2f}"
+                 for key, label in (("tau", "tau"), ("speedup_vs_ar", "vs AR"))
+                 if row.get(f"{key}_ci_low") is not None and row.get(f"{key}_ci_high") is not None]
+        if parts:
+            lines.append(f"95% intervals: {_cell(row, 'run', models)}: {', '.join(parts)}")
+    return lines
+
+
 def render_table(rows: list[dict], title: str = "runs") -> Table:
     """The runs that ran, one a row (skipped duplicates in the caption), fitting 80 columns."""
     models = _values(rows, "model")
@@ -206,10 +229,13 @@ def render_table(rows: list[dict], title: str = "runs") -> Table:
     notes = [f"{_cell(r, 'run', models)} = {_cell({'run': r['duplicate_name'] or r['duplicate_of']}, 'run', models)}"
              for r in rows if r.get("status") == "SKIPPED"]
     caption = [line] if (line := leader(rows)) else []
+    caption += intervals(shown, models)
     if notes:
         caption.append("skipped, same effective config: " + "; ".join(notes))
     if any(_not_significant(r) for r in shown):
         caption.append(f"{NOT_SIGNIFICANT} 95% interval of the speedup (vs AR) includes 1.0")
+    if (engines := _values(shown, "engine")):
+        caption.append(f"{ENGINE_MARK.strip()} {ENGINE_NOTE} ({', '.join(engines)})")
     table = Table(title=f"{title}\n{context(rows)}", header_style="bold", box=box.SIMPLE_HEAD, show_edge=False,
                   collapse_padding=True, pad_edge=False, caption="\n".join(caption) or None, caption_justify="left")
     for key, header in TERMINAL:
@@ -236,6 +262,8 @@ def markdown(rows: list[dict], title: str, url: str, limit: int = 8000) -> str:
               if r.get("status") == "SKIPPED"]
     if any(_not_significant(r) for r in rows if r.get("status") != "SKIPPED"):
         lines.append(f"\n{NOT_SIGNIFICANT}: the 95% interval of the speedup includes 1.0")
+    if (engines := _values([r for r in rows if r.get("status") != "SKIPPED"], "engine")):
+        lines.append(f"\n{ENGINE_MARK.strip()}: {ENGINE_NOTE} ({', '.join(engines)})")
     text = "\n".join(head)
     for line in lines:
         if len(text) + len(line) > limit - 30:
@@ -330,7 +358,7 @@ def pareto_front(points: list[tuple[float, float]]) -> list[tuple[float, float]]
 
 
 def _label(row: dict) -> str:
-    return f"b={row['tree_budget']}" if _tree(row) else row["method"]
+    return f"b={row['tree_budget']}" if _tree(row) else row["method"] + (ENGINE_MARK if row.get("engine") else "")
 
 
 def pareto_figure(rows: list[dict]):
@@ -340,9 +368,10 @@ def pareto_figure(rows: list[dict]):
     done = [r for r in rows if r["status"] == "FINISHED" and r.get("tau") is not None
             and r.get("tokens_per_s") is not None]
     fig, ax = plt.subplots(figsize=(6.4, 4.6))
-    for arm, marker in ((AR, "s"), (DFlash, "^"), (DDTree, "o")):
-        method = arm.tag
-        mine = [r for r in done if method_named(r["method"]) is arm]
+    groups = [(arm.tag, marker, [r for r in done if not r.get("engine") and method_named(r["method"]) is arm])
+              for arm, marker in ((AR, "s"), (DFlash, "^"), (DDTree, "o"))]
+    groups.append((f"engine arms{ENGINE_MARK}", "D", [r for r in done if r.get("engine")]))
+    for method, marker, mine in groups:
         if not mine:
             continue
         ci = [[r["tau"] - (r.get("tau_ci_low") or r["tau"]) for r in mine],
@@ -356,10 +385,13 @@ def pareto_figure(rows: list[dict]):
     if front:   # ringed, and joined where there are several
         ax.plot(*zip(*front), "-o", color="grey", alpha=0.6, linewidth=1, markersize=11, fillstyle="none",
                 label="Pareto front")
-    ar_speeds = [r["ar_tokens_per_s"] for r in done if r.get("ar_tokens_per_s") is not None]
-    if ar_speeds:
-        ax.axhline(sum(ar_speeds) / len(ar_speeds), color="grey", linestyle=":", linewidth=1,
-                   label="AR beside the methods, mean (speedup = 1)")
+    for engines, label, style in ((False, "AR beside the methods, mean (speedup = 1)", ":"),
+                                  (True, f"the engine's AR, mean{ENGINE_MARK}", "-.")):
+        # our AR and an engine's own are different baselines: one line each, never averaged together
+        ar_speeds = [r["ar_tokens_per_s"] for r in done if r.get("ar_tokens_per_s") is not None
+                     and bool(r.get("engine")) is engines]
+        if ar_speeds:
+            ax.axhline(sum(ar_speeds) / len(ar_speeds), color="grey", linestyle=style, linewidth=1, label=label)
     return _finished(fig, ax, "tokens/s against tau", rows,
                      "tau (tokens per verify step; 95% interval where known)", "tokens/s")
 

@@ -17,10 +17,14 @@ from rich.table import Table
 
 from remote.fairness import verdict
 
+from ..untrusted import printable
+
 SUMMARY_KEYS = ("tau", "tau_prompt_mean", "tpot_ms", "tpot_ms_p50", "tpot_ms_p90", "tpot_ms_p99", "tokens_per_s",
                 "ttft_ms", "speedup_vs_ar", "exact_match_vs_ar", "ar_tpot_ms", "draft_ms", "tree_build_ms",
                 "verify_ms", "commit_ms", "nodes_per_token", "reject_in_tree", "auto_budget_mean", "auto_calibration",
-                "warmup_s", "peak_mem_gb")
+                "warmup_s", "peak_mem_gb",
+                # engine arms: the check against our runner, the engine's own clock, its start
+                "ours_tau", "engine_tau_ratio", "engine_tpot_ms", "client_minus_engine_tpot_ms", "server_start_s")
 SPREAD_KEYS = ("tokens_per_s", "tpot_ms", "speedup_vs_ar")     # their `_repeat_std`, on one row (80 columns)
 NOT_SIGNIFICANT = "(includes 1.0: not significant)"
 UNFAIR = "(unfair: see fairness)"
@@ -76,5 +80,5 @@ def results_table(metrics: Mapping[str, float], title: str, fairness: str | None
     if spread:
         table.add_row("repeats: sd", ", ".join(spread))
     if fairness:
-        table.add_row("fairness", fairness if fairness == "ok" else f"[yellow]{escape(fairness)}[/]")
+        table.add_row("fairness", fairness if fairness == "ok" else f"[yellow]{escape(printable(fairness))}[/]")
     return table
