@@ -1,7 +1,8 @@
 """A real Ray cluster on loopback for the tests: a head (127.0.0.2) and a second node (127.0.0.3), each started with
 `ray start --block` in its own session and temp dir, each declaring two GPUs (--num-gpus 2: Ray places by count,
-this CPU box has none). A node is stopped as a dead machine's would be: its process group SIGKILLed. The nodes get no
-PYTHONPATH: what runs there comes through Ray (the runtime environment, actors shipped by value).
+this CPU box has none). A node is stopped as a dead machine's would be: its session SIGKILLed (Ray's workers lead
+process groups of their own, in the session of their `ray start`), and stopping waits until none of it is left. The
+nodes get no PYTHONPATH: what runs there comes through Ray (the runtime environment, actors shipped by value).
 
 One cluster serves the whole test session, across xdist's workers too: the first worker that asks starts it and
 records it beside their common base temp dir; each worker counts itself in and out under a file lock, and the last
@@ -15,6 +16,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -23,7 +25,10 @@ import pytest
 from filelock import FileLock
 
 READY = "Ray runtime started"
-RAY = shutil.which("ray")
+# The `ray` of this interpreter's environment (a venv's, not another Python's on PATH)
+_BESIDE = Path(sys.executable).parent / "ray"
+RAY = str(_BESIDE) if _BESIDE.is_file() else shutil.which("ray")
+GONE_WITHIN = 30.0   # seconds a killed node's processes get to be reaped before stopping calls them leaked
 
 
 def free_port() -> int:
@@ -32,11 +37,26 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def kill_group(pgid: int) -> None:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+def in_session(sid: int) -> list[int]:
+    """The live processes of session `sid` (zombies awaiting their parent's wait are gone for this purpose)."""
+    out = subprocess.run(["ps", "-eo", "pid=,sid=,stat="], capture_output=True, text=True, check=True).stdout
+    return [int(pid) for pid, s, stat in (line.split()[:3] for line in out.splitlines())
+            if int(s) == sid and not stat.startswith("Z")]
+
+
+def kill_session(sid: int) -> None:
+    """SIGKILL every process of the session a `ray start` leads, then wait until they are gone: AssertionError
+    naming what is left after GONE_WITHIN s (a leaked raylet or worker)."""
+    deadline = time.monotonic() + GONE_WITHIN
+    while left := in_session(sid):
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if time.monotonic() > deadline:
+            raise AssertionError(f"Ray processes left after stopping its node: {left}")
+        time.sleep(0.1)
 
 
 class RayNode:
@@ -71,7 +91,7 @@ class RayNode:
             time.sleep(0.2)
 
     def stop(self) -> None:
-        kill_group(self.proc.pid)
+        kill_session(self.proc.pid)
         self.proc.wait(timeout=30)
 
 
@@ -101,15 +121,17 @@ class RayCluster:
         return RayNode(self.root / ip.rsplit(".", 1)[1], ip, head=self.address, resources=resources)
 
     def stop(self) -> None:
-        for pgid in reversed(self.pgids):
-            kill_group(pgid)
-        shutil.rmtree(self.root, ignore_errors=True)
+        try:
+            for sid in reversed(self.pgids):
+                kill_session(sid)
+        finally:
+            shutil.rmtree(self.root, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
 def ray_cluster(tmp_path_factory):
     if RAY is None:
-        pytest.skip("ray is not installed (pip install ray; .ci/run does)")
+        pytest.skip("ray is not installed: it is in the test extra (pip install -e '.[test]')")
     base = tmp_path_factory.getbasetemp()
     shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base   # this session's, for all its workers
     state, lock = shared / "ray-cluster.json", FileLock(str(shared / "ray-cluster.lock"))

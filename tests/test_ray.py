@@ -19,9 +19,14 @@ import pytest
 import yaml
 
 from tests.ray_cluster import free_port
+from tests.test_engines import ENGINE, ONE_SERVER, PYTHON as VLLM_PYTHON, _ours as engine_processes
 from tests.test_faults import LONG, finish, runs_of, start_cli, wait_for
 from tests.test_sweep_ssh import runs
 
+pytest.importorskip("ray", reason="ray is not installed: it is in the test extra (pip install -e '.[test]')")
+# The cluster's tests one after another on one xdist worker (--dist loadgroup): two at once would place jobs on each
+# other's GPUs (a whole node taken by one test leaves a sweep of another one node to spread over)
+ON_THE_CLUSTER = pytest.mark.xdist_group("ray-cluster")
 
 
 def ray_args(cluster, work: Path, *more: str) -> list[str]:
@@ -89,6 +94,7 @@ def killed_with_kill_9(proc: subprocess.Popen, work: Path, runs_dir: Path) -> tu
     return root, run_dir
 
 
+@ON_THE_CLUSTER
 def test_sweep_runs_on_both_nodes_without_sharing_a_gpu(ray_cluster, tmp_path):
     work = tmp_path / "work"
     proc = subprocess.run(
@@ -113,9 +119,31 @@ def test_sweep_runs_on_both_nodes_without_sharing_a_gpu(ray_cluster, tmp_path):
         if node_a == node_b and start_a < end_b and start_b < end_a:
             assert not gpus_a & gpus_b, jobs
     assert "best speedup" in proc.stdout and "ddtree-b32" in proc.stdout   # the sweep's table, as for a local one
+    rows = [line for line in proc.stdout.splitlines() if " done " in line]
+    assert len(rows) == 4 and all("ray@127.0.0." in row for row in rows), rows   # each row names its node
 
 
-def test_ctrl_c_stops_the_runner_and_frees_its_gpus(ray_cluster, tmp_path):
+@ON_THE_CLUSTER
+@pytest.mark.skipif(not Path(VLLM_PYTHON).is_file(), reason="SPECBENCH_VLLM_PYTHON (vLLM's CPU build) unset")
+def test_an_engine_arm_runs_on_a_node_and_leaves_no_server(ray_cluster, tmp_path):
+    work = tmp_path / "work"
+    with ONE_SERVER:   # one vLLM server at a time on the box, as in tests/test_engines.py
+        proc = subprocess.run(
+            [sys.executable, "-m", "orchestrator", "method=vllm", *ENGINE, *ray_args(ray_cluster, work)],
+            capture_output=True, text=True, cwd=tmp_path, timeout=900, env={**os.environ, "COLUMNS": "200"})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (run,) = runs_of(tmp_path / "runs")
+    tags = run.data.tags
+    assert run.info.status == "FINISHED" and tags["engine"] == "vllm" and tags["host_kind"] == "ray", tags
+    assert tags["ray.node_ip"] in ("127.0.0.2", "127.0.0.3") and tags["engine_version"] == "0.32.0", tags
+    assert run.data.metrics["tokens_per_s"] > 0
+    assert not engine_processes(work), "the engine's server outlived its run on the node"
+
+
+# Ctrl-C reaches the terminal's whole process group; SIGTERM (timeout, systemd, SLURM) the orchestrator alone
+@ON_THE_CLUSTER
+@pytest.mark.parametrize("sig, code, by", [(signal.SIGINT, 130, "user"), (signal.SIGTERM, 143, "SIGTERM")])
+def test_ctrl_c_or_sigterm_stops_the_runner_and_frees_its_gpus(sig, code, by, ray_cluster, tmp_path):
     work = tmp_path / "work"
     proc = start_cli([*ray_args(ray_cluster, work, "gpus=2"), *LONG], cwd=tmp_path)   # any two: a whole node
     try:
@@ -126,17 +154,19 @@ def test_ctrl_c_stops_the_runner_and_frees_its_gpus(ray_cluster, tmp_path):
         run_dir = local_run(tmp_path / "runs")
         hold = hold_pid(run_dir)
         in_mlflow(run_dir)   # a Ctrl-C before MLflow has the run also waits for its opening, as on any host
-        out, took = ended_after(proc, lambda: os.killpg(proc.pid, signal.SIGINT), timeout=60)
+        send = (lambda: os.killpg(proc.pid, sig)) if sig == signal.SIGINT else (lambda: proc.send_signal(sig))
+        out, took = ended_after(proc, send, timeout=60)
     finally:
         finish(proc, timeout=1)
-    assert proc.returncode == 130, out[-3000:]
-    assert took < 15, f"{took:.1f} s from Ctrl-C to exit"   # 1.8-2.0 s on the loaded 2-core box
+    assert proc.returncode == code, out[-3000:]
+    assert took < 15, f"{took:.1f} s from the signal to exit"   # 1.8-2.0 s on the loaded 2-core box
     assert not group_alive(pgid), "the runner is still running on the node"
     wait_for(lambda: not alive(hold), "the GPU hold ending with its runner", timeout=30)
     (run,) = runs_of(tmp_path / "runs")
-    assert run.info.status == "KILLED" and run.data.tags["stopped_by"] == "user"
+    assert run.info.status == "KILLED" and run.data.tags["stopped_by"] == by
 
 
+@ON_THE_CLUSTER
 def test_orchestrator_killed_with_kill_9_leaves_the_runner_finishing_and_reap_logs_it(ray_cluster, tmp_path):
     work, until = tmp_path / "work", tmp_path / "until"
     proc = start_cli([*ray_args(ray_cluster, work), *LONG, f"runner.args=[--until,{until}]"], cwd=tmp_path)
@@ -155,6 +185,7 @@ def test_orchestrator_killed_with_kill_9_leaves_the_runner_finishing_and_reap_lo
     assert "decoding runner done" in (run_dir / "runner.log").read_text()
 
 
+@ON_THE_CLUSTER
 def test_a_node_that_dies_mid_run_fails_the_job_as_node_lost(ray_cluster, tmp_path):
     spare = ray_cluster.add_node("127.0.0.4", resources='{"spare": 1}')   # the job's node, and only this test's
     work = tmp_path / "work"
@@ -175,6 +206,7 @@ def test_a_node_that_dies_mid_run_fails_the_job_as_node_lost(ray_cluster, tmp_pa
     assert run.info.status == "FAILED" and run.data.tags["failure.id"] == "node_lost"
 
 
+@ON_THE_CLUSTER
 def test_reap_closes_a_run_whose_node_died_after_its_orchestrator_as_node_lost(ray_cluster, tmp_path):
     spare = ray_cluster.add_node("127.0.0.5", resources='{"spare5": 1}')
     work = tmp_path / "work"
