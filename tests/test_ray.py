@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -119,8 +120,8 @@ def test_sweep_runs_on_both_nodes_without_sharing_a_gpu(ray_cluster, tmp_path):
         if node_a == node_b and start_a < end_b and start_b < end_a:
             assert not gpus_a & gpus_b, jobs
     assert "best speedup" in proc.stdout and "ddtree-b32" in proc.stdout   # the sweep's table, as for a local one
-    rows = [line for line in proc.stdout.splitlines() if " done " in line]
-    assert len(rows) == 4 and all("ray@127.0.0." in row for row in rows), rows   # each row names its node
+    rows = re.findall(r"^\S+ +(ray@\S+) +cpu +done ", proc.stdout, re.M)   # each row names its node
+    assert len(rows) == 4 and set(rows) == {"ray@127.0.0.2", "ray@127.0.0.3"}, proc.stdout[-3000:]
 
 
 @ON_THE_CLUSTER
