@@ -146,7 +146,8 @@ def test_an_engine_arm_runs_on_a_node_and_leaves_no_server(ray_cluster, tmp_path
     assert run.info.status == "FINISHED" and tags["engine"] == "vllm" and tags["host_kind"] == "ray", tags
     assert tags["ray.node_ip"] in ("127.0.0.2", "127.0.0.3") and tags["engine_version"] == "0.32.0", tags
     assert run.data.metrics["tokens_per_s"] > 0
-    assert not [pid for pid in engine_processes(work) if says(pid, b"vllm")], "the engine's server outlived its run"
+    # the server (its --model names the bundle under the workdir) is gone when the run ends
+    assert not [pid for pid in engine_processes(work) if says(pid, b"--model")], "the engine's server outlived its run"
     # launch.sh's watcher of the Ray hold notices its launch.sh gone at its next look, 1 s apart (job._tie)
     wait_for(lambda: not engine_processes(work), "nothing of the run left on the node", timeout=10)
 
