@@ -128,6 +128,14 @@ class RayCluster:
             shutil.rmtree(self.root, ignore_errors=True)
 
 
+def pytest_configure(config):
+    """Under xdist, `load` (what -n gives) becomes `loadgroup`: the same, but the tests marked `xdist_group(NAME)` go
+    to one worker, one after another (the cluster's tests, which share its GPUs). Here, not in addopts: a run without
+    xdist (-p no:xdist) must still parse its options."""
+    if getattr(config.option, "dist", None) == "load":
+        config.option.dist = "loadgroup"
+
+
 @pytest.fixture(scope="session")
 def ray_cluster(tmp_path_factory):
     if RAY is None:

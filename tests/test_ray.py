@@ -25,7 +25,7 @@ from tests.test_faults import LONG, finish, runs_of, start_cli, wait_for
 from tests.test_sweep_ssh import runs
 
 pytest.importorskip("ray", reason="ray is not installed: it is in the test extra (pip install -e '.[test]')")
-# The cluster's tests one after another on one xdist worker (--dist loadgroup): two at once would place jobs on each
+# The cluster's tests one after another on one xdist worker (tests/ray_cluster.py): two at once would place jobs on each
 # other's GPUs (a whole node taken by one test leaves a sweep of another one node to spread over)
 ON_THE_CLUSTER = pytest.mark.xdist_group("ray-cluster")
 
