@@ -131,9 +131,17 @@ class RayCluster:
 def pytest_configure(config):
     """Under xdist, `load` (what -n gives) becomes `loadgroup`: the same, but the tests marked `xdist_group(NAME)` go
     to one worker, one after another (the cluster's tests, which share its GPUs). Here, not in addopts: a run without
-    xdist (-p no:xdist) must still parse its options."""
+    xdist (-p no:xdist) must still parse its options. A worker parses the command line anew: it learns it from its
+    workerinput (pytest_configure_node) and names each test's group as the scheduler expects."""
     if getattr(config.option, "dist", None) == "load":
         config.option.dist = "loadgroup"
+    if getattr(config, "workerinput", {}).get("loadgroup"):
+        config.option.loadgroup = True
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    node.workerinput["loadgroup"] = node.config.getvalue("dist") == "loadgroup"
 
 
 @pytest.fixture(scope="session")
