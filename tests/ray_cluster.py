@@ -4,9 +4,9 @@ this CPU box has none). A node is stopped as a dead machine's would be: its sess
 process groups of their own, in the session of their `ray start`), and stopping waits until none of it is left. The
 nodes get no PYTHONPATH: what runs there comes through Ray (the runtime environment, actors shipped by value).
 
-One cluster serves the whole test session, across xdist's workers too: the first worker that asks starts it and
-records it beside their common base temp dir; each worker counts itself in and out under a file lock, and the last
-one out stops it.
+One cluster serves the whole test session: the tests that use it are one xdist group (one worker, one after another:
+pytest_configure). Should workers share it all the same, the first that asks starts it and records it beside their
+common base temp dir; each counts itself in and out under a file lock, and the last one out stops it.
 """
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
 """Jobs on a real Ray cluster on loopback (tests/ray_cluster.py: a head and a second node, two GPUs declared each):
-a sweep spread over both nodes with no GPU given to two jobs of one node at once, and the faults as they happen:
-Ctrl-C mid-run, the orchestrator killed with -9 (the runner finishes; `reap` logs it), a node that dies mid-run
-(`node_lost` within Ray's health-check bound; also after its orchestrator died: `reap`), the head unreachable at
-start. Each says what the user sees and how fast, and that nothing is left running.
+a sweep spread over both nodes with no GPU given to two jobs of one node at once, an engine arm (vLLM's CPU build) on a
+node, and the faults as they happen: Ctrl-C or SIGTERM mid-run, the orchestrator killed with -9 (the runner finishes;
+`reap` logs it), a node that dies mid-run (`node_lost` within Ray's health-check bound; also after its orchestrator
+died: `reap`), the head unreachable at start. Each says what the user sees and how fast, and that nothing is left
+running.
 """
 from __future__ import annotations
 
@@ -172,7 +173,7 @@ def test_ctrl_c_or_sigterm_stops_the_runner_and_frees_its_gpus(sig, code, by, ra
     finally:
         finish(proc, timeout=1)
     assert proc.returncode == code, out[-3000:]
-    assert took < 15, f"{took:.1f} s from the signal to exit"   # 1.8-2.0 s on the loaded 2-core box
+    assert took < 15, f"{took:.1f} s from the signal to exit"   # 1.5-2.3 s on the loaded 2-core box, 2026-12-07
     assert not group_alive(pgid), "the runner is still running on the node"
     wait_for(lambda: not alive(hold), "the GPU hold ending with its runner", timeout=30)
     (run,) = runs_of(tmp_path / "runs")
