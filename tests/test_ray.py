@@ -48,11 +48,11 @@ def started(proc: subprocess.Popen, work: Path) -> Path:
 
 
 def alive(pid: int) -> bool:
+    """Whether process `pid` runs (not a zombie); it may end while its stat is read."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:   # FileNotFoundError, or ProcessLookupError mid-read
         return False
-    return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
 
 
 def group_alive(pgid: int) -> bool:
