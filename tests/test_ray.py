@@ -173,7 +173,7 @@ def test_ctrl_c_or_sigterm_stops_the_runner_and_frees_its_gpus(sig, code, by, ra
     finally:
         finish(proc, timeout=1)
     assert proc.returncode == code, out[-3000:]
-    assert took < 15, f"{took:.1f} s from the signal to exit"   # 1.5-2.3 s on the loaded 2-core box, 2026-12-07
+    assert took < 15, f"{took:.1f} s from the signal to exit"   # 1.3-2.3 s on the loaded 2-core box, 2026-12-07
     assert not group_alive(pgid), "the runner is still running on the node"
     wait_for(lambda: not alive(hold), "the GPU hold ending with its runner", timeout=30)
     (run,) = runs_of(tmp_path / "runs")
