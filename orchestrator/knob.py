@@ -122,6 +122,14 @@ def gpu_list(value) -> str | None:
     return None
 
 
+def gpus_or_count(value) -> str | None:
+    """GPU indices, or a count of GPUs (gpus=2) for a pool or a scheduler to choose."""
+    if is_int(value) and value >= 0:
+        return None
+    problem = gpu_list(value)
+    return problem and problem.replace("such as [0,1]", "such as [0,1], or a count such as 2 (host=ray, a pool)")
+
+
 def names(value) -> bool:
     """Shell identifiers (environment variable names)."""
     return all(isinstance(n, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", n) for n in value)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["tests.sshd"] if (Path(__file__).parent / "sshd.py").exists() else []
+pytest_plugins = (["tests.sshd"] if (Path(__file__).parent / "sshd.py").exists() else []) + ["tests.ray_cluster"]
 
 
 @pytest.fixture(autouse=True)

@@ -24,6 +24,7 @@ class RecordingHost:
     def __init__(self, inner):
         self.inner, self.commands, self.sent = inner, [], []
         self.name, self.workdir, self.python = inner.name, inner.workdir, inner.python
+        self.bundle_source = inner.bundle_source
 
     def run(self, command, **kw) -> Result:
         self.commands.append(command)

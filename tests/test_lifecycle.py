@@ -24,6 +24,7 @@ class CountingHost:
     def __init__(self, inner):
         self.inner, self.calls, self.stdins = inner, [], []
         self.name, self.workdir, self.python = inner.name, inner.workdir, inner.python
+        self.gpu_leases, self.bundle_source, self.tied_to = inner.gpu_leases, inner.bundle_source, inner.tied_to
 
     def run(self, command, **kw) -> Result:
         self.calls.append(("run", command))

@@ -18,8 +18,8 @@ from hydra.core.config_store import ConfigStore
 from remote.spec import ATTN_IMPLEMENTATIONS, DATASETS, DTYPES, DatasetSpec, DecodingSpec, DrafterSpec, ModelSpec, \
     RunSpec
 
-from ..knob import ANY, FLAG, LIST, MAPPING, NAME, REQUIRED, TEXT, defaults_of, gpu_list, integer, is_int, knob, \
-    nullable, number, one_of, rule
+from ..knob import ANY, FLAG, LIST, MAPPING, NAME, REQUIRED, TEXT, defaults_of, gpu_list, gpus_or_count, integer, \
+    is_int, knob, nullable, number, one_of, rule
 from .arms import AR, ENGINE_KINDS, METHODS, Script
 
 # Non-root tree nodes: the largest tree the code is written for. remote.decoding.tree_build ranks at most
@@ -75,7 +75,8 @@ class RunKnobs:
     num_prompts: int | None = knob(8, nullable(integer(1)), "the dataset's first N prompts; null = all of them")
     seed: int = knob(RunSpec.seed, integer(0, SEED_LIMIT),
                      "seeds sampling (temperature > 0) and random weights; prompt i uses seed + i")
-    gpus: list = knob([0], gpu_list, "GPU indices on the host, exported as CUDA_VISIBLE_DEVICES")
+    gpus: list = knob([0], gpus_or_count, "GPU indices on the host, exported as CUDA_VISIBLE_DEVICES; with host=ray "
+                                         "or a pool only their number counts, and gpus=2 asks for any two")
     baseline: str = knob(DecodingSpec.baseline, one_of((AR.tag, "none")),
                          "ar: also run AR on the same prompts, in turns (speedup_vs_ar, exact_match_vs_ar); none: skip")
     device: str = knob(RunSpec.device, one_of(("auto", "cpu", "cuda")), "auto | cpu | cuda")

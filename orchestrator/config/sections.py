@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping
 
 from omegaconf import DictConfig, ListConfig, open_dict
 
-from ..hosts.settings import KIND_RULE, SSHSettings, settings_class
+from ..hosts.settings import KIND_RULE, KINDS, SSHSettings, settings_class
 from ..knob import NAME, REQUIRED, Knob, knobs_of
 from .errors import did_you_mean
 from .knobs import NO_DRAFTER, SECTIONS, PoolEntryKnobs
@@ -23,7 +23,7 @@ from .knobs import NO_DRAFTER, SECTIONS, PoolEntryKnobs
 def host_knobs(node) -> dict[str, Knob] | None:
     """The knobs of a host section by its kind (None for an unknown kind, which the kind's rule refuses)."""
     cls = settings_class(node.get("kind"))
-    return None if cls is None else {"kind": Knob("kind", cls.kind, KIND_RULE, "local | ssh"), **knobs_of(cls)}
+    return None if cls is None else {"kind": Knob("kind", cls.kind, KIND_RULE, " | ".join(KINDS)), **knobs_of(cls)}
 
 
 def complete(cfg: DictConfig, choices: Mapping[str, Any],

@@ -58,6 +58,7 @@ def validate(cfg: DictConfig, choices=None, source=None) -> Arm:
         raise ConfigError(URI_ENV, f"{problem} (or set tracking.uri, which comes first)")
     if arm.ours:
         check_knobs(cfg, {"max_new_tokens": Knob("max_new_tokens", None, max_new_tokens(cfg.model), "")})
+    _gpu_count(cfg)
     _check_hosts(cfg)
     allowed = cfg.host.get("gpus")
     if allowed is not None and not set(cfg.gpus) <= set(allowed):
@@ -137,6 +138,18 @@ def check_objective(cfg: DictConfig) -> None:
                                        f"baseline={cfg.baseline}; choose e.g. objective=tokens_per_s")
 
 
+def _gpu_count(cfg: DictConfig) -> None:
+    """gpus=N: any N GPUs, where a pool or the host's scheduler (Ray) chooses them; written as [0..N-1] until then
+    (only their number counts there). A host with fixed GPUs needs them named."""
+    if not is_int(cfg.gpus):
+        return
+    kind = settings_class(cfg.host.get("kind"))
+    if not pool_hosts(cfg) and not (kind is not None and kind.scheduled):
+        raise ConfigError("gpus", f"a count (gpus={cfg.gpus}) is for host=ray or a pool, which choose the GPUs; name "
+                                  f"this host's, e.g. gpus=[{','.join(map(str, range(max(int(cfg.gpus), 1))))}]")
+    cfg.gpus = list(range(int(cfg.gpus)))
+
+
 def _check_hosts(cfg: DictConfig) -> None:
     """Every host this job may run on: `host`, and each entry of the pool (which then places the job)."""
     entries = pool_hosts(cfg)
@@ -151,6 +164,9 @@ def _check_hosts(cfg: DictConfig) -> None:
         knobs = host_knobs(host)
         if knobs is None:   # an unknown kind
             raise ConfigError(f"{prefix}kind", KIND_RULE(host.get("kind")))
+        if settings_class(host.get("kind")).scheduled and entries:   # two placements at once: Ray's and the pool's
+            raise ConfigError(f"{prefix}kind", "a Ray cluster places its jobs itself: use host=ray without a pool "
+                                               "(pool=none), or a pool of SSH hosts")
         check_knobs(host, knobs, prefix)
         for key, k in knobs.items():   # files of this machine: a typo read as "is the host up?"
             if k.local_file and host.get(key) and not Path(str(host[key])).expanduser().is_file():

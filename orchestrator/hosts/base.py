@@ -52,12 +52,24 @@ class LinkLost(HostError):
     repeat may send it again (the next command reconnects first)."""
 
 
+class HostGone(HostError):
+    """The host is gone for good, by its own scheduler's word (a Ray node the cluster declared dead): nothing of the
+    run goes on there, and following it again cannot help."""
+
+
 class Host(abc.ABC):
-    """One machine that runs jobs. `workdir` is an absolute POSIX path on that machine."""
+    """One machine that runs jobs. `workdir` is an absolute POSIX path on that machine. `gpu_leases`: whether the
+    lifecycle takes its own GPU leases there (false where a scheduler placed the job, as Ray does); `bundle_source`:
+    a directory on the host holding `remote/` as the host's own transport delivered it (a Ray runtime environment),
+    which the bundle sync copies instead of sending the files; `tied_to`: a process on the host whose end must stop
+    the runner (the Ray actor holding its GPUs)."""
 
     name: str
     workdir: str
     python: str
+    gpu_leases: bool = True
+    bundle_source: str | None = None
+    tied_to: int | None = None
 
     @abc.abstractmethod
     def run(self, command: str, *, check: bool = True, timeout: float | None = None,

@@ -39,7 +39,8 @@ class NoHostReachable(RuntimeError):
         self.reasons = reasons   # why, by host name
 
     def detail(self) -> str:
-        return f"{self}: " + "; ".join(f"{name}: {why}" for name, why in self.reasons.items())
+        reasons = "; ".join(f"{name}: {why}" for name, why in self.reasons.items())
+        return f"{self}: {reasons}" if reasons else str(self)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ import uuid
 
 from ..paths import runs_dir
 from .base import CommandFailed, Host, HostError, Result
+from .plain_files import read_from
 from .room import no_room
 
 
@@ -53,9 +54,4 @@ class LocalHost(Host):
                 os.unlink(tmp)
 
     def read_from(self, path: str, offset: int, limit: int | None = None) -> bytes:
-        try:
-            with open(path, "rb") as f:
-                f.seek(offset)
-                return f.read(-1 if limit is None else limit)
-        except FileNotFoundError:
-            return b""
+        return read_from(path, offset, limit)

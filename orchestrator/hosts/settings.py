@@ -1,11 +1,12 @@
-"""Where a job runs, as settings: one frozen class per host kind (LocalSettings, SSHSettings), each field a knob
-(orchestrator.knob: default, rule and help together), apart from the connection code so that the config room reads
-them without importing paramiko.
+"""Where a job runs, as settings: one frozen class per host kind (LocalSettings, SSHSettings, RaySettings), each field
+a knob (orchestrator.knob: default, rule and help together), apart from the connection code so that the config room
+reads them without importing paramiko or Ray.
 
 Contract: `settings_class(kind)` is the class of a host kind (None for an unknown one): the one place a kind's name
 becomes a type. `host_settings(mapping)` builds settings from a `host` section or a run's job.json (HostError naming an
-unknown key or a missing hostname); orchestrator.hosts.connect opens them as a Host; `settings.as_dict()` is what
-job.json keeps (names of forwarded variables, never their values); `settings.local`: whether the host is this machine.
+unknown key or a missing hostname or address); orchestrator.hosts.connect opens them as a Host; `settings.as_dict()`
+is what job.json keeps (names of forwarded variables, never their values); `settings.local`: whether the host is this
+machine; `settings.scheduled`: whether a scheduler of its own places each job (Ray: `placement_tags()` say where).
 """
 from __future__ import annotations
 
@@ -39,10 +40,11 @@ def env_rule(value) -> str | None:
 
 @dataclass(frozen=True)
 class HostSettings:
-    """What every host kind reads."""
+    """What every host kind reads. `scheduled`: a scheduler of the host's own places each job (Ray)."""
 
     kind: ClassVar[str]
     local: ClassVar[bool]
+    scheduled: ClassVar[bool] = False
     name: str | None = knob(None, nullable(TEXT), "shown in output and in MLflow's `host` tag")
     workdir: str | None = knob(None, nullable(TEXT), "where bundles/ and runs/ go on the host")
     python: str | None = knob(None, nullable(TEXT), "the host's interpreter, e.g. a venv's bin/python (needs torch, "
@@ -56,6 +58,10 @@ class HostSettings:
     forward_env: list = knob([], nullable(ENV_NAMES), "NAMES of local env vars (e.g. [HF_TOKEN]) whose values go "
                              "along to the run; values are never logged or written locally; on the host they sit in "
                              "a 0600 file that launch.sh reads and deletes before the runner starts")
+
+    def placement_tags(self) -> dict[str, str]:
+        """Where the job's placement put it, as MLflow tags (a Ray node); nothing for a host that is its own place."""
+        return {}
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -107,7 +113,52 @@ class SSHSettings(HostSettings):
                                     "reconnecting before the run is given up")
 
 
-KINDS: dict[str, type[HostSettings]] = {cls.kind: cls for cls in (LocalSettings, SSHSettings)}
+@dataclass(frozen=True)
+class RaySettings(HostSettings):
+    """A node of the user's Ray cluster, chosen by Ray for the GPUs the job asks for (orchestrator.hosts.ray)."""
+
+    kind: ClassVar[str] = "ray"
+    local: ClassVar[bool] = False
+    scheduled: ClassVar[bool] = True
+    address: str | None = knob(REQUIRED, rule(
+        "the cluster's address, e.g. host.address=gpu-head:6379", lambda v: isinstance(v, str) and v),
+                               "the Ray cluster: <head>:<port> (GCS) where this machine is a node of it, `auto`, or "
+                               "ray://<head>:10001 (Ray Client) from outside it",
+                               example="address: gpu-head:6379")
+    name: str | None = knob("ray", TEXT, "shown in output and in MLflow's `host` tag, with the node Ray chose")
+    workdir: str | None = knob("~/specbench", rule(
+        "an absolute path on the nodes or one under ~/, e.g. ~/specbench",
+        lambda v: isinstance(v, str) and (v == "~" or v.startswith(("/", "~/")))),
+                               "absolute or ~/... on every node (bundles/ and runs/ go there)")
+    python: str | None = knob(None, nullable(TEXT), "null = the Python of the cluster's workers (needs torch, "
+                                                    "transformers)")
+    gpus: tuple[int, ...] | None = knob(None, rule("null: Ray chooses the GPUs (gpus=[0,1] asks it for any two)",
+                                                   lambda v: v is None), "null: Ray assigns them")
+    resources: dict = knob({}, nullable(rule("a mapping {resource: amount} of positive numbers, e.g. {h100: 1}",
+                                             lambda v: _numbers(v))),
+                           "Ray resources the job asks for besides its GPUs, e.g. {h100: 1} for nodes started "
+                           "with --resources='{\"h100\": 8}'")
+    connect_timeout: float = knob(10.0, number(0, TIMEOUT_LIMIT, above=True), "seconds to reach the head before "
+                                  "the job is given up, nothing started")
+    reconnect_timeout: float = knob(60.0, number(0, RECONNECT_LIMIT, above=True), "while following, how long a node "
+                                    "that Ray still counts alive may not answer before the run is given up")
+    node: str | None = knob(None, nullable(TEXT), "the id of the Ray node the job runs on: set when Ray places it "
+                                                  "(null = any node with the GPUs free)")
+    node_ip: str | None = knob(None, nullable(TEXT), "that node's address (set with `node`)")
+    hold_pid: int | None = knob(None, nullable(integer(1)), "the pid on that node of the Ray actor holding the job's "
+                                "GPUs (set with `node`): the runner stops if it ends")
+
+    def placement_tags(self) -> dict[str, str]:
+        return {"ray.node_id": self.node or "", "ray.node_ip": self.node_ip or ""}
+
+
+def _numbers(value) -> bool:
+    return (isinstance(value, dict) or type(value).__name__ == "DictConfig") and all(
+        isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+        for k, v in value.items())
+
+
+KINDS: dict[str, type[HostSettings]] = {cls.kind: cls for cls in (LocalSettings, SSHSettings, RaySettings)}
 KIND_RULE = one_of(tuple(KINDS))
 
 
@@ -131,6 +182,8 @@ def host_settings(cfg: Mapping[str, Any]) -> HostSettings:
     if knobs_of(cls).get("hostname") is not None and not data.get("hostname"):
         raise HostError("host.hostname: set it, e.g. `host=ssh host.hostname=gpu1.example.com` "
                         "(an alias of ~/.ssh/config works too)")
+    if knobs_of(cls).get("address") is not None and not data.get("address"):
+        raise HostError("host.address: set it to your Ray cluster's, e.g. `host=ray host.address=gpu-head:6379`")
     defaults = {k.key: k.default for k in knobs_of(cls).values() if not k.required}
     data = {k: (defaults[k] if v is None and defaults.get(k) is not None else v) for k, v in data.items()}
     data["env"] = {str(k): str(v) for k, v in (data.get("env") or {}).items()}

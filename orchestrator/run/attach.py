@@ -7,7 +7,7 @@ files (Job.started_at), and the display replays the run's events so far, so its 
 this command's. `find_run_dir` (orchestrator.tracking.find) is the lookup `show` uses too: a run dir, its run id, its
 directory name or its MLflow run id (one that names several runs, as job 0 of two sweeps, is refused with the matches).
 `stop` leaves a run whose runner already ended as it is; a host that does not answer is one line (with the `kill` to
-type there), never a guess about the runner.
+type there), never a guess about the runner; a host gone for good (a dead Ray node) closes the run FAILED (node_lost).
 """
 from __future__ import annotations
 
@@ -21,13 +21,13 @@ import yaml
 from rich.console import Console
 
 from ..config.plan import StallLimits
-from ..hosts import HostError
+from ..hosts import HostError, HostGone
 from ..hosts.connect import host_of
 from ..locks import try_following
 from ..program import program
 from ..tracking.find import JOB_FILE, find_run_dir, one_line, tracking_of
 from ..tracking.tracker import Status, Tracker
-from .job import READ_AT_MOST, Job
+from .job import READ_AT_MOST, Job, Stage
 from .monitor import Outcome, follow, report
 from .progress import clock
 
@@ -48,10 +48,32 @@ def follow_again(host_name: str, run_dir: Path) -> str:
 
 def attach(run_dir: Path, console: Console | None = None, fail_fast: bool = True, stop: bool = False) -> Outcome:
     """Follow the run to its end and log it; with `stop`, first stop its process group on the host (KILLED).
-    HostError if the host does not answer (the runner may well still be going there)."""
+    HostError if the host does not answer (the runner may well still be going there); a host gone for good (a dead
+    Ray node) closes the run FAILED with the reason."""
     console = console or Console()
     meta = json.loads((run_dir / JOB_FILE).read_text())
     job = job_of(run_dir, meta)
+    try:
+        return _attach(run_dir, meta, job, console, fail_fast, stop)
+    except HostGone as exc:
+        return _gone(run_dir, meta, job, exc, console)
+
+
+def _gone(run_dir: Path, meta: dict, job: Job, exc: HostGone, console: Console) -> Outcome:
+    """Close a run whose host was found gone for good before it was followed (`stop`, `reap`), FAILED with the
+    reason, unless the orchestrator that follows it does so itself."""
+    outcome = Outcome(job)
+    lock = try_following(run_dir)
+    if lock is None:
+        console.print(f"[red]error: {exc}[/]")
+        return outcome
+    with lock:
+        _lost(outcome, exc, console)
+        report(outcome, _tracker(run_dir, meta), run_dir, console, title=f"run {meta['run_id']}")
+    return outcome
+
+
+def _attach(run_dir: Path, meta: dict, job: Job, console: Console, fail_fast: bool, stop: bool) -> Outcome:
     outcome = Outcome(job)
     with job.host:
         if stop and not job.running():   # nothing to stop: its record stays as it is, and no stale pgid is hit
@@ -70,24 +92,39 @@ def attach(run_dir: Path, console: Console | None = None, fail_fast: bool = True
             outcome.status, outcome.stopped_by = Status.KILLED, "user"
             return outcome
         with lock:
-            uri, mlflow_run_id = tracking_of(run_dir, meta)
-            tracker = Tracker(uri, meta.get("experiment", "specbench"), run_dir=run_dir)
-            tracker.resume(mlflow_run_id)
+            tracker = _tracker(run_dir, meta)
             # What was already mirrored is scanned too, so the final report covers the whole log.
             log = run_dir / "runner.log"
             if log.exists():
                 with open(log, "rb") as mirrored:   # in pieces: a log may be gigabytes
                     for piece in iter(lambda: mirrored.read(READ_AT_MOST), b""):
                         outcome.detector.feed(piece)
-            job.attach()
-            if stop:
-                console.print(f"[yellow]stopping {meta['run_id']} on {job.host.name}[/]")
-                job.cancel(by="user")
-            console.print(f"[cyan]attached to {meta['run_id']} on {job.host.name}{_age(job.started_at)}[/]")
-            follow(job, outcome, console, fail_fast=fail_fast, needs_results=meta.get("needs_results", True),
-                   stall=_stall_limits(run_dir))
+            try:
+                job.attach()
+                if stop:
+                    console.print(f"[yellow]stopping {meta['run_id']} on {job.host.name}[/]")
+                    job.cancel(by="user")
+                console.print(f"[cyan]attached to {meta['run_id']} on {job.host.name}{_age(job.started_at)}[/]")
+                follow(job, outcome, console, fail_fast=fail_fast, needs_results=meta.get("needs_results", True),
+                       stall=_stall_limits(run_dir))
+            except HostGone as exc:
+                _lost(outcome, exc, console)
             report(outcome, tracker, run_dir, console, title=f"run {meta['run_id']}")
     return outcome
+
+
+def _tracker(run_dir: Path, meta: dict) -> Tracker:
+    uri, mlflow_run_id = tracking_of(run_dir, meta)
+    tracker = Tracker(uri, meta.get("experiment", "specbench"), run_dir=run_dir)
+    tracker.resume(mlflow_run_id)
+    return tracker
+
+
+def _lost(outcome: Outcome, exc: HostGone, console: Console) -> None:
+    """The run's host is gone for good (a dead Ray node): the run fails with the reason (node_lost)."""
+    console.print(f"[red]error: {exc}[/]")
+    outcome.job.stage = Stage.RUNNING
+    outcome.error(str(exc))
 
 
 def _stall_limits(run_dir: Path) -> StallLimits:

@@ -6,11 +6,12 @@ no upload (`BundleSync` lets that be the round trip preflight makes anyway). A n
 latest one and receives only the files whose content changed; the host checks every file's sha256 before the bundle is
 marked complete. The probe checks them again: a complete bundle whose files no longer match its manifest (truncated,
 edited on the host) gets those files back, each by an atomic rename, and a damaged copy source's files travel with the
-new bundle; `BundleSync.note` says so. The files travel as one tar on the installing command's stdin, unpacked as they
-arrive, so an install needs the bundle's size on the host (not twice that); a failed install removes its staging dir,
-and a full disk is one HostError line naming the path, the room needed and what is free (orchestrator.hosts.room). A
-link lost mid-install sends it once more. A new bundle's install also removes old ones (`_prune`: all but the
-KEEP_BUNDLES newest and those unfinished runs were launched from) and staging dirs of killed installs.
+new bundle; `BundleSync.note` says so. Where the host's own transport delivered `remote/` (Host.bundle_source, a Ray
+runtime environment), it is copied from there and checked, only the manifest sent. The files travel as one tar on
+the installing command's stdin, unpacked as they arrive (an install needs the bundle's size on the host, not twice
+that); a failed install removes its staging dir, and a full disk is one HostError line naming the path, the room
+needed and what is free (orchestrator.hosts.room). A link lost mid-install sends it once more. A new bundle's install
+also removes old ones (`_prune`: all but the KEEP_BUNDLES newest and those unfinished runs were launched from).
 """
 from __future__ import annotations
 
@@ -108,6 +109,9 @@ class BundleSync:
         if first.strip() == "DAMAGED":   # mended in place: the files it names, or all of them
             damaged = self._damaged(self.bundle.digest, body, set(self.bundle.files), "replaced {}")
             self._install(_repair, damaged, self.target)
+            return self.target
+        if self.host.bundle_source:   # the host's own transport delivered remote/ (a Ray runtime env): copied, checked
+            self._install(_upload, [], self.target, self.host.bundle_source)
             return self.target
         latest = first.removeprefix("LATEST").strip()
         manifest, seen, failed = body.partition(f"{PROBE_MARKER}FAILED\n")

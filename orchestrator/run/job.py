@@ -4,15 +4,15 @@ Contract: a `Job` owns one run directory on a host (`<workdir>/runs/<run_id>/`, 
 mirror; it quotes every value that reaches a shell and never knows which host it talks to. `prepare()` stages the run's
 files (spec, secrets, a user's script), sending nothing; `launch()` writes them and launch.sh into the run dir and
 starts the runner in its own session (setsid): one command. `poll()`: the new complete lines of runner.log and
-events.jsonl (each as orchestrator.untrusted shows it, at most LINE_BYTES of it held; READ_AT_MOST bytes a poll),
-mirrored byte for byte (a local disk that fills: LocalDiskFull); `attach()` resumes where the mirror ends, its first
-poll handing out the mirrored events again. `started_at`: the runner's start in local epoch seconds (for `attach`, the
-host's word, or None); `quiet_at_attach`: how long it had then written nothing (orchestrator.run.stall). `finished()`:
-launch.sh wrote `exit_code`, or the host says the process group is gone without one (`lost`). `cancel()` records who
-asked (`stopped_by`), then stops the group (TERM, then KILL after a grace period). launch.sh holds one `flock` per GPU
-(`<workdir>/locks/gpu<N>.lock`: `_gpu_locks`) for the runner's lifetime; a held GPU refuses the launch (GPU_BUSY_EXIT).
-A full disk on the host loses no exit code, and runner.log says so (the catalog's disk_full); an unwritable run dir is
-one HostError line at launch (orchestrator.hosts.room).
+events.jsonl (as orchestrator.untrusted shows them, at most LINE_BYTES held; READ_AT_MOST bytes a poll), mirrored byte
+for byte (a local disk that fills: LocalDiskFull); `attach()` resumes where the mirror ends, its first poll handing out
+the mirrored events again. `started_at`: the runner's start in local epoch seconds (for `attach`, the host's word, or
+None); `quiet_at_attach`: how long it had then written nothing (orchestrator.run.stall). `finished()`: launch.sh wrote
+`exit_code`, or the host says the process group is gone without one (`lost`). `cancel()` records who asked
+(`stopped_by`), then stops the group (TERM, then KILL after a grace). launch.sh holds one `flock` per GPU
+(`<workdir>/locks/gpu<N>.lock`: `_gpu_locks`; none where Ray placed the job: `host.gpu_leases`) for the runner's life,
+a held GPU refusing the launch (GPU_BUSY_EXIT). A full disk on the host loses no exit code (runner.log says disk_full);
+an unwritable run dir is one HostError line at launch.
 """
 from __future__ import annotations
 
@@ -104,9 +104,11 @@ class Stage(enum.Enum):
 
 
 def render_launch_script(files: RunFiles, *, python: str, bundle: str, gpus: list[int] | None,
-                         env: dict[str, str], argv: list[str] | None = None, locks: str | None = None) -> str:
+                         env: dict[str, str], argv: list[str] | None = None, locks: str | None = None,
+                         tied_to: int | None = None) -> str:
     """The wrapper the host runs detached. Golden-file tested; every value is shell-quoted. `locks`: the host's
-    lock directory for the GPU leases (none taken without it)."""
+    lock directory for the GPU leases (none taken without it); `tied_to`: a pid on the host whose end stops the
+    runner as `cancel` does (the Ray actor holding its GPUs)."""
     q = shlex.quote
     check_env_names(env)
     command = " ".join(q(a) for a in (argv or [python, "-m", "remote", files.root]))
@@ -130,6 +132,7 @@ def render_launch_script(files: RunFiles, *, python: str, bundle: str, gpus: lis
         # Secrets arrive in a 0600 file that is read and removed before the runner starts.
         f"if [ -f {SECRETS} ]; then set -a; . ./{SECRETS}; set +a; rm -f {SECRETS}; fi",
         f"trap 'finish {CANCELLED_EXIT}' TERM",
+        *_tie(tied_to),
         f"{command} >> runner.log 2>&1 < /dev/null &",
         "wait $!",
         "code=$?",
@@ -142,6 +145,17 @@ def render_launch_script(files: RunFiles, *, python: str, bundle: str, gpus: lis
         "finish $code",
         "",
     ])
+
+
+def _tie(pid: int | None) -> list[str]:
+    """A watcher in the runner's group that stops the group (TERM, as `cancel` does) once process `pid` is gone: the
+    GPUs the runner uses are Ray's to give again then (its hold ended, or its node's Ray went)."""
+    if pid is None:
+        return []
+    # It ends with launch.sh ($$), which the hold waits for: the group must empty for the hold to end.
+    return [f"( while kill -0 {int(pid)} 2>/dev/null; do kill -0 $$ 2>/dev/null || exit 0; sleep 1; done; "
+            f"echo \"[specbench] the Ray actor holding this run's GPUs (pid {int(pid)}) ended: stopping the "
+            "runner\" >> runner.log; kill -TERM -- -$$ ) < /dev/null > /dev/null 2>&1 &"]
 
 
 def _room_for_the_end() -> list[str]:
@@ -301,8 +315,9 @@ class Job:
         """Create the run dir, place what `prepare` staged and launch.sh in it, and start launch.sh detached:
         one command, whose stdin carries the files as a tar stream."""
         self.stage = Stage.LAUNCH
-        script = render_launch_script(self.files, python=self.host.python, bundle=bundle, gpus=gpus,
-                                      env=env, argv=argv, locks=lock_dir(self.host))
+        script = render_launch_script(self.files, python=self.host.python, bundle=bundle, gpus=gpus, env=env,
+                                      argv=argv, locks=lock_dir(self.host) if self.host.gpu_leases else None,
+                                      tied_to=self.host.tied_to)
         (self.local_dir / "launch.sh").write_text(script)
         # Secrets travel on stdin: never in a local file, nor in a command line (`ps` shows those to every
         # user of a shared box).

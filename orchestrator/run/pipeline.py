@@ -21,7 +21,7 @@ from rich.markup import escape
 from remote.events import write_text_atomic
 
 from ..config.plan import Plan
-from ..hosts import HostError
+from ..hosts import HostError, HostGone
 from ..signals import describe
 from ..tracking.run_start import RunStart
 from .attach import follow_again
@@ -53,8 +53,7 @@ def run_job(plan: Plan, start: RunStart, console: Console | None = None) -> Outc
         except NoHostReachable as exc:   # each host's reason was shown as it was skipped; a sweep's record keeps them
             console.print(f"[red]error: {escape(str(exc))}; nothing was started[/]", soft_wrap=True)
             return Outcome.not_started(error=exc.detail())
-        if plan.pool is not None:   # the pool chose the host and GPUs: the run's config and params say where it ran
-            write_config(start.run_dir, plan)
+        write_config(start.run_dir, plan)   # where the pool or Ray placed it: the run's config and params say so
         outcome = _on_host(plan, start, console)
     report(outcome, start.tracker, start.run_dir, console, title=title(plan))
     return outcome
@@ -87,7 +86,8 @@ def _on_host(plan: Plan, start: RunStart, console: Console) -> Outcome:
     except HostError as exc:
         outcome.error(str(exc))
         console.print(f"[red]error: {exc}[/]")
-        if job.stage in (Stage.RUNNING, Stage.COLLECT):   # the host went away, not the runner, which runs on
+        if job.stage in (Stage.RUNNING, Stage.COLLECT) and not isinstance(exc, HostGone):   # the link went away, not
+            # the runner, which runs on (a host gone for good, a dead Ray node, took its runner with it)
             console.print(f"[yellow]{follow_again(host.name, start.run_dir)}[/]", soft_wrap=True)
     except Exception as exc:  # a bug of ours must still close the MLflow run (and a sweep's parent) as FAILED
         if getattr(exc, "errno", None) != errno.ENOSPC:

@@ -1,9 +1,10 @@
-"""Where a job runs: its plan as given, or on the host and GPUs a lease from the plan's pool gives.
+"""Where a job runs: its plan as given, on the node and GPUs its host's scheduler chose (Ray), or on the host and
+GPUs a lease from the plan's pool gives.
 
-Contract: `placement(plan, console)` is a context manager that yields the placed plan and holds a pool's lease until
-it exits; it raises NoHostReachable when no host of the pool that could take the job answers, and waits (saying what
-for, once) while they are merely busy. `held_on_host` is the pool's question to a host: which of its GPUs a runner
-of ours holds there now.
+Contract: `placement(plan, console)` is a context manager that yields the placed plan and holds a pool's lease (or
+the scheduler's hold) until it exits; it raises NoHostReachable when no host of the pool that could take the job
+answers (or the scheduler's cluster cannot take it), and waits (saying what for, once) while they are merely busy.
+`held_on_host` is the pool's question to a host: which of its GPUs a runner of ours holds there now.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from rich.markup import escape
 
 from ..config.plan import Plan
 from ..hosts import HostError
-from ..hosts.connect import open_host
+from ..hosts.connect import open_host, scheduler_placement
 from ..hosts.leases import GpuPool, NoHostReachable, Unreachable
 from ..hosts.settings import HostSettings
 from .job import held_gpus
@@ -24,13 +25,21 @@ __all__ = ["NoHostReachable", "held_on_host", "placement"]
 
 @contextlib.contextmanager
 def placement(plan: Plan, console: Console):
-    """The plan as placed: as it is, or on the host and GPUs a lease from the pool gives (held until the end)."""
+    """The plan as placed: as it is, on the node and GPUs the host's scheduler (Ray) chose, or on the host and GPUs
+    a lease from the pool gives (held until the end)."""
+    def tell(why: str) -> None:
+        console.print(f"[yellow]{escape(why)}[/]", soft_wrap=True)
+
+    scheduled = scheduler_placement(plan.host, len(plan.gpus), plan.spec.run_id, tell)
+    if scheduled is not None:
+        with scheduled as (host, gpus):
+            yield plan.placed(host, gpus)
+        return
     if plan.pool is None:
         yield plan
         return
     pool = GpuPool(list(plan.pool.entries), plan.pool.lock_dir)
-    with pool.acquire(len(plan.gpus), held=held_on_host, tell=lambda why: console.print(f"[yellow]{escape(why)}[/]",
-                                                                                       soft_wrap=True)) as lease:
+    with pool.acquire(len(plan.gpus), held=held_on_host, tell=tell) as lease:
         yield plan.placed(lease.host, lease.gpus)
 
 

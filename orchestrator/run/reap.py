@@ -5,7 +5,8 @@ it: `locks.try_following(run_dir)` is an OS file lock that a job (orchestrator.s
 follow a run, so it is free once their process is gone (`kill -9`, a closed laptop), whatever it did before. Orphans are
 settled by what the host says, not remembered: one whose runner ended (exit code, or its process group gone) is finished
 as attach would finish it (the rest of its log, its results, its status from the exit code, or FAILED runner_vanished);
-one still running is left, with the command that follows it. A sweep whose process is gone (its lock free) without
+one still running is left, with the command that follows it; one whose host is gone for good (a Ray node the cluster
+declared dead) is closed FAILED node_lost. A sweep whose process is gone (its lock free) without
 recording its end (orchestrator.tracking.sweeps) is closed from its jobs' records once none of them is left running: its
 summary and status, KILLED where planned jobs never ran, on its parent where MLflow has one. A run's MLflow run is
 looked up where its tracking record says (`sync --tracking-uri` moves it there). A run that cannot be settled now (its
@@ -53,7 +54,7 @@ def reap(root: Path, console: Console) -> int:
 
 def _settle(run_dir: Path, console: Console) -> int:
     """Close the orphan in `run_dir` if its runner ended (1), else say why it is left (0)."""
-    from ..hosts import HostError
+    from ..hosts import HostError, HostGone
     from ..tracking.tracker import mlflow_client
 
     meta = json.loads((run_dir / JOB_FILE).read_text())
@@ -72,6 +73,10 @@ def _settle(run_dir: Path, console: Console) -> int:
         job = job_of(run_dir, meta)
         with job.host:
             alive = job.running()
+    except HostGone:   # a dead Ray node: its runner went with it
+        console.print(f"[cyan]{meta['run_id']}: its orchestrator is gone and its host too: closing it[/]")
+        attach(run_dir, console)
+        return 1
     except HostError as exc:
         console.print(f"[yellow]{meta['run_id']}: host unreachable, left RUNNING ({escape(one_line(exc))})[/]",
                       soft_wrap=True)

@@ -178,13 +178,20 @@ def _cell(row: dict, key: str, models: list[str]) -> str:
         return name + (ENGINE_MARK if row.get("engine") else "")
     if key == "gpu":
         return _GPU_VENDOR.sub("", str(value or "-"))
-    if key == "host" and value and not _IP.fullmatch(str(value)):
-        return str(value).split(".")[0]   # the full name is in the title and summary.csv
+    if key == "host" and value:
+        return _short_host(str(value))
     if key == "status":
         return STATUS_SHORT.get(str(value), str(value).lower())
     if key == "speedup_vs_ar" and value is not None and _not_significant(row):
         return _fmt(value) + NOT_SIGNIFICANT
     return _fmt(value)
+
+
+def _short_host(host: str) -> str:
+    """A host's first label (the full name is in the title and summary.csv); an address kept whole, also after a
+    `ray@` (a Ray node)."""
+    where, at, name = host.rpartition("@")
+    return where + at + (name if _IP.fullmatch(name) else name.split(".")[0])
 
 
 ENGINE_NOTE = "engine arm: the engine's own decoding, its speedup against the same engine without speculation"

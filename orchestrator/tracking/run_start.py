@@ -66,7 +66,7 @@ class RunStart:
         self.plan = plan
         self.tags = {**what_ran(plan), "host": host_name, "run_dir": str(self.run_dir),
                      "run_id_local": plan.spec.run_id, "gpus": ",".join(map(str, plan.gpus)),
-                     "host_kind": plan.host.kind, **facts}
+                     "host_kind": plan.host.kind, **plan.host.placement_tags(), **facts}
 
     def record(self) -> None:
         """A kill from here on must leave the run findable and loggable: job.json (attach, reap) and what its MLflow
