@@ -3,7 +3,8 @@
 Contract: `arm_of(cfg)` is the one place a config's `runner.kind` and `method.name` become a type; `method_named(tag)`
 the same for the `method` tag of a run already logged (None for a tag that is not one of our methods). Whatever
 depends on the kind of arm is asked of the arm: whether it reads a drafter or a tree budget, how its runs are named
-(`ddtree-b63-demo-qwen3`, `dflash-bs16-...`, `script-<stem>`), its tags and which config keys it logs as params.
+(`ddtree-b63-demo-qwen3`, `dflash-bs16-...`, `script-<stem>`), its tags, which config keys its runner does not read
+(`unread`: they are neither logged as its params nor part of its effective config) and so which it logs as params.
 A new kind of arm is a new class here.
 """
 from __future__ import annotations
@@ -37,9 +38,22 @@ class Arm:
     def tags(self) -> dict[str, str]:
         return {"method": self.tag}
 
+    def unread(self, config: Mapping[str, Any]) -> frozenset[str]:
+        """Top-level config keys our runner does not read for this arm: a tree's budgets for a method that builds
+        none, tree_budget_max unless tree_budget=auto, and for AR the drafter and the baseline (one AR pass serves
+        as both)."""
+        unread = set() if self.builds_tree else {"tree_budget", "tree_budget_max"}
+        if config.get("tree_budget") != "auto":
+            unread.add("tree_budget_max")
+        if self.baseline:
+            unread |= {"drafter", "baseline"}
+        return frozenset(unread)
+
     def params(self, config: Mapping[str, Any]) -> dict[str, Any]:
-        """The resolved config (Hydra's own node left out) as this arm's run logs it."""
-        return {k: v for k, v in config.items() if k != "hydra"}
+        """The resolved config (Hydra's own node left out) as this arm's run logs it: without what it does not
+        read (`unread`), which would claim a setting the run never used."""
+        unread = self.unread(config)
+        return {k: v for k, v in config.items() if k != "hydra" and k not in unread}
 
 
 @dataclass(frozen=True)
@@ -93,6 +107,9 @@ class Script(Arm):
 
     def tags(self) -> dict[str, str]:
         return {"method": self.tag, "script": Path(str(self.path)).name}
+
+    def unread(self, config: Mapping[str, Any]) -> frozenset[str]:
+        return frozenset(k for k in config if k not in SCRIPT_PARAMS)
 
     def params(self, config: Mapping[str, Any]) -> dict[str, Any]:
         return {k: v for k, v in config.items() if k in SCRIPT_PARAMS}

@@ -18,6 +18,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.spinner import Spinner
 from rich.text import Text
 
+from remote.events import ECHO
+
 from ..failures import shorten
 from .progress import STAGE_STYLE, EtaColumn, Pace, RunElapsedColumn, RunnerStages, clock
 
@@ -79,6 +81,8 @@ class LiveDisplay:
     def feed(self, log_lines: list[str], event_lines: list[str]) -> None:
         if self.show_log:
             for line in log_lines:
+                if line.startswith(ECHO):   # the runner's copy of an event, which is shown as such below
+                    continue
                 self.console.print(f"[dim]{escape(shorten(line))}[/]", highlight=False)
         for line in event_lines:
             try:

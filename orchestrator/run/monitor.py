@@ -23,11 +23,12 @@ from rich.console import Console
 from rich.markup import escape
 
 from remote.events import read_json
+from remote.noise import noise_tag
 
 from ..failures import Detector, Finding, Severity, shorten
 from ..program import program
 from ..signals import deferred, describe, exit_code
-from ..tracking.results_table import fairness_of, results_table
+from ..tracking.results_table import fairness_of, results_table, trust_lines
 from ..tracking.tracker import Status, Tracker, close_within, sync_command
 from .display import LiveDisplay
 from .job import Job
@@ -223,6 +224,8 @@ def report(outcome: Outcome, tracker: Tracker, run_dir: Path, console: Console, 
     fairness = fairness_of(results)
     if fairness:
         tags["fairness"] = fairness
+    if (noise := noise_tag(metrics)) is not None:
+        tags["timing_noise"] = noise
 
     def held(how: str) -> None:
         console.print(f"[yellow]{how}: the run has ended; logging it to MLflow first (within "
@@ -238,9 +241,8 @@ def report(outcome: Outcome, tracker: Tracker, run_dir: Path, console: Console, 
 def _summary(outcome, found, metrics, tracker, run_dir, console, title, fairness=None) -> None:
     if metrics:
         console.print(results_table(metrics, title, fairness))
-    if fairness and fairness != "ok":
-        console.print(f"[yellow]warning: fairness: AR and the method did not run on the same path, so "
-                      f"speedup_vs_ar compares unlike things: {escape(fairness.removeprefix('mismatch: '))}[/]")
+    for line in trust_lines(metrics, fairness):
+        console.print(line, soft_wrap=True)    # one line each
     for id_, variants in _by_id(found.warnings).items():
         details = "; ".join(dict.fromkeys(filter(None, (w.finding.entry.render_detail(w.finding.details)
                                                          for w in variants))))
@@ -250,7 +252,9 @@ def _summary(outcome, found, metrics, tracker, run_dir, console, title, fairness
     note = tracker.closing_note()   # "mlflow run: <id>" only if all of it got there, else why not and `sync`
     console.print(f"[{colour}]{outcome.status.value}[/] run dir: {escape(str(run_dir))}"
                   + (f"  {escape(note)}" if note else ""), soft_wrap=True)   # one line, to copy the command from
-    if outcome.status is Status.FAILED:
+    # fail_fast stopped on the primary failure: it and the log lines before it were the last things shown
+    said = found.primary is not None and outcome.stopped_by == found.primary.id
+    if outcome.status is Status.FAILED and not said:
         if found.primary is not None:
             console.print(f"[red]{found.primary.id}: {escape(found.primary.message)}\n  fix: "
                           f"{escape(found.primary.hint)}[/]")

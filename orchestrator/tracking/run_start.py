@@ -40,8 +40,8 @@ def project_commit() -> str:
 
 def record_start(tracker: Tracker, plan: Plan, name: str, tags: dict[str, str]) -> None:
     """Record the MLflow run to open, locally (no subprocess, no MLflow): `name` (orchestrator.tracking.names), the
-    params the arm logs (the resolved config; secrets are never in it) and `tags`."""
-    tracker.record_start(run_name=name, params=flatten(plan.arm.params(plan.config)), tags=tags)
+    plan's params (the resolved config as its arm reads it; secrets are never in it) and `tags`."""
+    tracker.record_start(run_name=name, params=flatten(plan.params()), tags=tags)
 
 
 def open_run(tracker: Tracker, plan: Plan, tags: dict[str, str], then: Callable[[], None] | None = None) -> None:

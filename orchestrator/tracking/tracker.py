@@ -363,16 +363,17 @@ class Tracker:
         """The run's description (unless it has one) and definitions.md, from results.json's definitions."""
         results = self.run_dir / "results.json" if self.run_dir is not None else None
         try:
-            definitions = json.loads(results.read_text()).get("definitions") or {} if results else {}
+            kept = json.loads(results.read_text()) if results else {}
         except (OSError, ValueError):
-            definitions = {}
+            kept = {}
+        definitions = kept.get("definitions") or {}
         start = self.record["start"] or {}
         known = {**start.get("tags", {}), **tags}
         if NOTE_TAG not in known:
             tags = {**tags, NOTE_TAG: description(start.get("run_name", ""), known, metrics, definitions)}
         if self.run_dir is not None and definitions:
             table = self.run_dir / "definitions.md"
-            table.write_text(definitions_table(metrics, definitions))
+            table.write_text(definitions_table(metrics, definitions, known, kept.get("tag_definitions") or {}))
             artifacts = [*artifacts, table]
         return tags, artifacts
 

@@ -120,6 +120,7 @@ class Sampling:
 
     def __init__(self, device: torch.device):
         self.device, self.temperature, self.rng = device, 0.0, None
+        self.hear = None         # an untimed replay's listener (`Steps.listen`): steps then run uncaptured
 
     def seed(self, temperature: float, seed: int) -> None:
         """Sample at `temperature` from `seed`: on CUDA from the device's default generator (the one a captured graph
@@ -135,6 +136,8 @@ class Sampling:
 
     def choose(self, logits: torch.Tensor) -> torch.Tensor:
         """The target's token for each row of `logits` [N, V]."""
+        if self.hear is not None:
+            self.hear(logits)
         return sample(logits, self.temperature, self.rng)
 
 
@@ -233,6 +236,7 @@ class GraphDecoder:
         sizes = tuple(auto.sizes) if auto else ()
         budget = max(sizes) if auto else budget
         self.sampling.seed(temperature, seed)
+        self.sampling.hear = None
         self.reserve(prompt_len, max_new, method, budget)
         if not method.uses_drafter:
             self.state.count.zero_()
@@ -307,6 +311,9 @@ class GraphDecoder:
         replays = self.replays
         if not replays.on:
             return step()
+        if self.sampling.hear is not None:             # a replay that reads logits: the captured kernels, uncaptured
+            with self.kernels():
+                return step()
         if key in replays.captured:
             graph, out = replays.captured[key]
             graph.replay()
@@ -430,6 +437,9 @@ class GraphedAR:
     def __init__(self, decoder: GraphDecoder):
         self.decoder, self.taken = decoder, 0            # taken: steps read, the index of the next one's token
 
+    def listen(self, hear) -> None:
+        self.decoder.sampling.hear = hear
+
     def prefill(self, input_ids: torch.Tensor) -> list[int]:
         self.decoder._prefill(input_ids)
         return to_host(self.decoder.state.root)
@@ -458,6 +468,8 @@ class GraphedSpec:
         self.height = decoder.drafter.block_size        # most tokens a step emits
         self.width = decoder._width(method, budget)     # most cache rows a step writes
         self.length, self.unread = prompt_len, 0        # committed rows as the host knows them; steps launched unread
+
+    listen = GraphedAR.listen
 
     def prefill(self, input_ids: torch.Tensor) -> list[int]:
         decoder = self.decoder
