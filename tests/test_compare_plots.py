@@ -18,7 +18,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 from rich.console import Console
 
-from orchestrator.tracking import compare
+from orchestrator.tracking import compare, compare_plots, compare_rows, compare_table
 
 HOST, GPU, MODEL = "gpu-node-17.cluster.example.org", "NVIDIA H200", "demo-qwen3"
 
@@ -52,7 +52,7 @@ def logged_rows(tmp_path_factory):
     client.log_param(dup.info.run_id, "method.name", "ar")
     client.log_param(dup.info.run_id, "model.name", MODEL)
     client.set_terminated(dup.info.run_id)
-    return [compare.row_of(r) for r in compare.select_runs(client, experiment="cmp")]
+    return [compare_rows.row_of(r) for r in compare_rows.select_runs(client, experiment="cmp")]
 
 
 @pytest.fixture
@@ -62,7 +62,7 @@ def rows(logged_rows):
 
 def test_the_terminal_table_fits_80_columns_with_nothing_cut(rows):
     console = Console(width=80, record=True)
-    console.print(compare.render_table(rows, "sweep: 17 jobs"))
+    console.print(compare_table.render_table(rows, "sweep: 17 jobs"))
     text = console.export_text()
     assert max(len(line) for line in text.splitlines()) <= 80
     assert "…" not in text
@@ -73,8 +73,8 @@ def test_the_terminal_table_fits_80_columns_with_nothing_cut(rows):
         assert header in text
     words = text.split()   # a long name may wrap in its column (folded, never cut)
     assert "ddtree-b128" in words and "gpu-node-17" in words and "skipped" in text and "= ar seed=0" in text
-    significant = [r for r in rows if r["status"] == "FINISHED" and not compare._not_significant(r)]
-    marked = [r for r in rows if r["status"] == "FINISHED" and compare._not_significant(r)]
+    significant = [r for r in rows if r["status"] == "FINISHED" and not compare_table.not_significant(r)]
+    marked = [r for r in rows if r["status"] == "FINISHED" and compare_table.not_significant(r)]
     assert marked and significant   # the seeded draw has both: ar (1.0 inside its interval) and clear speedups
     assert "* 95% interval of the speedup (vs AR) includes 1.0" in text
     best = max(significant, key=lambda r: r["speedup_vs_ar"])   # the answer leads the notes under the table
@@ -84,7 +84,7 @@ def test_the_terminal_table_fits_80_columns_with_nothing_cut(rows):
 
 
 def test_summary_csv_has_host_gpu_and_the_skipped_duplicate(rows, tmp_path):
-    with open(compare.write_csv(rows, tmp_path / "summary.csv")) as f:
+    with open(compare_table.write_csv(rows, tmp_path / "summary.csv")) as f:
         written = list(csv.DictReader(f))
     assert len(written) == len(rows) == 17
     assert {r["host"] for r in written} == {HOST} and {r["gpu"] for r in written} == {GPU}
@@ -100,34 +100,38 @@ def test_runs_launched_apart_that_share_a_name_are_told_apart_by_the_params_that
         for key, value in {"method.name": "ddtree", "model.name": MODEL, "model.dtype": dtype}.items():
             client.log_param(run.info.run_id, key, value)
         client.set_terminated(run.info.run_id)
-    names = sorted(row["run"] for row in compare.rows_of(compare.select_runs(client, experiment="apart")))
+    names = sorted(row["run"] for row in compare_rows.rows_of(compare_rows.select_runs(client, experiment="apart")))
     assert names == [f"ddtree-b63-{MODEL} model.dtype=bfloat16", *[f"ddtree-b63-{MODEL} model.dtype=float32"] * 2]
 
 
 def test_a_pool_jobs_tag_does_not_count_as_a_host_beside_the_hosts_that_ran():
     ran = [{"host": "gpu1", "model": MODEL}, {"host": "gpu2", "model": MODEL}]
     never_placed = {"host": "pool:gpu1,gpu2", "model": MODEL}
-    assert "host gpu1, gpu2 (" in compare.context([*ran, never_placed])
-    assert "host pool:gpu1,gpu2 (" in compare.context([never_placed])
+    assert "host gpu1, gpu2 (" in compare_rows.context([*ran, never_placed])
+    assert "host pool:gpu1,gpu2 (" in compare_rows.context([never_placed])
 
 
 def test_plot_titles_speedup_line_and_pareto_labels(rows, tmp_path):
-    context = compare.context(rows)
+    context = compare_rows.context(rows)
     assert MODEL in context and HOST in context and GPU in context and datetime.date.today().isoformat() in context
-    speedup = compare.budget_figure(rows, "speedup_vs_ar", "speedup vs AR")
+    speedup = compare_plots.budget_figure(rows, "speedup_vs_ar", "speedup vs AR")
     (ax,) = speedup.axes
     assert context in ax.get_title()
     assert any(list(line.get_ydata()) == [1.0, 1.0] for line in ax.get_lines())   # speedup = 1: AR
-    (auto,) = [line for line in ax.get_lines() if line.get_label() == "ddtree auto"]  # flat, across the budgets
-    assert list(auto.get_xdata()) == [8, 128] and len(set(auto.get_ydata())) == 1
-    pareto = compare.pareto_figure(rows)
+    # each budget-free run is a flat line of its own across the budgets, never a mean over runs
+    autos = [line for line in ax.get_lines() if line.get_label().startswith("ddtree-bauto")]
+    assert sorted(line.get_label() for line in autos) == ["ddtree-bauto seed=0", "ddtree-bauto seed=1"]
+    for line, row in zip(sorted(autos, key=lambda line: line.get_label()),
+                         sorted((r for r in rows if r["tree_budget"] == "auto"), key=lambda r: r["run"])):
+        assert list(line.get_xdata()) == [8, 128] and set(line.get_ydata()) == {row["speedup_vs_ar"]}
+    pareto = compare_plots.pareto_figure(rows)
     (ax,) = pareto.axes
     assert context in ax.get_title()
     labels = [t.get_text() for t in ax.texts]
     for budget in (8, 16, 32, 63, 128, "auto"):
         assert labels.count(f"b={budget}") == 2   # each ddtree run labelled with its budget
     done = [(r["tau"], r["tokens_per_s"]) for r in rows if r["status"] == "FINISHED"]
-    front = compare.pareto_front(done)
+    front = compare_plots.pareto_front(done)
     beaten = [p for p in done if any(q[0] >= p[0] and q[1] >= p[1] and q != p for q in done)]
     assert sorted(front) == sorted(set(done) - set(beaten))
     (drawn,) = [line for line in ax.get_lines() if line.get_label() == "Pareto front"]
@@ -219,5 +223,5 @@ def test_a_failed_ar_run_has_no_tau(tmp_path):
         run = client.create_run(exp, run_name=f"ar-{status}")
         client.log_param(run.info.run_id, "method.name", "ar")
         client.set_terminated(run.info.run_id, status)
-        rows[status] = compare.row_of(client.get_run(run.info.run_id))
+        rows[status] = compare_rows.row_of(client.get_run(run.info.run_id))
     assert (rows["FINISHED"]["tau"], rows["FAILED"]["tau"]) == (1.0, None)

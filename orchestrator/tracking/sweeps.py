@@ -37,21 +37,29 @@ def close_sweep(parent: Tracker, missing: Status = Status.KILLED, tags: dict[str
     end is recorded once: `sync` closes it later as it ended. `tags`: more for the parent (`reap`'s)."""
     from rich.console import Console
 
-    from .compare import render_table, rows_of, summarize
+    from .compare import summarize
+    from .compare_plots import Incomparable
+    from .compare_rows import rows_of
+    from .compare_table import render_tables
     from .records import as_run, job_records
 
     sweep_dir = parent.run_dir
     missing = Status((parent.record.get("end") or {}).get("missing", missing.value))
     runs = [as_run(r) for r in job_records(sweep_dir)]
-    _resolve_skipped(runs)
+    resolve_skipped(runs)
     rows = rows_of(runs)
     failed, skipped, title, status = _outcome(rows, int(parent.record["start"]["tags"].get(PLANNED_TAG) or 0),
                                               missing)
     if parent.record.get("end") is None:
         parent.keep(end={"missing": missing.value, "status": status.value})
     console = Console()
-    console.print(render_table(rows, title))
-    files = summarize(rows, sweep_dir / "summary")
+    for table in render_tables(rows, title):
+        console.print(table)
+    try:
+        files = summarize(rows, sweep_dir / "summary")
+    except Incomparable as exc:   # the table and summary.csv stand; the plots would mix setups
+        console.print(f"[yellow]plots not drawn: {exc}[/]", soft_wrap=True, highlight=False)
+        files = [sweep_dir / "summary" / "summary.csv"]
     later = f"log it later: {sync_command(sweep_dir)}"
     if parent.run_id is None:
         why = parent.warning or parent.record.get("error") or "never opened"
@@ -90,7 +98,7 @@ def _outcome(rows: list[dict], planned: int, missing: Status) -> tuple[int, int,
 def _log_summary(parent: Tracker, runs, rows: list[dict], title: str, files: list[Path], tags: dict[str, str]) -> str:
     """The summary on the MLflow parent (artifacts, tags, the markdown description), skipped jobs pointed at their
     holders' MLflow runs; returns the compare URL of the jobs that ran."""
-    from .compare import markdown
+    from .compare_table import markdown
 
     client = mlflow_client(parent.uri)
     ran = [r.info.run_id for r in runs if r.logged and r.data.tags.get("skipped") != "true"]
@@ -107,7 +115,7 @@ def _log_summary(parent: Tracker, runs, rows: list[dict], title: str, files: lis
     return url
 
 
-def _resolve_skipped(runs) -> None:
+def resolve_skipped(runs) -> None:
     """A skipped job names its holder by local run id (the holder's MLflow run may not have existed yet): point
     it at the holder's MLflow run where there is one, and give it the holder's host and GPU tags."""
     by_local = {r.data.tags.get("run_id_local"): r for r in runs}
