@@ -101,7 +101,7 @@ def skip_if_ran(plan: Plan, ctx: JobContext, name: str, console: Console | None 
     mine = {"job": ctx.num, "run_id_local": plan.spec.run_id, "run_dir": str(ctx.run_dir), "name": name,
             "overrides": overrides}
     holder = claim(registry, key_of(effective_config(plan)), mine)
-    if holder is None:
+    if holder is None or holder.get("job") == ctx.num:   # its own claim: an earlier attempt (`specbench resume`)
         return None
     record_skip(plan, ctx.run_dir, holder, skipped_name(plan, overrides, swept_from_env()), overrides)
     (console or Console()).print(

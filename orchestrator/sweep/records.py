@@ -26,12 +26,17 @@ class JobRecords:
         # a single run's id is its dir's name (ending in this process's tag); a sweep job's, its number and a tag
         name = ctx.run_dir.name
         self.run_id = name if name.endswith(RUN_TAG) else f"{name}-{uuid.uuid4().hex[:6]}"
+        self.supersedes: str | None = None    # `specbench resume`: the MLflow run of this job's earlier attempt
 
     def name(self, plan: Plan) -> str:
         return run_name(plan, self.ctx.overrides, swept_from_env())
 
     def start(self, plan: Plan) -> RunStart:
-        return RunStart(plan, self.ctx.run_dir, job_tracker(plan.tracking, self.ctx.run_dir), self.name(plan))
+        return RunStart(plan, self.ctx.run_dir, job_tracker(plan.tracking, self.ctx.run_dir), self.name(plan),
+                        self._superseding())
+
+    def _superseding(self) -> dict[str, str]:
+        return {"supersedes": self.supersedes} if self.supersedes else {}
 
     def unlaunched(self, plan: Plan, status: Status, tags: dict[str, str], note: str) -> None:
         tracker = self._tracker(plan.tracking)
@@ -54,7 +59,8 @@ class JobRecords:
         return job_tracker(tracking, self.ctx.run_dir)
 
     def _own(self, note: str) -> dict[str, str]:
-        return {"run_dir": str(self.ctx.run_dir), "run_id_local": self.run_id, "mlflow.note.content": note}
+        return {"run_dir": str(self.ctx.run_dir), "run_id_local": self.run_id, "mlflow.note.content": note,
+                **self._superseding()}
 
     @staticmethod
     def _close(tracker: Tracker, status: Status, tags: dict[str, str]) -> None:

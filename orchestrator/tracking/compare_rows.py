@@ -187,5 +187,6 @@ def select_runs(client, experiment: str | None = None, parent: str | None = None
 
         raise SystemExit(f"compare: sweep {parent} has no child runs in {client.tracking_uri} (its jobs did not "
                          f"reach MLflow: `{program()} sync <its sweep dir>` logs what they kept)")
-    runs = [r for r in runs if r.data.tags.get("sweep") != "parent" and r.data.tags.get("superseded") != "true"]
+    superseded = {r.data.tags["supersedes"] for r in runs if r.data.tags.get("supersedes")}
+    runs = [r for r in runs if r.data.tags.get("sweep") != "parent" and r.info.run_id not in superseded]
     return sorted(runs, key=lambda r: r.info.start_time or 0)

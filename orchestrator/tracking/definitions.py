@@ -42,7 +42,7 @@ TAG_FAMILIES = {
     "failure.": "why the run failed: the failure catalog's id, category and hint, and the stage it failed in",
     "duplicate_of": "the job of the sweep whose run holds this skipped job's result",
     "sweep.": "a sweep's facts: its overrides, jobs planned, failed and skipped, its compare link",
-    "superseded": "a sweep job's earlier attempt, run again by `specbench resume`",
+    "supersedes": "the MLflow run of this sweep job's earlier attempt, which `specbench resume` ran again",
 }
 
 

@@ -12,6 +12,7 @@ result (`duplicate_of` tag; `sweep.skipped` counts them). What MLflow did not ge
 """
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 from .run_note import NOTE_TAG
@@ -34,7 +35,31 @@ def close_sweep(parent: Tracker, missing: Status = Status.KILLED, tags: dict[str
     records, printed and written to the summary, then logged on the MLflow parent, closed; returns the number of
     planned jobs that did not finish. A planned job without a record counts as `missing`: KILLED where the sweep was
     killed or stopped before it (`reap`), FAILED at a sweep's normal end (it failed before it began). The sweep's
-    end is recorded once: `sync` closes it later as it ended. `tags`: more for the parent (`reap`'s)."""
+    end is recorded once: `sync` closes it later as it ended. `tags`: more for the parent (`reap`'s). Its last
+    lines name the parent run and the commands that find the sweep again (`where_next`)."""
+    failed = _close(parent, missing, tags)
+    where_next(parent, failed)
+    return failed
+
+
+def where_next(parent: Tracker, failed: int) -> None:
+    """The sweep's parent run id and the commands that show it again (and run its unfinished jobs again)."""
+    from rich.console import Console
+
+    from ..program import program
+
+    sweep_dir, console = parent.run_dir, Console()
+    said = f"sweep {sweep_id(sweep_dir)}: parent run {parent.run_id}" if parent.run_id else \
+        f"sweep {sweep_id(sweep_dir)} (no MLflow parent run)"
+    console.print(f"{said}; its table again: {program()} compare {shlex.quote(str(sweep_dir))}"
+                  + (f" (or {program()} compare {parent.run_id})" if parent.run_id else ""),
+                  soft_wrap=True, highlight=False)
+    if failed:
+        console.print(f"{failed} job(s) did not finish; run them again under the same parent: {program()} resume "
+                      f"{shlex.quote(str(sweep_dir))}", soft_wrap=True, highlight=False)
+
+
+def _close(parent: Tracker, missing: Status, tags: dict[str, str] | None) -> int:
     from rich.console import Console
 
     from .compare import summarize
