@@ -17,7 +17,7 @@ from pathlib import Path
 
 from .run_note import NOTE_TAG
 from .tracker import Status, Tracker, mlflow_client, mlflow_error, sync_command
-from .ui_links import compare_url, where
+from .ui_links import compare_url, runs_list_url, where
 
 SWEEP_RECORD = "sweep.json"             # the parent's tracking record, plus the sweep's `end`
 
@@ -54,6 +54,10 @@ def where_next(parent: Tracker, failed: int) -> None:
     console.print(f"{said}; its table again: {program()} compare {shlex.quote(str(sweep_dir))}"
                   + (f" (or {program()} compare {parent.run_id})" if parent.run_id else ""),
                   soft_wrap=True, highlight=False)
+    if parent.run_id and parent.record.get("experiment_id"):
+        console.print(f"its experiment's runs in MLflow, headline metrics as columns: "
+                      f"{where(parent.uri, runs_list_url(parent.uri, parent.record['experiment_id']))}",
+                      soft_wrap=True, highlight=False)
     if failed:
         console.print(f"{failed} job(s) did not finish; run them again under the same parent: {program()} resume "
                       f"{shlex.quote(str(sweep_dir))}", soft_wrap=True, highlight=False)

@@ -33,8 +33,8 @@ from remote.events import write_json_atomic
 
 from ..paths import default_artifact_root, default_tracking_uri
 from ..program import program
-from .run_note import NOTE_TAG, definitions_table, description, headline
-from .ui_links import run_url, where
+from .run_note import HEADLINE, NOTE_TAG, definitions_table, description, headline, headline_name
+from .ui_links import experiment_tags, run_url, where
 
 log = logging.getLogger(__name__)
 
@@ -443,12 +443,15 @@ class Tracker:
         if (database := sqlite_file(self.uri)) is not None:
             database.parent.mkdir(parents=True, exist_ok=True)
         exp = client.get_experiment_by_name(self.experiment)
-        if exp is not None:
-            self._update(experiment_id=exp.experiment_id)
-            return exp.experiment_id
-        # A local database gets local artifacts in runs/, wherever the command was started from.
-        location = default_artifact_root() if self.uri.startswith("sqlite:") else None
-        exp_id = client.create_experiment(self.experiment, artifact_location=location)
+        if exp is None:
+            # A local database gets local artifacts in runs/, wherever the command was started from.
+            location = default_artifact_root() if self.uri.startswith("sqlite:") else None
+            exp_id, tags = client.create_experiment(self.experiment, artifact_location=location), {}
+        else:
+            exp_id, tags = exp.experiment_id, exp.tags
+        for key, value in experiment_tags([headline_name(k) for k in HEADLINE]).items():
+            if tags.get(key) != value:   # the UI's view of our runs (ui_links), set once per experiment
+                client.set_experiment_tag(exp_id, key, value)
         self._update(experiment_id=exp_id)
         return exp_id
 
