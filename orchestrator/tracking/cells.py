@@ -1,6 +1,6 @@
 """Table cells that wrap at word boundaries at any width: rich breaks a cell only at spaces and folds a word that is
 too wide mid-word (`ddtree-b` / `63-demo-` / `qwen3` at 40 columns), where a run's name is made of words joined by
-`-`, `=`, `,` and `.` (a host).
+`-`, `_`, `=`, `,` and `.` (a host).
 
 Contract: `Words(text, style)` is a rich renderable whose pieces end after a space or one of BREAKS: it needs the
 width of its widest piece and takes its whole length when it can, and wraps between pieces, folding only a piece
@@ -14,7 +14,7 @@ from rich.cells import cell_len
 from rich.measure import Measurement
 from rich.text import Text
 
-BREAKS = "-=,/."
+BREAKS = "-_=,/."
 _PIECE = re.compile(rf"[^\s{re.escape(BREAKS)}]*[{re.escape(BREAKS)}]+|\S+\s*|\s+")
 
 

@@ -68,9 +68,15 @@ def row_of(run) -> dict:
     return row
 
 
+# params that set comparable groups apart: a group's table says them in its title, its runs' names need not
+GROUP_PARAMS = ("model.name", "drafter.name", "model.dtype", "temperature", "dataset.option", "dataset.name",
+                "dataset.path")
+
+
 def rows_of(runs) -> list[dict]:
     """`row_of` each run; runs that would share a name (two runs launched apart that differ only in, say,
-    `model.dtype`) get the params that tell them apart added to it, two at most."""
+    `max_new_tokens`) get the params that tell them apart added to it, two at most (not those of GROUP_PARAMS:
+    runs apart in those are in different groups)."""
     rows = [row_of(run) for run in runs]
     groups: dict[str, list[int]] = {}
     for index, row in enumerate(rows):
@@ -78,7 +84,8 @@ def rows_of(runs) -> list[dict]:
             groups.setdefault(row["run"], []).append(index)
     for name, members in groups.items():
         params = [runs[i].data.params for i in members]
-        apart = sorted(key for key in set().union(*params) if len({p.get(key) for p in params}) > 1)[:2]
+        apart = sorted(key for key in set().union(*params) - set(GROUP_PARAMS)
+                       if len({p.get(key) for p in params}) > 1)[:2]
         for i, own in zip(members, params):
             if apart:
                 rows[i]["run"] = " ".join([name, *(f"{key}={own.get(key, '-')}" for key in apart)])

@@ -2,8 +2,8 @@
 
 Contract: `render_tables(rows, title)` is one rich Table per comparable group (orchestrator.tracking.compare_rows),
 each titled with what its numbers belong to and, where there are several, what sets it apart; each fits 80 columns
-(short headers, GPU names without the vendor, host names without their domain; the model moves to the title when its
-rows share it) and wraps names at word boundaries at any width. A speedup is marked `*` where its 95% interval
+(short headers, GPU names without the vendor, host names without their domain; the model, host and GPU move to the
+title when its rows share them) and wraps names at word boundaries at any width it can fit in (60 columns and up). A speedup is marked `*` where its 95% interval
 includes 1.0, `?` where it comes from fewer than remote.noise.MIN_PROMPTS prompts (too few to call anything
 significant) and `!` where the run's fairness is not `ok` (unlike paths, or noisy timings); the caption leads with
 the group's answer (`leader`), then says what each mark means and which jobs were skipped. `markdown(rows, title,
@@ -114,11 +114,12 @@ def render_table(rows: list[dict], title: str = "runs", apart: str = "") -> Tabl
     head = f"{title}\n{context(rows)}" + (f"\n{apart}" if apart else "")
     table = Table(title=head, header_style="bold", box=box.SIMPLE_HEAD, show_edge=False, collapse_padding=True,
                   pad_edge=False, caption="\n".join(caption) or None, caption_justify="left")
-    for key, header in TERMINAL:
+    columns = [(k, h) for k, h in TERMINAL if k not in ("host", "gpu") or len({r.get(k) for r in shown}) > 1]
+    for key, header in columns:   # a host or GPU that all rows share is in the title, as the model is
         table.add_column(header, justify="left" if key in ("run", "host", "gpu", "status") else "right")
     for row in shown:
         table.add_row(*(Words(_cell(row, key, models)) if key in ("run", "host", "gpu", "status") else
-                        _cell(row, key, models) for key, _ in TERMINAL))
+                        _cell(row, key, models) for key, _ in columns))
     return table
 
 
