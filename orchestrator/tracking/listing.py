@@ -27,7 +27,7 @@ from .cells import Words
 from .compare_rows import row_of
 from .compare_table import marks
 from .records import as_run, job_records
-from .sweeps import SWEEP_RECORD, sweep_id
+from .sweeps import PLANNED_TAG, SWEEP_RECORD, sweep_id
 from .tracker import RECORD
 
 
@@ -63,9 +63,12 @@ def sweep_entry(sweep_dir: Path) -> dict:
     best = max(done, key=lambda r: r["speedup_vs_ar"]) if done else {}
     join = lambda key: ", ".join(sorted({str(r[key]) for r in rows if r.get(key)})) or "-"   # noqa: E731
     name = str(best.get("run", "")).replace(f"-{best.get('model')}", "", 1)
-    return {"id": sweep_id(sweep_dir), "start": (record.get("start") or {}).get("start_time") or 0,
+    start = record.get("start") or {}
+    planned = int(start.get("tags", {}).get(PLANNED_TAG) or len(rows))
+    ended = sum(r["status"] in ("FINISHED", "SKIPPED") for r in rows)
+    return {"id": sweep_id(sweep_dir), "start": start.get("start_time") or 0,
             "status": end.get("status", "RUNNING"), "model": join("model"),
-            "arm": f"sweep of {len(rows)}" + (f", best {name}" if best else ""), "host": join("host"),
+            "arm": f"sweep, {ended} of {planned} done" + (f", best {name}" if best else ""), "host": join("host"),
             "tau": best.get("tau"), "speedup": _speedup(best), "tok/s": best.get("tokens_per_s"),
             "mlflow": (record.get("mlflow_run_id") or "")[:12]}
 
