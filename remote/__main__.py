@@ -1,9 +1,9 @@
 """`python -m remote <run_dir>`: run the benchmark described by `<run_dir>/spec.json`.
 
-Contract: writes events.jsonl, outputs.jsonl and results.json (atomic, last) into run_dir. Exit status 0 on
-success; 2 on bad input (unreadable/malformed spec, a hub that cannot serve its models (remote.hub), or a SpecError
-from loading/checking) with exactly one line `error: <message>` on stderr; 1 on a crash, with the traceback on stderr. The launcher redirects stdout/stderr
-to runner.log.
+Contract: writes events.jsonl, outputs.jsonl and results.json (atomic, last) into run_dir. Exit status 0 on success;
+2 on bad input (unreadable/malformed spec, a hub that cannot serve its models (remote.hub), or a SpecError from
+loading/checking) with exactly one line `error: <message>` on stderr; 1 on a crash, with the traceback on stderr.
+The launcher redirects stdout/stderr to runner.log.
 """
 from __future__ import annotations
 

@@ -1,13 +1,13 @@
-"""Whether the hub can serve a run's hub ids, asked once before anything loads: an unreachable hub is one line
-within seconds, not transformers' retries (19 `Retrying...` lines over 52 s, then the error).
+"""Whether the hub can serve a run's hub ids, asked once before anything loads: an unreachable hub is one line within
+seconds, not transformers' retries (19 `Retrying...` lines over 52 s, then the error).
 
 Contract: `prepare_hub(sources)` looks at the spec's hub ids ((name, revision) pairs; a name is a hub id when it is
-`owner/name` and not a local directory: None, local paths and shipped assets are skipped). With HF_HUB_OFFLINE set, each must be in the host's hub cache,
-else a SpecError names it and the cache. Otherwise the hub's endpoint is asked once (one HTTP HEAD through the
-environment's proxies, at most REACH_WITHIN_S): unreachable with everything cached, HF_HUB_OFFLINE=1 is set for this
-process (before transformers is imported: every version reads it at import) and the line returned says so; with
-something missing, a SpecError says the hub cannot be reached, why, and what is missing. Standard library only
-(called before transformers and huggingface_hub are imported).
+`owner/name` and not a local directory: None, local paths and shipped assets are skipped). With HF_HUB_OFFLINE set,
+each must be in the host's hub cache, else a SpecError names it and the cache. Otherwise the hub's endpoint is asked
+once (one HTTP HEAD through the environment's proxies, at most REACH_WITHIN_S): unreachable with everything cached,
+HF_HUB_OFFLINE=1 is set for this process (before transformers is imported: every version reads it at import) and the
+line returned says so; with something missing, a SpecError says the hub cannot be reached, why, and what is missing.
+Standard library only (called before transformers and huggingface_hub are imported).
 """
 from __future__ import annotations
 

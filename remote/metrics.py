@@ -99,7 +99,8 @@ DEFINITIONS = {
     "num_prompts": "prompts decoded: the param num_prompts, or all the dataset has when it has fewer",
     "ar_<metric>": "the same metric for the AR baseline of this run",
     "timing_noise": "how much the run's own timings wander (remote.noise): the larger of timing_noise_prompts and "
-                    "timing_noise_repeats; above 0.10 the run's fairness is `noisy` and its speedup is not to be trusted",
+                    "timing_noise_repeats; above 0.10 the run's fairness is `noisy` and its speedup not to be "
+                    "trusted",
     "timing_noise_prompts": "coefficient of variation (sd / mean) across prompts of AR's time per token (each prompt "
                             "averaged over its repeats): AR does the same work a token on every prompt, so this is "
                             "the machine's noise",

@@ -32,8 +32,8 @@ MIN_PROMPTS = 12
 # HW thermal 0x40, HW power brake 0x80 (idle, application clocks and the power cap are normal operation).
 SLOWDOWN = 0x8 | 0x20 | 0x40 | 0x80
 NOISE_METRICS = ("timing_noise", "timing_noise_prompts", "timing_noise_repeats", "host_load_before",
-                 "host_load_after", "gpu_other_processes_before", "gpu_other_processes_after", "gpu_sm_clock_mhz_before",
-                 "gpu_sm_clock_mhz_after", "gpu_slowdown_before", "gpu_slowdown_after")
+                 "host_load_after", "gpu_other_processes_before", "gpu_other_processes_after",
+                 "gpu_sm_clock_mhz_before", "gpu_sm_clock_mhz_after", "gpu_slowdown_before", "gpu_slowdown_after")
 
 
 def host_load() -> float | None:

@@ -16,7 +16,7 @@ from matplotlib.container import ErrorbarContainer
 from mlflow.tracking import MlflowClient
 from rich.console import Console
 
-from orchestrator.tracking import compare, compare_plots, compare_rows, compare_table
+from orchestrator.tracking import compare_plots, compare_rows, compare_table
 from orchestrator.tracking.sweeps import SWEEP_RECORD
 from orchestrator.tracking.tracker import Status, Tracker
 
@@ -146,4 +146,4 @@ def test_compare_takes_a_sweeps_dir_and_run_ids(logged, tmp_path):
                            client.tracking_uri], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 1 and proc.stderr.startswith("compare: 'nonesuch' is neither") and \
         len(proc.stderr.splitlines()) == 1
-    assert compare.summarize(rows, tmp_path / "out")[0].name == "summary.csv"
+    assert compare_plots.summarize(rows, tmp_path / "out")[0].name == "summary.csv"

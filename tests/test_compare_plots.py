@@ -138,7 +138,7 @@ def test_plot_titles_speedup_line_and_pareto_labels(rows, tmp_path):
     assert sorted(front) == sorted(set(done) - set(beaten))
     (drawn,) = [line for line in ax.get_lines() if line.get_label() == "Pareto front"]
     assert list(drawn.get_xdata()) == [p[0] for p in front]
-    paths = compare.summarize(rows, tmp_path / "out")
+    paths = compare_plots.summarize(rows, tmp_path / "out")
     assert {p.name for p in paths} == {"summary.csv", "speedup_vs_budget.png", "tau_vs_budget.png", "pareto.png",
                                        "accept_by_depth.png"}
     assert all(p.stat().st_size > 10_000 for p in paths if p.suffix == ".png")

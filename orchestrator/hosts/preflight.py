@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .base import Host, HostError, Result
+from .base import Host, HostError, HostMismatch, Result
 
 # A GPU with no visible process but this much memory in use is busy too: processes of other containers or
 # users do not show up in nvidia-smi, their memory does.
@@ -84,10 +84,6 @@ print("SPECBENCH_PREFLIGHT " + json.dumps(out))
 '''
 MARKER = "SPECBENCH_PREFLIGHT "
 EXIT_MARKER = "SPECBENCH_PREFLIGHT_EXIT "   # the probe's own exit status, whatever runs after it
-
-
-class HostMismatch(HostError):
-    """The run asks for GPUs or a device the host does not have: the run's input is wrong, not the host."""
 
 
 @dataclass

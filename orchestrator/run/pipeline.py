@@ -18,9 +18,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from ..config.plan import Plan
-from ..hosts import HostError
+from ..hosts import HostError, HostMismatch
 from ..hosts.connect import open_host
-from ..hosts.preflight import HostMismatch
 from ..signals import describe
 from ..tracking.run_start import RunStart
 from .attach import follow_again

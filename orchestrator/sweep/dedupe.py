@@ -1,17 +1,17 @@
 """A sweep runs each effective config once: `-m method=ar,dflash,ddtree tree_budget=8,32` runs ar and dflash once.
 
-Contract: the effective config of a job is what its runner reads: the plan's run spec less its run id, as the
-runner reads it (`as_read`), plus where it runs (the host's settings and the GPUs, which reach the runner as its
-environment). Jobs of one sweep claim their effective config in the sweep dir
-(`<sweep dir>/effective/<parent run>/<hash>.json`, created whole by a hard link, so parallel joblib or submitit
-workers cannot both win); `skip_if_ran` returns None to the job that holds the claim (it runs) and, to any later
-one, a `Skipped` outcome after recording it: a FINISHED child run tagged `status=skipped`, named
-`<base> (skipped: <its swept values>)`, whose `duplicate_of.*` tags name the job that holds the result (the sweep's
-summary resolves it to that run's MLflow id, orchestrator.tracking.sweeps). Its run dir gets `skipped.json`.
-`as_read` leaves out the fields the arm's runner does not read (orchestrator.config.arms `unread`). Only under Hydra's basic
-sweeper (a grid); an optimising sweeper's trials all run.
-Non-goals: skipping across sweeps (a new sweep measures again), a user's script (`runner=script` reads what it
-likes, so it always runs), reusing a duplicate's numbers as an optimising sweeper's objective.
+Contract: the effective config of a job is what its runner reads: the plan's run spec less its run id, as the runner
+reads it (`as_read`), plus where it runs (the host's settings and the GPUs, which reach the runner as its
+environment). Jobs of one sweep claim their effective config in the sweep dir (`<sweep dir>/effective/<parent
+run>/<hash>.json`, created whole by a hard link, so parallel joblib or submitit workers cannot both win);
+`skip_if_ran` returns None to the job that holds the claim (it runs) and, to any later one, a `Skipped` outcome
+after recording it: a FINISHED child run tagged `status=skipped`, named `<base> (skipped: <its swept values>)`,
+whose `duplicate_of.*` tags name the job that holds the result (the sweep's summary resolves it to that run's MLflow
+id, orchestrator.tracking.sweeps). Its run dir gets `skipped.json`. `as_read` leaves out the fields the arm's runner
+does not read (orchestrator.config.arms `unread`). Only under Hydra's basic sweeper (a grid); an optimising
+sweeper's trials all run. Non-goals: skipping across sweeps (a new sweep measures again), a user's script
+(`runner=script` reads what it likes, so it always runs), reusing a duplicate's numbers as an optimising sweeper's
+objective.
 """
 from __future__ import annotations
 

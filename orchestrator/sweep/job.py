@@ -10,7 +10,6 @@ a stopped sweep SweepStopped (orchestrator.sweep.scoring).
 """
 from __future__ import annotations
 
-import os
 import sys
 import threading
 
@@ -26,7 +25,6 @@ from ..tracking.tracker import RECORD, Status
 from .context import JobContext
 from .dedupe import skip_if_ran
 from .records import JobRecords
-from .resume import RESUME_ENV, set_aside, settled
 from .scoring import JobFailed, SweepStopped, objective_of
 
 EXIT_BAD_INPUT = 2
@@ -59,11 +57,9 @@ def _interrupted(exc: JobInterrupted, ctx: JobContext) -> None:
 
 def _job(cfg: DictConfig, ctx: JobContext) -> float | None:
     records = JobRecords(ctx)
-    if ctx.multirun and os.environ.get(RESUME_ENV) == str(ctx.sweep_dir):   # `specbench resume`
-        if settled(ctx.run_dir):
-            Console().print(f"job {ctx.num} finished before: kept, not run again")
-            return objective_of(_plan(cfg, ctx, records.run_id).objective, ctx.run_dir, [])
-        records.supersedes = set_aside(ctx.run_dir)
+    if records.finished_before():   # `specbench resume`
+        Console().print(f"job {ctx.num} finished before: kept, not run again")
+        return objective_of(_plan(cfg, ctx, records.run_id).objective, ctx.run_dir, [])
     if ctx.multirun and (stopped_by := sweep_stopped(ctx.sweep_dir)):
         return _not_started(cfg, ctx, records, stopped_by)
     following = try_following(ctx.run_dir)   # held until the run is reported, so `reap` leaves it alone

@@ -6,6 +6,7 @@ composed.
 """
 from __future__ import annotations
 
+import os
 import uuid
 
 from omegaconf import DictConfig, OmegaConf
@@ -18,6 +19,7 @@ from ..tracking.run_start import RunStart, record_start
 from ..tracking.tracker import Status, Tracker, flatten
 from .callback import job_tracker
 from .context import JobContext
+from .resume import RESUME_ENV, set_aside, settled
 
 
 class JobRecords:
@@ -27,6 +29,16 @@ class JobRecords:
         name = ctx.run_dir.name
         self.run_id = name if name.endswith(RUN_TAG) else f"{name}-{uuid.uuid4().hex[:6]}"
         self.supersedes: str | None = None    # `specbench resume`: the MLflow run of this job's earlier attempt
+
+    def finished_before(self) -> bool:
+        """Under `specbench resume` (orchestrator.sweep.resume): True for a job that finished before, which is not
+        run again; a job that did not has its earlier attempt set aside (its MLflow run, `supersedes`)."""
+        if not (self.ctx.multirun and os.environ.get(RESUME_ENV) == str(self.ctx.sweep_dir)):
+            return False
+        if settled(self.ctx.run_dir):
+            return True
+        self.supersedes = set_aside(self.ctx.run_dir)
+        return False
 
     def name(self, plan: Plan) -> str:
         return run_name(plan, self.ctx.overrides, swept_from_env())

@@ -1,13 +1,14 @@
 """`specbench resume <sweep>`: a sweep's jobs that did not finish, run again under the same parent run.
 
 Contract: `<sweep>` is a sweep's dir, its id (`<date>/<time>-<tag>`) or its parent's MLflow id. `main` runs the
-sweep's multirun again as it was given (Hydra's multirun.yaml in the sweep dir: its overrides and config dirs) in the
-same sweep dir, with RESUME_ENV set, in this process (exec: its exit status and signals are the sweep's). Under RESUME_ENV the sweep callback reopens the
-parent (`reopen`: its record's end cleared, its MLflow run RUNNING again) and each job (`settled`) that finished
-before (FINISHED, or a skipped duplicate) returns its result without running, while one that did not keeps its
-earlier attempt under `<job>/attempts/<n>/` (`set_aside`) and runs again, its new run tagged `supersedes` (compare
-leaves the superseded one out). Refused with one line (exit 1): a sweep that is not there, one still running (its
-lock is held), one of an optimising sweeper (its trials are not a fixed grid), one with nothing left to run.
+sweep's multirun again as it was given (Hydra's multirun.yaml in the sweep dir: its overrides and config dirs) in
+the same sweep dir, with RESUME_ENV set, in this process (exec: its exit status and signals are the sweep's). Under
+RESUME_ENV the sweep callback reopens the parent (`reopen`: its record's end cleared, its MLflow run RUNNING again)
+and each job (`settled`) that finished before (FINISHED, or a skipped duplicate) returns its result without running,
+while one that did not keeps its earlier attempt under `<job>/attempts/<n>/` (`set_aside`) and runs again, its new
+run tagged `supersedes` (compare leaves the superseded one out). Refused with one line (exit 1): a sweep that is not
+there, one still running (its lock is held), one of an optimising sweeper (its trials are not a fixed grid), one
+with nothing left to run.
 """
 from __future__ import annotations
 

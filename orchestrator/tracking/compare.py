@@ -7,7 +7,7 @@ experiment (`--filter`: an MLflow search filter). A run or experiment that does 
 a parent without children, a filter MLflow cannot parse, no runs at all, or (with --out) more setups than one figure
 can hold side by side (compare_plots.Incomparable: what differs) is one line on stderr and exit 1; a missing local
 database is never created. The rows, tables and plots are orchestrator.tracking.compare_rows, compare_table and
-compare_plots; `summarize(rows, out_dir)` writes summary.csv and the plots, as a sweep's end does too.
+compare_plots (its `summarize(rows, out_dir)` writes summary.csv and the plots, as a sweep's end does too).
 """
 from __future__ import annotations
 
@@ -18,16 +18,10 @@ from pathlib import Path
 
 from rich.console import Console
 
-from .compare_plots import Incomparable, plot
+from .compare_plots import Incomparable, summarize
 from .compare_rows import rows_of, select_runs
-from .compare_table import render_tables, write_csv
+from .compare_table import render_tables
 from .tracker import resolve_uri, sqlite_file
-
-
-def summarize(rows: list[dict], out_dir: Path) -> list[Path]:
-    """summary.csv and the plots in `out_dir`; Incomparable (after the CSV) where the rows are too many setups."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    return [write_csv(rows, out_dir / "summary.csv"), *plot(rows, out_dir)]
 
 
 def _nothing_found(args) -> str:

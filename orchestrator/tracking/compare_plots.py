@@ -1,14 +1,15 @@
-"""Plots of compared runs, one panel per comparable group (orchestrator.tracking.compare_rows): a line or point is
-only ever drawn beside the runs it can be compared with.
+"""Plots of compared runs, one panel per comparable group (orchestrator.tracking.compare_rows): a line or point is only
+ever drawn beside the runs it can be compared with.
 
-Contract: `budget_figure(rows, metric, label)`: `metric` against tree budget, DDTree's fixed budgets as points, a line
-joining the runs of one setup (compare_rows.series; the mean where one setup ran a budget twice), every budget-free
-run (dflash, ar, tree_budget=auto) as a flat line of its own; each with its 95% interval (bars, or a band), drawn dashed where it comes from too few prompts; speedup also
-gets the speedup = 1 line. `pareto_figure(rows)`: tokens/s against tau, each run labelled with its budget and tied
-to its own AR (a hollow marker at tau 1: what its speedup is against), the Pareto front drawn. `depth_figure(rows)`:
-the unconditional per-depth acceptance of each run. Every figure's title says what its numbers belong to, each panel
-what sets its group apart. `plot(rows, out_dir)` writes the four PNGs; more groups than MAX_PANELS is Incomparable,
-with one line saying what differs.
+Contract: `budget_figure(rows, metric, label)`: `metric` against tree budget, DDTree's fixed budgets as points, a
+line joining the runs of one setup (compare_rows.series; the mean where one setup ran a budget twice), every
+budget-free run (dflash, ar, tree_budget=auto) as a flat line of its own; each with its 95% interval (bars, or a
+band), drawn dashed where it comes from too few prompts; speedup also gets the speedup = 1 line.
+`pareto_figure(rows)`: tokens/s against tau, each run labelled with its budget and tied to its own AR (a hollow
+marker at tau 1: what its speedup is against), the Pareto front drawn. `depth_figure(rows)`: the unconditional
+per-depth acceptance of each run. Every figure's title says what its numbers belong to, each panel what sets its
+group apart. `plot(rows, out_dir)` writes the four PNGs; more groups than MAX_PANELS is Incomparable, with one line
+saying what differs; `summarize(rows, out_dir)` writes summary.csv (compare_table) and the plots.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from remote.noise import MIN_PROMPTS, too_few
 
 from ..config.arms import AR, DDTree, DFlash, method_named
 from .compare_rows import comparable, context, differs, label, series
+from .compare_table import write_csv
 
 MAX_PANELS = 6
 MARKERS = ((AR, "s", "tab:green"), (DFlash, "^", "tab:blue"), (DDTree, "o", "tab:orange"))
@@ -106,7 +108,8 @@ def _budget_panel(ax, done: list[dict], metric: str) -> list[int]:
     span = [budgets[0], budgets[-1]] if len(budgets) > 1 else [budgets[0] / 2, budgets[0] * 2] if budgets else [1, 2]
     fixed = [r for r in done if _fixed_budget(r) and r.get(metric) is not None]
     for name, mine in series(fixed):     # a line per setup; two runs of one setup at one budget: their mean
-        means = {b: [r[metric] for r in mine if r["tree_budget"] == b] for b in sorted({r["tree_budget"] for r in mine})}
+        budgets_run = sorted({r["tree_budget"] for r in mine})
+        means = {b: [r[metric] for r in mine if r["tree_budget"] == b] for b in budgets_run}
         (line,) = ax.plot(list(means), [sum(v) / len(v) for v in means.values()], "-", label=name)
         for r in mine:
             low, high = _interval(r, metric) or (r[metric], r[metric])
@@ -212,3 +215,9 @@ def plot(rows: list[dict], out_dir: Path) -> list[Path]:
         plt.close(fig)
         paths.append(out_dir / name)
     return paths
+
+
+def summarize(rows: list[dict], out_dir: Path) -> list[Path]:
+    """summary.csv and the plots in `out_dir`; Incomparable (after the CSV) where the rows are too many setups."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return [write_csv(rows, out_dir / "summary.csv"), *plot(rows, out_dir)]

@@ -3,11 +3,12 @@
 Contract: `render_tables(rows, title)` is one rich Table per comparable group (orchestrator.tracking.compare_rows),
 each titled with what its numbers belong to and, where there are several, what sets it apart; each fits 80 columns
 (short headers, GPU names without the vendor, host names without their domain; the model, host and GPU move to the
-title when its rows share them) and wraps names at word boundaries at any width it can fit in (60 columns and up). A speedup is marked `*` where its 95% interval
-includes 1.0, `?` where it comes from fewer than remote.noise.MIN_PROMPTS prompts (too few to call anything
-significant) and `!` where the run's fairness is not `ok` (unlike paths, or noisy timings); the caption leads with
-the group's answer (`leader`), then says what each mark means and which jobs were skipped. `markdown(rows, title,
-url)` is the same for a sweep parent's description; `write_csv(rows, path)` has every column, group included.
+title when its rows share them) and wraps names at word boundaries at any width it can fit in (60 columns and up). A
+speedup is marked `*` where its 95% interval includes 1.0, `?` where it comes from fewer than
+remote.noise.MIN_PROMPTS prompts (too few to call anything significant) and `!` where the run's fairness is not `ok`
+(unlike paths, or noisy timings); the caption leads with the group's answer (`leader`), then says what each mark
+means and which jobs were skipped. `markdown(rows, title, url)` is the same for a sweep parent's description;
+`write_csv(rows, path)` has every column, group included.
 """
 from __future__ import annotations
 

@@ -5,7 +5,8 @@ status and exit code never depend on MLflow: it prints the table, writes the sum
 `<sweep dir>/summary`, records the sweep's end in SWEEP_RECORD and, where MLflow has the parent, logs the summary there
 and closes the parent FAILED if any job did not finish (or a planned job, PLANNED_TAG, left no record), KILLED if every
 job that did not finish was stopped, FINISHED otherwise; it returns how many did not finish. The parent's description
-(the summary as markdown) links the absolute compare URL of the children that ran (also its `sweep.compare_url` tag).
+(the summary as markdown) links the absolute compare URL of the children that ran (also its `sweep.compare_url` tag);
+its headline metrics are its best job's (`sweep.best`), so that its row in the runs list answers for it.
 Each skipped duplicate (SKIPPED_FILE in its run dir, orchestrator.sweep.dedupe) is resolved to the run that holds its
 result (`duplicate_of` tag; `sweep.skipped` counts them). What MLflow did not get, `sync <sweep dir>` logs later
 (orchestrator.tracking.sync).
@@ -13,9 +14,10 @@ result (`duplicate_of` tag; `sweep.skipped` counts them). What MLflow did not ge
 from __future__ import annotations
 
 import shlex
+import time
 from pathlib import Path
 
-from .run_note import NOTE_TAG
+from .run_note import NOTE_TAG, headline
 from .tracker import Status, Tracker, mlflow_client, mlflow_error, sync_command
 from .ui_links import compare_url, runs_list_url, where
 
@@ -66,8 +68,7 @@ def where_next(parent: Tracker, failed: int) -> None:
 def _close(parent: Tracker, missing: Status, tags: dict[str, str] | None) -> int:
     from rich.console import Console
 
-    from .compare import summarize
-    from .compare_plots import Incomparable
+    from .compare_plots import Incomparable, summarize
     from .compare_rows import rows_of
     from .compare_table import render_tables
     from .records import as_run, job_records
@@ -139,9 +140,24 @@ def _log_summary(parent: Tracker, runs, rows: list[dict], title: str, files: lis
                     client.set_tag(run.info.run_id, key, run.data.tags[key])
     for path in files:
         client.log_artifact(parent.run_id, str(path))
-    for key, value in {"sweep.compare_url": url, NOTE_TAG: markdown(rows, title, url), **tags}.items():
+    best = _best(runs, rows)
+    for key, value in {"sweep.compare_url": url, NOTE_TAG: markdown(rows, title, url), **tags,
+                       **({"sweep.best": best.info.run_name} if best else {})}.items():
         client.set_tag(parent.run_id, key, value)
+    if best is not None:   # the runs list's headline columns show the sweep's answer on its row
+        from mlflow.entities import Metric
+
+        client.log_batch(parent.run_id, metrics=[Metric(k, v, int(time.time() * 1000), 0)
+                                                 for k, v in headline(best.data.metrics)])
     return url
+
+
+def _best(runs, rows: list[dict]):
+    """The job run the sweep's table leads with (compare_table.leader: the best speedup, else tokens/s), or None."""
+    done = [(run, row) for run, row in zip(runs, rows) if row["status"] == "FINISHED"]
+    key = "speedup_vs_ar" if any(row.get("speedup_vs_ar") is not None for _, row in done) else "tokens_per_s"
+    done = [(run, row) for run, row in done if row.get(key) is not None]
+    return max(done, key=lambda pair: pair[1][key])[0] if done else None
 
 
 def resolve_skipped(runs) -> None:
