@@ -97,7 +97,7 @@ def main() -> None:
     parser.add_argument("--device", default="cuda", help="cuda (the figures), or cpu to try the script")
     parser.add_argument("--dtype", default="bfloat16")
     args = parser.parse_args()
-    plan = [(p, m, False) for p in args.pairs.split(",") for m in args.methods.split(",")]
+    plan = [(p, m, False) for p in args.pairs.split(",") for m in args.methods.split(",") if p and m]
     plan += [(p, "ddtree63", True) for p in args.broken.split(",") if p]
     found = []
     for pair, method, broken in plan:

@@ -22,11 +22,12 @@ from typing import Mapping
 # cache), so its spread is the machine's noise. On a quiet GPU it is small: AR's ms a token ranged 0.186-0.189 over
 # five runs on one H200 (docs/PERFORMANCE.md, 2026-12-05). At 10% a default run's 8 prompts leave AR's mean alone
 # uncertain by 10% / sqrt(8) = 3.5% (one standard error): a 5% difference is inside two of them. On this project's
-# loaded 2-core test box AR's spread was 27% on the default run (2026-12-07, `specbench`).
+# loaded 2-core test box AR's spread was 28% on the default run (2026-12-07, `specbench`).
 NOISE_LIMIT = 0.10
 # Why 12: the percentile bootstrap (remote.stats) over n prompts covers the true speedup less often than it says:
-# 49% of the time with 2 prompts, 76% with 3, 88% with 8, 90% with 12, 93% with 24 (`python bench/
-# interval_coverage.py`, 2026-12-07). From 12 on it misses at most twice as often as a 95% interval may (10%).
+# 49% of the time with 2 prompts, 75% with 3, 84% with 5, 89% with 8, 91% with 12, 92% with 24 (400 trials each,
+# +-1.5 points; `python bench/interval_coverage.py`, 2026-12-07). 12 is the first count at which it misses at most
+# twice as often as a 95% interval may (10%).
 MIN_PROMPTS = 12
 # nvidia-smi's clock event reasons that mean the GPU slowed down on its own: HW slowdown 0x8, SW thermal 0x20,
 # HW thermal 0x40, HW power brake 0x80 (idle, application clocks and the power cap are normal operation).

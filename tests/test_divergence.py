@@ -4,12 +4,15 @@ A verify whose logits are wrong at one node (one logit perturbed, in the timed g
 as a bug would be) makes the method emit a token AR's forward does not nearly tie with: the run reports
 `not_lossless` naming the prompt and the position (the failure catalog's row matches the runner's line), its
 metrics say no divergence was a near-tie, and `show` marks it. Near-ties are classified by the units in the last
-place of the dtype at the logits' magnitude; bf16 figures on a GPU come from bench/gpu_suite.sh's `divergence`
-step.
+place of the dtype at the logits' magnitude; bf16 figures on a GPU come from bench/gpu_suite.sh's `trust_q3` and
+`trust_q35` steps (bench/trust_figures.py, whose broken verify is tried here on the CPU).
 """
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -91,3 +94,20 @@ def test_near_ties_and_the_worst_gap():
     assert m == {"divergence_near_tie_share": 0.5, "divergence_gap_max": 3.0, "divergence_gap_max_ulps": 3.0 / unit,
                  "divergence_unclassified": 1.0}
     assert wrong.line("dflash").startswith("NOT LOSSLESS: method=dflash prompt=1 position=9 ar_token=3 method_token=4")
+
+
+def test_the_gpu_figures_script_reports_its_broken_verify_on_the_cpu(tmp_path):
+    """bench/trust_figures.py, as gpu_suite.sh's trust steps run it, on the CPU: its broken verify is not lossless,
+    and bench/noise_budget.py reads the run it wrote."""
+    bench = Path(__file__).resolve().parents[1] / "bench"
+    proc = subprocess.run([sys.executable, str(bench / "trust_figures.py"), "--out", str(tmp_path), "--device", "cpu",
+                           "--dtype", "float32", "--pairs", "q3", "--methods", "", "--broken", "q3", "--num-prompts",
+                           "2", "--max-new-tokens", "4"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (found,) = json.loads(proc.stdout.splitlines()[-1])
+    assert found["run"] == "q3-ddtree63-broken" and found["not_lossless"] == found["divergences"] == 2
+    assert found["divergence_near_tie_share"] == 0.0 and set(found["prompts_needed_5pct"]) == {
+        "repeats=1", "repeats=2", "repeats=3"}
+    budget = subprocess.run([sys.executable, str(bench / "noise_budget.py"), str(tmp_path / found["run"])],
+                            capture_output=True, text=True, timeout=120)
+    assert budget.returncode == 0 and json.loads(budget.stdout.splitlines()[-1])[0]["prompts"] == 2
