@@ -6,8 +6,9 @@ each titled with what its numbers belong to and, where there are several, what s
 title when its rows share them) and wraps names at word boundaries at any width it can fit in (60 columns and up). A
 speedup is marked `*` where its 95% interval includes 1.0, `?` where it comes from fewer than
 remote.noise.MIN_PROMPTS prompts (too few to call anything significant) and `!` where the run's fairness is not `ok`
-(unlike paths, or noisy timings); the caption leads with the group's answer (`leader`), then says what each mark
-means and which jobs were skipped. `markdown(rows, title, url)` is the same for a sweep parent's description;
+(unlike paths, or noisy timings); the caption leads with the group's answer (`leader`), names the skipped jobs
+and says in one line each what the marks mean for these runs (`said`: how many were noisy, how much, how few
+prompts). `markdown(rows, title, url)` is the same for a sweep parent's description;
 `write_csv(rows, path)` has every column, group included.
 """
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 from rich import box
 from rich.table import Table
 
-from remote.noise import MIN_PROMPTS, too_few
+from remote.noise import MIN_PROMPTS, NOISE_LIMIT, too_few
 
 from .cells import Words
 from .compare_rows import METRICS, values_of, comparable, context, differs, label
@@ -35,6 +36,26 @@ NOT_SIGNIFICANT, SMALL, UNTRUSTED = "*", "?", "!"
 MARKS = {NOT_SIGNIFICANT: "95% interval of the speedup (vs AR) includes 1.0",
          SMALL: f"fewer than {MIN_PROMPTS} prompts: too few for a 95% interval, nothing is significant",
          UNTRUSTED: "fairness not ok: AR and the method ran unlike paths, or the timings were noisy (the run's tags)"}
+
+
+def said(shown: list[dict]) -> list[str]:
+    """One line per mark the rows carry, saying what it means for them: how many runs had noisy timings (and how
+    noisy), how few prompts, which intervals include 1.0."""
+    lines = []
+    noisy = [r for r in shown if str(r.get("fairness", "")).startswith("noisy")]
+    unlike = [r for r in shown if str(r.get("fairness", "")).startswith("mismatch")]
+    if noisy:
+        worst = max((r.get("timing_noise") or 0.0) for r in noisy)
+        lines.append(f"{UNTRUSTED} timings noisy in {len(noisy)} of {len(shown)} runs (AR's time per token varied up "
+                     f"to {worst:.0%}, limit {NOISE_LIMIT:.0%}): their speedups cannot be trusted")
+    if unlike:
+        lines.append(f"{UNTRUSTED} AR and the method ran unlike paths in {len(unlike)} runs (their fairness tag)")
+    if few := sorted({int(r["num_prompts"]) for r in shown if small_sample(r)}):
+        lines.append(f"{SMALL} sample small: {'/'.join(map(str, few))} prompts a run, too few for a 95% interval "
+                     f"({MIN_PROMPTS} needed): nothing here is significant")
+    if any(not_significant(r) for r in shown):
+        lines.append(f"{NOT_SIGNIFICANT} {MARKS[NOT_SIGNIFICANT]}")
+    return lines
 _IP = re.compile(r"[\d.]+|.*:.*")   # IPv4 / IPv6: kept whole
 _GPU_VENDOR = re.compile(r"\b(NVIDIA|GeForce|Tesla|Quadro) ")
 
@@ -111,7 +132,7 @@ def render_table(rows: list[dict], title: str = "runs", apart: str = "") -> Tabl
     caption = [line] if (line := leader(rows)) else []
     if notes := _skipped(rows, models):
         caption.append("skipped, same effective config: " + "; ".join(notes))
-    caption += [f"{mark} {meaning}" for mark, meaning in MARKS.items() if any(mark in marks(r) for r in shown)]
+    caption += said(shown)
     head = f"{title}\n{context(rows)}" + (f"\n{apart}" if apart else "")
     table = Table(title=head, header_style="bold", box=box.SIMPLE_HEAD, show_edge=False, collapse_padding=True,
                   pad_edge=False, caption="\n".join(caption) or None, caption_justify="left")
@@ -150,7 +171,7 @@ def markdown(rows: list[dict], title: str, url: str, limit: int = 8000) -> str:
                  if r.get("status") != "SKIPPED"]
         lines += [f"\nskipped (same effective config): {note}" for note in _skipped(group, models)]
         shown = [r for r in group if r.get("status") != "SKIPPED"]
-        lines += [f"\n{mark}: {meaning}" for mark, meaning in MARKS.items() if any(mark in marks(r) for r in shown)]
+        lines += [f"\n{line}" for line in said(shown)]
         for line in [*head, *lines]:
             if len(text) + len(line) > limit - 30:
                 return text + "\n\n(more in summary.csv)"

@@ -34,7 +34,7 @@ from remote.events import write_json_atomic
 from ..paths import default_artifact_root, default_tracking_uri
 from ..program import program
 from .run_note import HEADLINE, NOTE_TAG, definitions_table, description, headline, headline_name
-from .ui_links import experiment_tags, run_url, where
+from .ui_links import experiment_tags, run_url, runs_list_url, where
 
 log = logging.getLogger(__name__)
 
@@ -452,6 +452,10 @@ class Tracker:
         for key, value in experiment_tags([headline_name(k) for k in HEADLINE]).items():
             if tags.get(key) != value:   # the UI's view of our runs (ui_links), set once per experiment
                 client.set_experiment_tag(exp_id, key, value)
+        if NOTE_TAG not in tags:         # the experiment's description, unless its owner wrote one
+            client.set_experiment_tag(exp_id, NOTE_TAG, f"specbench runs: [the runs list with the headline metrics as "
+                                                        f"columns]({runs_list_url(self.uri, exp_id)}) (or the "
+                                                        f"UI's *Model training* view)")
         self._update(experiment_id=exp_id)
         return exp_id
 
