@@ -82,6 +82,7 @@ def figures(name: str, results: dict) -> dict:
     return {"run": name, "decode_path": env["decode_path"], "gpu": env["gpu_name"], "divergences": len(found),
             "near_ties": sum(d["near_tie"] is True for d in found),
             "not_lossless": sum(d["near_tie"] is False for d in found),
+            "unclassified": sum(d["near_tie"] is None for d in found),     # a replay that did not reproduce it
             **{k: results["metrics"].get(k) for k in KEPT}, "fairness": results.get("fairness"),
             "prompts_needed_5pct": budget(results)["prompts_needed"]}
 

@@ -2,10 +2,12 @@
 by prompt (`run_methods`), `repeats` times over all prompts, write results.
 
 Contract: `run(spec, run_dir)` writes into `run_dir` (names from RunFiles): `events.jsonl` (stage, start,
-progress, prompt, warning, result), `outputs.jsonl` (one line per prompt per method, AR included: method,
-prompt_index, token_ids, text, prompt; from the first repeat) and, last and atomically, `results.json` = {version,
-method, metrics, definitions, environment, per_prompt (one entry per method, prompt and repeat), paths (per method:
-the path its generations took, remote.fairness), fairness ("ok" or "mismatch: ..." where AR and a method both ran)}.
+progress, prompt, warning, result; each but progress also as a `[runner]` line on stdout, runner.log),
+`outputs.jsonl` (one line per prompt per method, AR included: method, prompt_index, token_ids, text, prompt; from
+the first repeat) and, last and atomically, `results.json` = {version, method, metrics (with the run's own timing
+noise, remote.noise), definitions, tag_definitions, environment, per_prompt (one entry per method, prompt and
+repeat), paths (per method: the path its generations took, remote.fairness), divergences (the first repeat's, each
+classified: remote.divergence), fairness ("ok", "mismatch: ...", "noisy: ..." where AR and a method both ran)}.
 Every bad-input check (SpecError) happens before the first decoding step. Both methods see the same prompts and
 per-prompt sampling seeds (seed + prompt index) in every repeat; warm-up generations are not recorded.
 """
@@ -29,8 +31,8 @@ from .decoding.auto_budget import AutoBudget, buckets
 from .decoding.graph import graph_decoder, graph_support
 from .decoding.loop import EagerAR, EagerSpec, Generation, Steps, decode
 from .decoding.phase_split import split_step
-from .divergence import Kept, classify, divergence_metrics
 from .decoding.sampling import make_generator
+from .divergence import Kept, classify, divergence_metrics
 from .downloads import gigabytes, watching
 from .errors import SpecError, first_line
 from .events import EventWriter, RunnerStage, write_json_atomic
@@ -183,7 +185,10 @@ class Run:
             steps = self._executor(method, ids, max_new, seed, auto)
             steps.listen(hear)
             kept = Kept(steps)
-            return decode(kept, ids, max_new, self.stop_ids, PhaseTimer(self.device), auto), kept.reads
+            try:
+                return decode(kept, ids, max_new, self.stop_ids, PhaseTimer(self.device), auto), kept.reads
+            finally:
+                steps.listen(None)
 
     def _executor(self, method: Method, ids, max_new: int, seed: int, auto) -> Steps:
         """The one place a generation's executor is chosen: the graph decoder's steps where it serves the run, else

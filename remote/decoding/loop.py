@@ -232,7 +232,7 @@ class Steps(Protocol):
 
     def listen(self, hear) -> None:
         """From now on `hear(logits [N, V])` at every token choice, the rows of a verify in verify order; the steps
-        then run uncaptured (an untimed replay that reads logits: remote.divergence)."""
+        then run uncaptured (an untimed replay that reads logits: remote.divergence). None: no more."""
 
 
 @torch.inference_mode()
