@@ -6,8 +6,9 @@ GPUs through nvidia-smi (compute processes of others on them, SM clock, thermal 
 runner takes one before its timed passes and one after. `noise_metrics(tpots, repeats, before, after)` turns them and
 the reference's per-generation time per token (AR's, where AR ran) into metrics: `timing_noise` is the larger of its
 spread across prompts and across repeats (coefficient of variation). `noisy(metrics)` is the one-line reason a
-comparison's timings cannot be trusted (None when they can): timing_noise above NOISE_LIMIT, others' processes on
-the GPUs, or clocks slowed. `too_few(n)`: an interval over n prompts is no 95% interval (MIN_PROMPTS).
+comparison's timings cannot be trusted (None when they can): timing_noise above NOISE_LIMIT, the host's load above
+HOST_LOAD_LIMIT a core, others' processes on the GPUs, or clocks slowed. `too_few(n)`: an interval over n prompts
+is no 95% interval (MIN_PROMPTS).
 Non-goal: imports beyond the standard library (the orchestrator reads results with it).
 """
 from __future__ import annotations
@@ -29,6 +30,10 @@ NOISE_LIMIT = 0.10
 # +-1.5 points; `python bench/interval_coverage.py`, 2026-12-07). 12 is the first count at which it misses at most
 # twice as often as a 95% interval may (10%).
 MIN_PROMPTS = 12
+# Why 1.0: from one waiting process per CPU core on, the runner's own host work (Python and kernel launches, which
+# bound a small pair's steps: remote.decoding.graph) waits for a core at random moments; the 1-minute load average
+# counts the runner itself, one process.
+HOST_LOAD_LIMIT = 1.0
 # nvidia-smi's clock event reasons that mean the GPU slowed down on its own: HW slowdown 0x8, SW thermal 0x20,
 # HW thermal 0x40, HW power brake 0x80 (idle, application clocks and the power cap are normal operation).
 SLOWDOWN = 0x8 | 0x20 | 0x40 | 0x80
@@ -119,6 +124,10 @@ def noisy(metrics: Mapping[str, float]) -> str | None:
         where = "across repeats" if metrics.get("timing_noise_repeats", 0) >= metrics.get("timing_noise_prompts", 0) \
             else "across prompts"
         reasons.append(f"AR's time per token varied {noise:.0%} {where} (limit {NOISE_LIMIT:.0%})")
+    loads = [metrics[k] for k in ("host_load_before", "host_load_after") if k in metrics]
+    if loads and max(loads) > HOST_LOAD_LIMIT:
+        reasons.append(f"the host's CPUs were oversubscribed (load {max(loads):.1f} per core, limit "
+                       f"{HOST_LOAD_LIMIT:.0f})")
     if any(metrics.get(f"gpu_other_processes_{w}", 0) > 0 for w in ("before", "after")):
         count = max(metrics.get(f"gpu_other_processes_{w}", 0) for w in ("before", "after"))
         reasons.append(f"{count:.0f} other process(es) on the run's GPUs")
@@ -126,8 +135,7 @@ def noisy(metrics: Mapping[str, float]) -> str | None:
         reasons.append("the GPU slowed its clocks (thermal or hardware slowdown)")
     if not reasons:
         return None
-    loads = [metrics[k] for k in ("host_load_before", "host_load_after") if k in metrics]
-    load = f"; host load {max(loads):.1f} per core" if loads else ""
+    load = f"; host load {max(loads):.1f} per core" if loads and max(loads) <= HOST_LOAD_LIMIT else ""
     return "; ".join(reasons) + load
 
 

@@ -27,8 +27,9 @@ TAGS = {
     "status": "how the run ended: FINISHED, FAILED, KILLED (skipped: a sweep's duplicate)",
     "fairness": "whether AR and the method compare: ok; mismatch (they ran different paths: device, dtype, decode "
                 "path, kernels); noisy (the run's own timings wandered beyond the limit: timing_noise)",
-    "timing_noise": "low, or noisy and why: AR's time per token spread beyond 10% across prompts or repeats, "
-                    "others' processes on the GPUs, slowed clocks (metrics timing_noise, host_load_*, gpu_*)",
+    "timing_noise": "low, or noisy and why: AR's time per token spread beyond 10% across prompts or repeats, the "
+                    "host's load above 1 a core, others' processes on the GPUs, slowed clocks (metrics timing_noise, "
+                    "host_load_*, gpu_*)",
     "warnings": "the failure catalog's warnings found in the runner's output (their ids)",
     "stopped_by": "what stopped the run: user (Ctrl-C), SIGTERM, SIGHUP, stall_timeout or a failure id (fail_fast)",
     "exit_code": "the runner's exit code on a failed run",
