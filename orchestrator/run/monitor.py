@@ -22,7 +22,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from remote.events import read_json
+from remote.events import ECHO, read_json
 from remote.noise import noise_tag
 
 from ..failures import Detector, Finding, Severity, shorten
@@ -261,8 +261,8 @@ def _summary(outcome, found, metrics, tracker, run_dir, console, title, fairness
         quoted = found.primary.details.get("last_line") if found.primary is not None else None
         if found.traceback:
             console.print(escape(str(found.traceback)))
-        elif (tail := _tail(run_dir / "runner.log")) and tail != [quoted]:   # not the line just quoted, again
-            text = "\n".join(tail)
+        elif (tail := _tail(run_dir / "runner.log")) and [t for t in tail if not t.startswith(ECHO)] != [quoted]:
+            text = "\n".join(tail)   # not when its own output is the line just quoted (the rest: events, shown)
             console.print(f"[red]runner log tail:[/]\n{escape(text)}")
 
 
