@@ -1,24 +1,23 @@
 """Exact simulation of DFlash / DDTree acceptance at temperature 0, batched on the GPU.
 
-Why: the runner's decoding loop costs tens of milliseconds per verify step on these tiny models (per-step host
-overhead), so decoding 24 prompts x 5 methods x 2 pairs through it does not fit the training job's time budget.
-At temperature 0 the outcome of that loop is fully determined by the target's greedy continuation y and by the
-drafter's output for each root position, so it can be replayed:
-
-    root r = P (the prefill token), count = 1
-    each verify step: draft logits for the block rooted at r (context = target features of positions < r);
-                      build the chain (`remote.decoding.tree_build.chain_tree`) or the tree
-                      (`remote.decoding.tree_build.build_tree`, budget b);
-                      accepted a = depth of the deepest node on the path y[r+1], y[r+2], ... (the runner's `walk`
-                      at T=0: a child is accepted iff it is the target's argmax);
-                      committed = min(a + 1, n - count) (bonus included, capped like `Generation.extend`); r += a + 1
-
-with y ending at max_new_tokens or at its first stop token, inclusive. Drafts for all roots of a sequence come
-from one `block_forward` (the runtime drafter's math, tests/test_train_smoke.py), features from one teacher-forced
-forward (the runner targets' features). Contract: `simulate_pair(model, drafter, prompts, ...)` returns per method
-the pooled tau (committed tokens / verify steps, as remote.metrics defines it) and per-prompt taus. It equals the
-runner's figures in exact arithmetic; in bf16 a tie can flip a token, hence the runner cross-check on a few prompts.
+Contract: `simulate_pair(model, drafter, prompts, ...)` returns per method the pooled tau (committed tokens / verify
+steps, as remote.metrics defines it) and per-prompt taus. It equals the runner's figures in exact arithmetic; in bf16
+a tie can flip a token, hence the runner cross-check on a few prompts. Why: the runner's loop costs tens of ms per
+verify step on these tiny models (per-step host overhead), too slow for 24 prompts x 5 methods x 2 pairs in the
+training job's time budget; at temperature 0 its outcome is fully determined by the target's greedy continuation and
+the drafter's output for each root position, so it can be replayed (the replay is written out below).
 """
+
+# The replay, for y the target's greedy continuation (ending at max_new_tokens or at its first stop token, inclusive):
+#     root r = P (the prefill token), count = 1
+#     each verify step: draft logits for the block rooted at r (context = target features of positions < r);
+#                       build the chain (`remote.decoding.tree_build.chain_tree`) or the tree
+#                       (`remote.decoding.tree_build.build_tree`, budget b);
+#                       accepted a = depth of the deepest node on the path y[r+1], y[r+2], ... (the runner's `walk`
+#                       at T=0: a child is accepted iff it is the target's argmax);
+#                       committed = min(a + 1, n - count) (bonus included, capped like `Generation.extend`); r += a + 1
+# Drafts for all roots of a sequence come from one `block_forward` (the runtime drafter's math,
+# tests/test_train_smoke.py), features from one teacher-forced forward (the runner targets' features).
 from __future__ import annotations
 
 import torch

@@ -3,11 +3,14 @@
 From a source checkout (pyproject.toml beside the packages) outputs stay in the checkout's runs/; installed from a
 wheel, they go to ./runs of the working directory at start (as Hydra's outputs/ and MLflow's mlruns/ do), never
 into site-packages; SPECBENCH_RUNS_DIR overrides both. Absolute, so that Hydra changing the working directory
-never matters.
+never matters. Their room: `room_to_start(runs dir)` refuses a command that writes runs with under START_ROOM free,
+`no_room_here` is the one line of a write on this machine that found none (`this machine: No space left on device
+in PATH: ...`, the failure catalog's runs_dir_full).
 """
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -17,6 +20,12 @@ SOURCE_CHECKOUT = (PROJECT_ROOT / "pyproject.toml").is_file()
 # conf/ in the checkout; a wheel installs it as orchestrator/conf (no top-level `conf` to collide with).
 CONF_DIR = PROJECT_ROOT / "conf" if SOURCE_CHECKOUT else PACKAGE_DIR / "conf"
 _START_DIR = Path.cwd()
+NO_SPACE = "No space left on device"   # in every message of a write that found no room (the catalog matches it)
+# Free bytes a run needs in the local runs dir to start: its run dir's records (~0.1 MB with the demo pair and
+# num_prompts=1, more with its log), RESERVE, MLflow's rows and artifact copies (~0.3 MB), a new database (1.0 MB).
+# Below it a run used to die half-way: a traceback, its MLflow run left RUNNING, a 0-byte definitions.md.
+START_ROOM = 4 << 20
+RESERVE = 256 << 10   # bytes a job sets aside in its run dir as it starts, freed for its closing writes on a full disk
 
 
 def runs_dir() -> Path:
@@ -46,3 +55,33 @@ def foreign_remote() -> str | None:
         return None
     return (f"`import remote` finds {origin or 'nothing'}, not specbench's runner at {REMOTE_PACKAGE}: another "
             f"package named `remote` shadows it (rename that folder or run from another directory)")
+
+
+def room_here(path: str | os.PathLike) -> tuple[int, int]:
+    """(free, total) bytes of this machine's filesystem holding `path` (or its nearest existing parent)."""
+    path = Path(path)
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
+
+
+def no_room_here(path: str | os.PathLike, need: int | None, what: str) -> str:
+    """The one line for a write on this machine (a run's local dir, the MLflow database) that found no room."""
+    free, total = room_here(path)
+    needs = f"needs about {_megabytes(need)}" if need else "found no room"
+    return (f"this machine: {NO_SPACE} in {path}: {what} {needs}, {_megabytes(free)} free of "
+            f"{_megabytes(total)}; free space there (`df -h {shlex.quote(str(path))}`) or set SPECBENCH_RUNS_DIR to a "
+            f"bigger disk")
+
+
+def room_to_start(path: str | os.PathLike) -> str | None:
+    """Why a command that writes runs may not start in the runs dir `path` (None: it may): under START_ROOM free,
+    its records, MLflow's rows or a new database would find no room part way, and leave a run half-written."""
+    if room_here(path)[0] >= START_ROOM:
+        return None
+    return no_room_here(path, START_ROOM, "a run's records (run dir, MLflow database and artifacts)")
+
+
+def _megabytes(n: int) -> str:
+    return f"{n / 1e6:.1f} MB"

@@ -10,12 +10,16 @@ run's story by itself; the orchestrator shows the events, not these lines, and i
 """
 from __future__ import annotations
 
+import contextlib
 import enum
 import json
 import os
+import sys
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
+
+from .files import RunFiles
 
 
 class RunnerStage(enum.Enum):
@@ -71,14 +75,36 @@ class EventWriter:
         self._f.close()
 
 
+def recorded(spec, run_dir: str, body: Callable[[Any, RunFiles, EventWriter], dict]) -> dict:
+    """`body(spec, files, events)` with the run dir's files and its events.jsonl open, closed on every path; each
+    event but progress is also said as one `[runner]` line on stdout, which the launcher sends to runner.log."""
+    files = RunFiles(run_dir)
+    events = EventWriter(files.events, echo=sys.stdout)
+    try:
+        return body(spec, files, events)
+    finally:
+        events.close()
+
+
 def write_json_atomic(path: str, obj: Any) -> None:
     """Write `obj` as JSON so that readers see either nothing or the whole file (temp file, then rename)."""
+    write_text_atomic(path, json.dumps(obj, indent=2, default=str))
+
+
+def write_text_atomic(path: str, text: str) -> None:
+    """Write `text` so that readers see the old file or the whole new one, never a part: on a full disk the write
+    raises and leaves nothing behind (no temp file, no truncated file that looks whole)."""
     tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=2, default=str)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def read_json(path) -> dict:

@@ -43,9 +43,14 @@ class RunFiles:
         return self._join("pid")
 
     @property
+    def engine_command(self) -> str:
+        """Engine arms: the server command of each phase, one a line."""
+        return self._join("engine_command.txt")
+
+    @property
     def launch_script(self) -> str:
         return self._join("launch.sh")
 
     # What is copied back to the local run dir when a run ends (whatever of it exists); the log and events
     # arrive through the tail, the exit code through the poll.
-    COLLECTED = ("results.json", "outputs.jsonl")
+    COLLECTED = ("results.json", "outputs.jsonl", "engine_command.txt")   # the last: engine arms' server commands

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from .errors import SpecError
+from .file_checks import problem
 from .spec import DatasetSpec
 
 BUILTIN = Path(__file__).resolve().parent / "assets" / "prompts.jsonl"
@@ -24,10 +25,15 @@ HUMANEVAL_INSTRUCTION = ("Write a solution to the following problem and make sur
 
 
 def _jsonl(path: str, field: str) -> list[str]:
-    if not Path(path).is_file():
-        raise SpecError(f"dataset file {path!r} does not exist")
+    if (wrong := problem(path)) is not None:   # missing, a directory, unreadable
+        raise SpecError(f"dataset file {path} {wrong}")
     prompts = []
-    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
+    for number, raw in enumerate(Path(path).read_bytes().splitlines(), start=1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise SpecError(f"{path}:{number} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at column "
+                            f"{exc.start + 1})") from None
         if not line.strip():
             continue
         try:
@@ -37,6 +43,8 @@ def _jsonl(path: str, field: str) -> list[str]:
         if not isinstance(row, dict) or not isinstance(row.get(field), str):
             raise SpecError(f"{path}:{number} has no string field {field!r}")
         prompts.append(row[field])
+    if not prompts:
+        raise SpecError(f"dataset file {path} has no prompts (no line with a JSON object)")
     return prompts
 
 

@@ -8,8 +8,9 @@ the first repeat) and, last and atomically, `results.json` = {version, method, m
 noise, remote.noise), definitions, tag_definitions, environment, per_prompt (one entry per method, prompt and
 repeat), paths (per method: the path its generations took, remote.fairness), divergences (the first repeat's, each
 classified: remote.divergence), fairness ("ok", "mismatch: ...", "noisy: ..." where AR and a method both ran)}.
-Every bad-input check (SpecError) happens before the first decoding step. Both methods see the same prompts and
-per-prompt sampling seeds (seed + prompt index) in every repeat; warm-up generations are not recorded.
+Every bad-input check (SpecError) happens before the first decoding step, a prompt past a model's positions among
+them (`check_context`). Both methods see the same prompts and per-prompt sampling seeds (seed + prompt index) in every
+repeat; warm-up generations are not recorded.
 """
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ from .decoding.sampling import make_generator
 from .divergence import Kept, classify, divergence_metrics
 from .downloads import gigabytes, watching
 from .errors import SpecError, first_line
-from .events import EventWriter, RunnerStage, write_json_atomic
+from .events import EventWriter, RunnerStage, recorded, write_json_atomic
 from .fairness import PathLog, verdict
 from .files import RunFiles
 from .kernels.gdn_paths import torch_gdn_path
@@ -70,6 +71,26 @@ def check_decoding(spec: RunSpec) -> Method:
     return method
 
 
+def check_context(inputs: list, max_new_tokens: int, limits: dict[str, int | None]) -> None:
+    """Every prompt with its max_new_tokens must fit the positions of each model that reads it (`limits`: name ->
+    max_position_embeddings, None where unknown): past them a run was measured on positions the model never learned
+    (a 39,132-token prompt against 4,096 ran to the end, FINISHED). SpecError naming the prompts that do not fit."""
+    known = {name: limit for name, limit in limits.items() if isinstance(limit, int) and limit > 0}
+    if not known:
+        return
+    name, limit = min(known.items(), key=lambda item: item[1])
+    needs = [ids.shape[1] + max_new_tokens for ids in inputs]
+    over = [index for index, need in enumerate(needs) if need > limit]
+    if not over:
+        return
+    worst = max(over, key=lambda index: needs[index])
+    raise SpecError(f"{len(over)} of {len(inputs)} prompts do not fit the {name}'s {limit} positions "
+                    f"(max_position_embeddings) with max_new_tokens={max_new_tokens}: prompt {worst} has "
+                    f"{needs[worst] - max_new_tokens} tokens and needs {needs[worst]} positions (prompts "
+                    f"{', '.join(map(str, over[:8]))}{', ...' if len(over) > 8 else ''}); use shorter prompts, fewer "
+                    f"max_new_tokens, or num_prompts to leave them out")
+
+
 class Run:
     """Loaded models and prompts for one spec; `generate(method, i)` decodes prompt i."""
 
@@ -90,6 +111,9 @@ class Run:
             check_pair(self.drafter, self.model, self.tokenizer)
         self.prompts = load_prompts(spec.dataset)
         self.inputs = encode(self.tokenizer, self.prompts, spec.dataset)
+        check_context(self.inputs, spec.decoding.max_new_tokens, {
+            "target": getattr(self.model.config.get_text_config(), "max_position_embeddings", None),
+            "drafter": getattr(self.drafter.config, "max_position_embeddings", None) if self.drafter else None})
         self.target = build_target(self.model, self.drafter.target_layer_ids) if self.drafter else None
         why_not = graph_support(self.model, self.drafter, self.device) \
             if spec.decoding.cuda_graphs else "cuda_graphs=false"
@@ -332,12 +356,7 @@ def run_methods(run: Run, methods: list[Method], events: EventWriter, outputs) -
 
 
 def run(spec: RunSpec, run_dir: str) -> dict:
-    files = RunFiles(run_dir)
-    events = EventWriter(files.events, echo=sys.stdout)
-    try:
-        return _run(spec, files, events)
-    finally:
-        events.close()
+    return recorded(spec, run_dir, _run)
 
 
 def report_lossless_failures(method: str, gens: list[Generation], ar_gens: list[Generation],

@@ -129,6 +129,32 @@ class DatasetSpec:
 
 
 @dataclass
+class EngineSpec:
+    """A serving engine's own decoding (remote.engines): its server started by the runner, the run's prompts sent
+    to its OpenAI-compatible API. Absent (None) for our runner's methods."""
+
+    kind: str = "vllm"                     # an ENGINES name: how its server is started and its counters read
+    speculative: dict[str, Any] | None = None   # passed through as the engine's speculative config; None: none
+    drafter_into: str | None = None        # the speculative key our drafter's resolved path goes to (vLLM: model)
+    command: list[str] | None = None       # kind openai: the server's argv ({port} and {model} filled in)
+    url: str | None = None                 # kind openai: its base URL ({port} filled in)
+    python: str | None = None              # the engine's interpreter; None: the runner's own
+    port: int | None = None                # None: a free port
+    tensor_parallel: int = 1
+    dtype: str | None = None               # None: the target's dtype
+    max_model_len: int | None = None
+    enforce_eager: bool = False
+    extra_args: list[str] = field(default_factory=list)
+    start_timeout: float = 600.0           # seconds for the server to answer before the run fails with its last lines
+    concurrency: list[int] = field(default_factory=lambda: [1])   # streams at once, one level after another
+    ignore_eos: bool = False
+    reference: bool = True                 # where the engine drafts with our DFlash drafter: our runner's DFlash too
+
+
+ENGINES = ("vllm", "sglang", "openai")
+
+
+@dataclass
 class RunSpec:
     run_id: str
     model: ModelSpec
@@ -139,6 +165,7 @@ class RunSpec:
     device: str = "auto"                   # auto | cpu | cuda
     version: int = SPEC_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
+    engine: EngineSpec | None = None       # an engine arm; None (and absent from older spec.json files): our runner
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
@@ -146,12 +173,15 @@ class RunSpec:
     @classmethod
     def from_json(cls, text: str) -> "RunSpec":
         data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError(f"spec is a JSON {type(data).__name__}, not an object")
         version = data.get("version")
         if version != SPEC_VERSION:
             raise ValueError(f"spec version {version!r} is not supported (this runner reads {SPEC_VERSION})")
-        parts = {"model": ModelSpec, "drafter": DrafterSpec, "decoding": DecodingSpec, "dataset": DatasetSpec}
+        parts = {"model": ModelSpec, "drafter": DrafterSpec, "decoding": DecodingSpec, "dataset": DatasetSpec,
+                 "engine": EngineSpec}
         try:
-            kwargs = {k: (parts[k](**v) if k in parts else v) for k, v in data.items()}
+            kwargs = {k: (parts[k](**v) if k in parts and v is not None else v) for k, v in data.items()}
             return cls(**kwargs)
         except TypeError as exc:
             raise ValueError(f"spec is malformed: {exc}") from None

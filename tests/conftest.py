@@ -15,6 +15,11 @@ def _isolated_runs_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECBENCH_RUNS_DIR", str(tmp_path / "runs"))
     # ... and sees no per-user config dir but the one a test makes (a developer's ~/.config/specbench stays out).
     monkeypatch.setenv("SPECBENCH_CONFIG_DIR", str(tmp_path / "user-conf"))
+    # ... and MLflow's own variables of the shell the suite was started from (a developer's MLFLOW_TRACKING_URI) do
+    # not send its runs elsewhere; the tests that are about them set them.
+    for name in ("MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME", "MLFLOW_EXPERIMENT_ID", "MLFLOW_TRACKING_USERNAME",
+                 "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
     # Tiny models run several times faster on one thread than on two contended ones (runners inherit this).
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     yield

@@ -338,7 +338,7 @@ def test_the_variants_of_a_warning_are_one_line_each_live_and_one_in_the_summary
     outcome.status = Status.FINISHED
 
     class Kept:   # the closing line's tracker: what it says of MLflow is not under test here
-        def closing_note(self):
+        def closing_note(self, later=None):
             return ""
     _summary(outcome, outcome.detector.report(), {}, Kept(), Path("/r"), console, "t")
     summary = [l for l in console.export_text().splitlines() if l.startswith("warning")]

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.failures import Detector, classify_exit_code, load_catalog, scan_text
+from orchestrator.failures import Detector, classify_exit_code, load_catalog, scan_file, scan_text
 
 DATA = Path(__file__).parent / "data" / "failures"
 
@@ -248,6 +248,8 @@ def test_segfault_from_the_shell_and_from_faulthandler():
 
 def test_every_catalog_entry_has_real_or_recorded_text():
     recorded = {p.name.split("__")[0] for p in DATA.glob("*.log")}
+    # runs that finished with findings: their warnings (tests/test_failures_samples.py checks each)
+    recorded |= {w.finding.id for p in (DATA / "warnings").glob("*.log") for w in scan_file(p, exit_code=0).warnings}
     live = {s.expected for s in SCENARIOS.values()} | {"process_killed", "cancelled", "segfault",
                                                        "torch_dtype_deprecated", "past_key_values_deprecated",
                                                        "fast_path_unavailable",

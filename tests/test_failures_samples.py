@@ -112,3 +112,14 @@ def test_hub_refusals_name_the_repository_and_status():
     assert (missing["repo"], missing["status"]) == ("meta-llama/Llama-3.1-8B", "401")
     offline = scan_file(DATA / "hub_unreachable__offline_tf5.24.0.log").primary.details
     assert offline["endpoint"] == "https://huggingface.co"
+
+
+def test_an_engine_runs_findings_are_warnings_on_a_finished_run():
+    """A real runner.log: vLLM's CPU build on the hybrid demo pair, prefix caching off (docs/PERFORMANCE.md, engine
+    arms). The run finished; its engine accepted half of what ours did and differed from its own AR on 2 prompts."""
+    report = scan_file(DATA / "warnings" / "engine_low_acceptance_and_not_lossless__vllm0.32_cpu_hybrid.log",
+                       exit_code=0)
+    assert report.primary is None and report.ok
+    found = {w.finding.id: w.finding for w in report.warnings}
+    assert found["engine_low_acceptance"].details["ratio"] == "0.52"
+    assert found["engine_not_lossless"].details["prompts"] == "2/8"

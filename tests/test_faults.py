@@ -1,6 +1,7 @@
 """Faults as they happen, against the real CLI: a runner SIGKILLed with its wrapper, SIGTERM / SIGHUP to the
-orchestrator, Ctrl-C while the link is cut, a sweep killed with `kill -9` whose runners live on, a GPU held by
-another runner. Each says what the user sees, how fast, and that no run stays RUNNING.
+orchestrator, Ctrl-C while the link is cut or the host's sshd is stopped, a sweep killed with `kill -9` whose runners
+live on, a GPU held by another runner. Each says what the user sees, how fast, and that no run stays RUNNING unless
+its runner may still be running.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from mlflow.tracking import MlflowClient
 
 from orchestrator.paths import PROJECT_ROOT
 from tests.sshd import SSHD
-from tests.test_ssh_e2e import group_alive
+from tests.test_ssh_e2e import _descendants, _signal_each, group_alive
 
 # Long enough to be interrupted mid-decode on any machine; never paid in full. A runner that sends our runner's
 # `start` and progress events and idles: what a runner computes does not matter to these faults, and ours cost ~5 s
@@ -141,6 +142,51 @@ def test_ctrl_c_during_a_link_cut_ends_within_10_s_and_says_how_to_stop(sshd_net
     assert not group_alive(pgid)
     (run,) = runs_of(tmp_path / "runs")
     assert run.info.status == "KILLED"
+
+
+def test_a_signal_the_host_cannot_hear_leaves_the_run_unsettled_until_stop_settles_it(tmp_path):
+    """The whole sshd stopped (SIGSTOP: a hung box; the link stays up and says nothing) when Ctrl-C comes: the stop
+    cannot reach the runner, which may still be running, so its MLflow run is not closed KILLED as if it had
+    stopped: it stays RUNNING, tagged with what is known; `reap` leaves it (still running), `stop` settles it."""
+    server = SSHD(tmp_path / "sshd")
+    facts = server.start()
+    workdir = Path(facts.host_config()["workdir"])
+    proc = start_cli([*facts.overrides(io_timeout=1.5, connect_timeout=1.5), *LONG])
+    group, frozen = None, set()
+    try:
+        (host_dir,) = wait_for(lambda: started_runs(workdir), "the runner starting")
+        group = int((host_dir / "pid").read_text())
+        (job_file,) = wait_for(lambda: _in_mlflow(tmp_path / "runs"), "the run in MLflow")
+        frozen = _descendants(server.proc.pid)   # the listener and every connection's processes
+        _signal_each(frozen, signal.SIGSTOP)
+        proc.send_signal(signal.SIGINT)
+        sent = time.monotonic()
+        out = finish(proc, timeout=60)
+        took = time.monotonic() - sent
+        (run,) = runs_of(tmp_path / "runs")
+        _signal_each(frozen, signal.SIGCONT)
+        frozen = set()
+        reaped = cli("reap")
+        (after_reap,) = runs_of(tmp_path / "runs")
+        stopped = cli("stop", str(job_file.parent))
+    finally:
+        _signal_each(frozen, signal.SIGCONT)
+        if group is not None and group_alive(group):
+            os.killpg(group, signal.SIGKILL)
+        server.stop()
+        finish(proc, timeout=1)
+    assert proc.returncode == 130 and took < 15, (took, out[-3000:])
+    flat = " ".join(out.split())
+    assert "may still be running" in flat and f"UNSETTLED run dir: {job_file.parent}" in flat, out[-3000:]
+    assert run.info.status == "RUNNING", out[-3000:]
+    assert run.data.tags["stopped_by"] == "user" and "did not confirm the stop" in run.data.tags["stop_unconfirmed"]
+    said = reaped.stdout + reaped.stderr
+    assert reaped.returncode == 0 and "still running; follow it" in said, said[-3000:]
+    assert after_reap.info.status == "RUNNING"
+    assert stopped.returncode == 0, stopped.stdout[-3000:] + stopped.stderr[-3000:]
+    assert not group_alive(group)
+    (run,) = runs_of(tmp_path / "runs")
+    assert run.info.status == "KILLED" and "stop_unconfirmed" not in run.data.tags, run.data.tags
 
 
 def test_a_held_gpu_refuses_a_run_on_it(tmp_path):

@@ -38,8 +38,8 @@ class CountingHost:
         self.calls.append(("get", remote))
         self.inner.get(remote, local)
 
-    def read_from(self, path, offset):
-        return self.inner.read_from(path, offset)
+    def read_from(self, path, offset, limit=None):
+        return self.inner.read_from(path, offset, limit)
 
     def close(self):
         self.inner.close()

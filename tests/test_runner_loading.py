@@ -122,6 +122,19 @@ def test_the_method_type_keeps_spec_json_as_it_was():
     assert DecodingSpec(method="ar", baseline="none").methods == [Method.AR]
 
 
+def test_an_engine_arms_spec_round_trips_and_an_older_spec_without_one_still_reads():
+    from remote.spec import EngineSpec
+
+    spec = tiny_spec("ddtree")
+    spec.engine = EngineSpec(kind="vllm", speculative={"method": "dflash", "num_speculative_tokens": 15},
+                             drafter_into="model", concurrency=[1, 4], extra_args=["--no-enable-prefix-caching"])
+    text = spec.to_json()
+    assert RunSpec.from_json(text).to_json() == text and RunSpec.from_json(text).engine.concurrency == [1, 4]
+    older = json.loads(tiny_spec("ddtree").to_json())
+    del older["engine"]          # spec.json as runners wrote it before engine arms
+    assert RunSpec.from_json(json.dumps(older)).engine is None
+
+
 def test_prompt_sources(tmp_path):
     builtin = load_prompts(DatasetSpec())
     assert 20 <= len(builtin) <= 30 and len(set(builtin)) == len(builtin)

@@ -32,18 +32,29 @@ def free_port() -> int:
 
 
 class MlflowServer:
-    """`mlflow server` on loopback with a sqlite backend under `root`, in its own process group."""
+    """`mlflow server` on loopback with a sqlite backend under `root`, in its own process group; with `password`,
+    MLflow's basic-auth app, whose user `admin` has that password."""
 
-    def __init__(self, root: Path, port: int | None = None):
+    def __init__(self, root: Path, port: int | None = None, password: str | None = None):
         root.mkdir(parents=True, exist_ok=True)
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+        auth = []
+        if password is not None:
+            (root / "auth.ini").write_text(
+                f"[mlflow]\ndefault_permission = READ\ndatabase_uri = sqlite:///{root / 'auth.db'}\n"
+                f"admin_username = admin\n"
+                f"authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n")
+            env.update(MLFLOW_AUTH_CONFIG_PATH=str(root / "auth.ini"), MLFLOW_AUTH_ADMIN_PASSWORD=password,
+                       MLFLOW_FLASK_SERVER_SECRET_KEY=os.urandom(16).hex())
+            auth = ["--app-name", "basic-auth"]
         with open(root / "server.log", "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{root / 'server.db'}",
-                 "--artifacts-destination", str(root / "artifacts"), "--host", "127.0.0.1", "--port",
-                 str(self.port), "--workers", "1"], env=env, start_new_session=True, stdout=log, stderr=log)
+                [sys.executable, "-m", "mlflow", "server", *auth, "--backend-store-uri",
+                 f"sqlite:///{root / 'server.db'}", "--artifacts-destination", str(root / "artifacts"), "--host",
+                 "127.0.0.1", "--port", str(self.port), "--workers", "1"],
+                env=env, start_new_session=True, stdout=log, stderr=log)
         deadline = time.monotonic() + 180
         while not self._healthy():
             if self.proc.poll() is not None or time.monotonic() > deadline:

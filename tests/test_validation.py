@@ -238,12 +238,17 @@ def test_every_knob_the_runner_and_the_ssh_settings_read_has_a_rule():
     from orchestrator.config.knobs import SECTIONS, RunKnobs
     from orchestrator.hosts.settings import KINDS
     from orchestrator.knob import knobs_of
-    from remote.spec import DatasetSpec, DecodingSpec, DrafterSpec, ModelSpec
+    from remote.spec import DatasetSpec, DecodingSpec, DrafterSpec, EngineSpec, ModelSpec
 
     read = {f"{part}.{f.name}" for part, spec in (("model", ModelSpec), ("drafter", DrafterSpec),
-                                                   ("dataset", DatasetSpec)) for f in fields(spec)}
+                                                   ("dataset", DatasetSpec), ("engine", EngineSpec)) for f in fields(spec)}
     read |= {f.name for f in fields(DecodingSpec)} | {"seed", "device"}
-    read = {{"method": "method.name", "dataset.num_prompts": "num_prompts"}.get(key, key) for key in read}
+    # an engine arm's spec: the method file's engine and speculative config, the host's interpreter, the run's levels
+    elsewhere = {"engine.kind": "method.engine", "engine.python": "host.engine_python",
+                 "engine.concurrency": "concurrency", **{f"engine.{k}": f"method.{k}" for k in
+                                                          ("speculative", "drafter_into", "command", "url")}}
+    read = {{"method": "method.name", "dataset.num_prompts": "num_prompts", **elsewhere}.get(key, key) for key in read}
+    read.discard("host.engine_python")     # a host setting (orchestrator.hosts.settings), checked below
     described = {*knobs_of(RunKnobs), *(f"{group}.{key}" for group, cls in SECTIONS.items() for key in knobs_of(cls))}
     assert read - described == set()
     for cls in KINDS.values():

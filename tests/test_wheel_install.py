@@ -36,6 +36,20 @@ def _copy_of_the_tree(dest: Path) -> Path:
     return dest
 
 
+def _venv_beside_this_one(root: Path) -> Path:
+    """A fresh venv (its bin/) that sees the packages of the environment running the tests: torch, transformers,
+    mlflow... come from there; specbench only from the wheel, installed into the venv's own site-packages, which
+    come first. `--system-site-packages` would show the base interpreter's packages instead, which inside a venv
+    (how most users run the tests) are not the ones installed: the wheel's `specbench` died on a missing omegaconf.
+    A .pth line may run `site.addsitedir`, which also reads the .pth files of those dirs (editable installs)."""
+    sh(sys.executable, "-m", "venv", root)
+    own = sh(root / "bin" / "python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").stdout
+    dirs = [p for p in sys.path if Path(p).name in ("site-packages", "dist-packages") and Path(p).is_dir()]
+    lines = "".join(f"import site; site.addsitedir({d!r})\n" for d in dirs)
+    (Path(own.strip()) / "zz_test_environment.pth").write_text(lines)
+    return root / "bin"
+
+
 def test_the_wheel_runs_the_default_job_from_any_directory(tmp_path):
     source = _copy_of_the_tree(tmp_path / "src")
     # (with build isolation: pip brings the setuptools pyproject asks for, whatever this environment has)
@@ -43,13 +57,12 @@ def test_the_wheel_runs_the_default_job_from_any_directory(tmp_path):
     (wheel,) = (tmp_path / "dist").glob("specbench-*.whl")
     tops = {name.split("/")[0] for name in zipfile.ZipFile(wheel).namelist() if not name.startswith("specbench-")}
     assert tops == {"orchestrator", "remote"}
-    # torch, transformers, mlflow... come from this interpreter's site-packages; specbench only from the wheel.
-    sh(sys.executable, "-m", "venv", "--system-site-packages", tmp_path / "venv")
-    venv = tmp_path / "venv" / "bin"
+    venv = _venv_beside_this_one(tmp_path / "venv")
     sh(venv / "python", "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--force-reinstall", wheel)
     work = tmp_path / "work"
     work.mkdir()
-    env = {k: v for k, v in os.environ.items() if k != "SPECBENCH_RUNS_DIR"}
+    # as a user's shell has it: no PYTHONPATH of a checkout (it would import the checkout, not the wheel)
+    env = {k: v for k, v in os.environ.items() if k not in ("SPECBENCH_RUNS_DIR", "PYTHONPATH")}
     env["PATH"] = f"{venv}:{env['PATH']}"
     where = sh(venv / "python", "-c", "import orchestrator; print(orchestrator.__file__)", cwd=work, env=env)
     site = Path(where.stdout.strip()).parent.parent

@@ -37,12 +37,16 @@ def _code(exc: SystemExit) -> int:
 
 # Flags after which Hydra prints something instead of running a job: our checks would only be in the way.
 _HYDRA_INFO = ("--cfg", "-c", "--info", "-i", "--hydra-help", "--version", "--resolve", "--package", "-p")
+# Subcommands that write into the runs dir (records, MLflow's local database): refused without room to finish.
+_WRITING = ("attach", "reap", "sync")
 # Flags whose value is the next argument (`-cd ~/conf`): no override, whatever it looks like.
 _VALUE_FLAGS = ("--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd", "--experimental-rerun")
 
 
 def main() -> None:
     from .. import signals
+
+    logging.raiseExceptions = False   # a log file on a full disk: no "--- Logging error ---" traceback per record
 
     signals.install()   # SIGTERM / SIGHUP stop the runner and close the run as Ctrl-C does
     from ..paths import foreign_remote
@@ -63,6 +67,8 @@ def _command(argv: list[str]) -> None:
     from .commands import COMMANDS, dispatch
 
     if argv[:1] and argv[0] in COMMANDS:
+        if argv[0] in _WRITING and {"-h", "--help"}.isdisjoint(argv):
+            _refuse_without_room()
         try:
             _exit_now(dispatch(argv[0], argv[1:]))
         except KeyboardInterrupt as exc:   # what each command wrote is whole (atomic records): run it again
@@ -117,7 +123,18 @@ def _before_hydra(argv: list[str], multirun: bool) -> list[str]:
         _exit_now(0)
     elif not set(_HYDRA_INFO) & set(argv):
         argv = _check(argv, multirun)
+        _refuse_without_room()
     return argv
+
+
+def _refuse_without_room() -> None:
+    """A run, or a command that writes runs, on a runs dir without START_ROOM free: one line, exit 1, nothing
+    written (Hydra's own files would be the first to find no room)."""
+    from ..paths import room_to_start, runs_dir
+
+    if (problem := room_to_start(runs_dir())) is not None:
+        print(f"error: {problem}", file=sys.stderr)
+        raise SystemExit(1)
 
 
 def _hydra(multirun: bool) -> None:

@@ -20,7 +20,7 @@ from remote.spec import ATTN_IMPLEMENTATIONS, DATASETS, DTYPES, DatasetSpec, Dec
 
 from ..knob import ANY, FLAG, LIST, MAPPING, NAME, REQUIRED, TEXT, defaults_of, gpu_list, integer, is_int, knob, \
     nullable, number, one_of, rule
-from .arms import AR, METHODS, Script
+from .arms import AR, ENGINE_KINDS, METHODS, Script
 
 # Non-root tree nodes: the largest tree the code is written for. remote.decoding.tree_build ranks at most
 # RANK_LIMIT = 4096 candidates a level (budgets to ~600; above, topk); the Triton search sorts all ~35K candidates
@@ -40,6 +40,19 @@ STALL_LIMIT = 7 * 86400.0              # stall_warning, stall_timeout: a week of
 OBJECTIVES = ("speedup_vs_ar", "tokens_per_s", "tau", "tau_prompt_mean", "tpot_ms", "ttft_ms",
               "exact_match_vs_ar", "peak_mem_gb")
 _STALL = nullable(number(0, STALL_LIMIT, above=True))
+# Streams at once for an engine arm: beyond it a level is a load test, not a benchmark of decoding.
+CONCURRENCY_LIMIT = 1024
+
+
+def _levels(value) -> list[int] | None:
+    """The concurrency levels a value gives ([1] for 1), None for anything else."""
+    values = list(value) if isinstance(value, (list, tuple)) or type(value).__name__ == "ListConfig" else [value]
+    ok = values and all(is_int(v) and 1 <= v <= CONCURRENCY_LIMIT for v in values)
+    return [int(v) for v in values] if ok else None
+
+
+def concurrency_levels(value) -> list[int]:
+    return _levels(value) or [1]
 
 
 @dataclass(frozen=True)
@@ -85,9 +98,22 @@ class RunKnobs:
     stall_timeout: float | None = knob(
         None, _STALL, "seconds of that silence after which the runner is stopped and the run ends FAILED "
         "(runner_stalled), its log kept; null = never; e.g. 1800 for an unattended sweep")
+    concurrency: object = knob(1, rule(
+        f"an integer from 1 to {CONCURRENCY_LIMIT} or a list of them such as [1,4,16]",
+        lambda v: _levels(v) is not None), "engine arms: streams sent at once (a list: one level after another, "
+        "each reported as <metric>_c<N>); our runner's methods decode one stream and ignore it")
     objective: str = knob("speedup_vs_ar", TEXT,
                           "the metric a job returns to a sweeper that optimises (hydra/sweeper=optuna, ...): "
                           "speedup_vs_ar, tokens_per_s, tau, tpot_ms, ttft_ms (set the sweeper's direction)")
+
+
+# MLflow's own variables, honoured as MLflow's fluent API honours them: a tracking.uri / tracking.experiment given
+# explicitly comes first, then these, then the embedded defaults (orchestrator.tracking.tracker resolves them). The
+# client reads the credentials (MLFLOW_TRACKING_USERNAME / _PASSWORD / _TOKEN) and the TLS settings itself.
+URI_ENV = "MLFLOW_TRACKING_URI"
+EXPERIMENT_ENV = "MLFLOW_EXPERIMENT_NAME"
+EXPERIMENT_ID_ENV = "MLFLOW_EXPERIMENT_ID"
+DEFAULT_EXPERIMENT = "specbench"
 
 
 def tracking_uri(value) -> str | None:
@@ -113,7 +139,8 @@ def _file_store(value: str) -> str | None:
     """MLflow 3's file store (a directory, file:...) refuses to open unless MLFLOW_ALLOW_FILE_STORE is set: said
     here, before the run, rather than as a `not in MLflow` at its end (and at every `sync`)."""
     scheme = urlsplit(value).scheme
-    if scheme not in ("", "file") or os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").lower() in ("1", "true"):
+    if scheme not in ("", "file") or value in ("databricks", "databricks-uc") or \
+            os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").lower() in ("1", "true"):
         return None
     return (f"{value} is MLflow's file store, which MLflow keeps only in maintenance mode and refuses to open unless "
             f"MLFLOW_ALLOW_FILE_STORE=true; use a database, e.g. tracking.uri=sqlite:///mlflow.db")
@@ -174,17 +201,50 @@ class DatasetKnobs:
 
 @dataclass(frozen=True)
 class MethodKnobs:
-    name: str = knob(NAME, one_of(tuple(METHODS)), "what our runner measures against AR: ar | dflash | ddtree")
+    """Our runner's method (ar, dflash, ddtree), or an engine arm: a method file with an `engine`."""
+
+    name: str = knob(NAME, TEXT, f"ours: {' | '.join(METHODS)}; an engine arm: its file's name (vllm, vllm-dflash, "
+                     "vllm-spec, sglang, sglang-mtp, sglang-dflash, openai, ...)")
+    engine: str | None = knob(None, nullable(one_of(ENGINE_KINDS)), "null: our runner; vllm | sglang | openai: that "
+                              "engine's server, started by the runner on the host")
+    speculative: dict | None = knob(None, nullable(MAPPING), "engine arms: the engine's speculative config, passed "
+                                    "through as it is (vLLM: --speculative-config; SGLang: --speculative-<key>); "
+                                    "null: none (the engine's own AR)")
+    drafter_into: str | None = knob(None, _OPTIONAL_TEXT, "engine arms: the speculative key that gets our drafter's "
+                                    "path (vLLM: model); null: the config names its own draft model")
+    command: list | None = knob(None, nullable(LIST), "method=openai: the server's command, {port} and {model} "
+                                "filled in (quoted), e.g. '[my-server,-m,\"{model}\",--port,\"{port}\"]'")
+    url: str | None = knob(None, _OPTIONAL_TEXT, "method=openai: its base URL, e.g. http://127.0.0.1:{port}")
+
+
+@dataclass(frozen=True)
+class EngineKnobs:
+    """Engine arms' server flags (ignored by our runner's methods)."""
+
+    port: int | None = knob(None, nullable(integer(1, 65535)), "the server's port; null = a free one")
+    tensor_parallel: int | None = knob(None, nullable(integer(1)), "null = the run's GPUs (len(gpus))")
+    dtype: str | None = knob(None, nullable(one_of(tuple(DTYPES))), "null = model.dtype")
+    max_model_len: int | None = knob(None, nullable(integer(16)), "the engine's context length; null = its default")
+    enforce_eager: bool = knob(False, FLAG, "no CUDA graphs / compile in the engine (vLLM --enforce-eager, SGLang "
+                               "--disable-cuda-graph); ~20 s to start on CPU instead of 60-110 s")
+    extra_args: list = knob([], LIST, "more server flags, as they are, e.g. [--no-enable-prefix-caching]")
+    start_timeout: float = knob(600.0, number(0, 86400, above=True), "seconds the server may take to answer; then "
+                                "the run fails with its last lines")
+    ignore_eos: bool = knob(False, FLAG, "generate max_new_tokens whatever the stop token (lengths that match)")
+    reference: bool = knob(True, FLAG, "where the engine drafts with our drafter: also decode the prompts with our "
+                           "runner's DFlash and compare taus per position (engine_low_acceptance)")
 
 
 @dataclass(frozen=True)
 class TrackingKnobs:
-    uri: str | None = knob(None, tracking_uri, "null = sqlite:///<runs dir>/mlflow.db (checkout: runs/; installed: "
-                           "./runs; or $SPECBENCH_RUNS_DIR)")
-    experiment: str = knob("specbench", rule(
+    uri: str | None = knob(None, tracking_uri, "null = $MLFLOW_TRACKING_URI where set, else sqlite:///<runs dir>/"
+                           "mlflow.db (checkout: runs/; installed: ./runs; or $SPECBENCH_RUNS_DIR)")
+    experiment: str | None = knob(None, nullable(rule(
         "a non-empty string (quote a numeric one: tracking.experiment=\"'2024'\")",
         # MLflow refuses a number (and an empty name) once the run is under way: the run went on outside MLflow
-        lambda v: isinstance(v, str) and v.strip() != ""), "the MLflow experiment runs go to")
+        lambda v: isinstance(v, str) and v.strip() != "")),
+        "the MLflow experiment runs go to; null = $MLFLOW_EXPERIMENT_NAME (or $MLFLOW_EXPERIMENT_ID) where set, "
+        "else specbench")
 
 
 @dataclass(frozen=True)
@@ -208,7 +268,7 @@ class PoolEntryKnobs:
 
 
 SECTIONS = {"model": ModelKnobs, "drafter": DrafterKnobs, "dataset": DatasetKnobs, "method": MethodKnobs,
-            "tracking": TrackingKnobs, "runner": RunnerKnobs, "pool": PoolKnobs}
+            "engine": EngineKnobs, "tracking": TrackingKnobs, "runner": RunnerKnobs, "pool": PoolKnobs}
 NO_DRAFTER = "none"   # the drafter of a model that has no drafter/<model>.yaml (config.yaml: `optional`)
 DEFAULTS_NODE = "specbench_knobs"
 ConfigStore.instance().store(name=DEFAULTS_NODE, node=defaults_of(RunKnobs))

@@ -13,13 +13,13 @@ from typing import Any, Mapping
 
 from omegaconf import DictConfig, OmegaConf
 
-from remote.spec import DatasetSpec, DecodingSpec, DrafterSpec, ModelSpec, RunSpec
+from remote.spec import DatasetSpec, DecodingSpec, DrafterSpec, EngineSpec, ModelSpec, RunSpec
 
 from ..hosts.leases import Pool, PoolEntry
 from ..hosts.settings import HostSettings, host_settings
 from ..knob import defaults_of
 from .arms import Arm
-from .knobs import RunKnobs
+from .knobs import RunKnobs, concurrency_levels
 from .validate import pool_hosts, validate
 
 WARNING_KEY, TIMEOUT_KEY = "stall_warning", "stall_timeout"
@@ -42,8 +42,8 @@ class StallLimits:
 
 @dataclass(frozen=True)
 class Tracking:
-    uri: str | None            # None: the embedded default store
-    experiment: str
+    uri: str | None            # None: $MLFLOW_TRACKING_URI, else the embedded default store
+    experiment: str | None     # None: $MLFLOW_EXPERIMENT_NAME (or _ID), else specbench
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ def make_plan(cfg: DictConfig, choices: Mapping[str, Any] | None = None, run_id:
     dataset = str((choices or {}).get("dataset") or cfg.dataset.name)
     return Plan(arm=arm, spec=build_spec(cfg, arm, run_id), model=str(cfg.model.name), dataset=dataset,
                 host=host_settings(cfg.host),
-                gpus=tuple(cfg.gpus), pool=pool, tracking=Tracking(cfg.tracking.uri, str(cfg.tracking.experiment)),
+                gpus=tuple(cfg.gpus), pool=pool, tracking=Tracking(cfg.tracking.uri, cfg.tracking.experiment),
                 stall=StallLimits.of(cfg), force=bool(cfg.force), fail_fast=bool(cfg.fail_fast),
                 objective=str(cfg.objective), config=OmegaConf.to_container(cfg, resolve=True))
 
@@ -115,4 +115,18 @@ def build_spec(cfg: DictConfig, arm: Arm, run_id: str) -> RunSpec:
     dataset = DatasetSpec(name=ds.name, path=ds.path, split=ds.split, field=ds.field, num_prompts=cfg.num_prompts,
                           chat_template=bool(ds.chat_template), subset=ds.subset)
     return RunSpec(run_id=run_id, model=model, drafter=drafter, decoding=decoding, dataset=dataset, seed=cfg.seed,
-                   device=cfg.device)
+                   device=cfg.device, engine=engine_spec(cfg) if arm.engine else None)
+
+
+def engine_spec(cfg: DictConfig) -> EngineSpec:
+    """An engine arm's part of the spec: the method file's engine and speculative config, the engine flags, the
+    host's engine interpreter; tensor parallel over the run's GPUs unless set."""
+    m, e = cfg.method, cfg.engine
+    return EngineSpec(kind=str(m.engine), speculative=_plain(m.speculative), drafter_into=m.drafter_into,
+                      command=[str(a) for a in m.command] if m.get("command") else None, url=m.get("url"),
+                      python=cfg.host.get("engine_python") or cfg.host.get("python"), port=e.port,
+                      tensor_parallel=e.tensor_parallel or max(len(cfg.gpus), 1), dtype=e.dtype,
+                      max_model_len=e.max_model_len, enforce_eager=bool(e.enforce_eager),
+                      extra_args=[str(a) for a in e.extra_args], start_timeout=float(e.start_timeout),
+                      concurrency=concurrency_levels(cfg.concurrency), ignore_eos=bool(e.ignore_eos),
+                      reference=bool(e.reference))

@@ -11,11 +11,14 @@ what they accept is what Hydra can load.
 """
 from __future__ import annotations
 
+import importlib
 import os
 from pathlib import Path
 
 from ..paths import CONF_DIR
-from . import knobs  # noqa: F401  (registers the knob defaults that conf/config.yaml's defaults list names)
+
+# The knob defaults that conf/config.yaml's defaults list names (specbench_knobs) are registered as this imports.
+importlib.import_module(f"{__package__}.knobs")
 
 CONFIG_DIR_ENV = "SPECBENCH_CONFIG_DIR"
 _SEARCHPATH = "hydra.searchpath"

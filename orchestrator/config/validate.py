@@ -21,9 +21,10 @@ from remote.spec import DEVICE_MAP_PRESETS
 from ..hosts.settings import KIND_RULE, settings_class
 from ..knob import Knob, gpu_list, integer, is_int, knobs_of, one_of
 from ..paths import CONF_DIR
-from .arms import Arm, arm_of
+from .arms import METHODS, Arm, arm_of
 from .errors import ConfigError
-from .knobs import MAX_NEW_TOKENS_LIMIT, NO_DRAFTER, OBJECTIVES, SECTIONS, RunKnobs, TrackingKnobs
+from .knobs import MAX_NEW_TOKENS_LIMIT, NO_DRAFTER, OBJECTIVES, SECTIONS, URI_ENV, RunKnobs, TrackingKnobs, \
+    tracking_uri
 from .sections import complete, host_knobs
 from .sources import user_dir
 
@@ -39,6 +40,10 @@ def check_knobs(node: DictConfig, knobs: dict[str, Knob], prefix: str = "") -> N
 def validate(cfg: DictConfig, choices=None, source=None) -> Arm:
     """`choices`: the option of each group (Hydra's runtime.choices), `source(group, option)` its file, for the
     sections' checks (orchestrator.config.sections)."""
+    unset = sorted(k for k in OmegaConf.missing_keys(cfg) if k.startswith("method."))   # complete() fills them
+    if unset:
+        raise ConfigError(unset[0], f"is required by method={cfg.method.get('name')} (it is ??? in its file); set it "
+                                    f"on the command line")
     if (problem := complete(cfg, choices or {}, source)) is not None:
         raise ConfigError(*problem)
     missing = sorted(k for k in OmegaConf.missing_keys(cfg) if not k.startswith("hydra"))
@@ -46,8 +51,11 @@ def validate(cfg: DictConfig, choices=None, source=None) -> Arm:
         raise ConfigError(missing[0], "is required (it is ??? in the config); set it on the command line")
     arm = arm_of(cfg)
     check_knobs(cfg.method, knobs_of(SECTIONS["method"]), "method.")
+    _check_arm(cfg, arm)
     check_knobs(cfg, knobs_of(RunKnobs))
     check_knobs(cfg.tracking, knobs_of(TrackingKnobs), "tracking.")
+    if cfg.tracking.uri is None and (problem := tracking_uri(os.environ.get(URI_ENV) or None)) is not None:
+        raise ConfigError(URI_ENV, f"{problem} (or set tracking.uri, which comes first)")
     if arm.ours:
         check_knobs(cfg, {"max_new_tokens": Knob("max_new_tokens", None, max_new_tokens(cfg.model), "")})
     _check_hosts(cfg)
@@ -63,6 +71,24 @@ def validate(cfg: DictConfig, choices=None, source=None) -> Arm:
         check_knobs(cfg[group], knobs_of(SECTIONS[group]), f"{group}.")
     _check_model(cfg, arm, choices or {})
     return arm
+
+
+def _check_arm(cfg: DictConfig, arm: Arm) -> None:
+    """A method name our runner knows, or an engine arm's file with its engine flags."""
+    if arm.engine is None and arm.ours and cfg.method.name not in METHODS:
+        raise ConfigError("method", f"must be one of {', '.join(METHODS)} or an engine arm (a method file with "
+                                    f"`engine:`, such as vllm, vllm-dflash, sglang-mtp, openai), got "
+                                    f"{cfg.method.name!r}")
+    if arm.engine is None:   # engine.* and concurrency are engine arms' (a sweep mixes both kinds)
+        return
+    check_knobs(cfg.engine, knobs_of(SECTIONS["engine"]), "engine.")
+    if cfg.model.get("random") or cfg.model.path is None:
+        raise ConfigError("model.path", f"an engine arm serves a model from its files (a hub id, a directory or "
+                                        f"assets:<shipped>); {cfg.model.name} has none (random weights)")
+    if arm.needs_command and not (cfg.method.get("command") and cfg.method.get("url")):
+        raise ConfigError("method.command", "method=openai needs the server's command and base URL, e.g. "
+                                            "'method.command=[my-server,--port,\"{port}\"]' method.url=http://"
+                                            "127.0.0.1:{port}")
 
 
 def max_new_tokens(model: DictConfig):

@@ -24,6 +24,7 @@ from rich.markup import escape
 
 from remote.files import RunFiles
 
+from ..untrusted import printable
 from .catalog import UNKNOWN_ID, CatalogError, Severity, load_catalog
 from .findings import Finding, Report, WarningSummary
 from .scanner import scan_file
@@ -97,7 +98,7 @@ def _print_report(console: Console, log: Path, report: Report) -> None:
         _print_block(console, first, [message], count=sum(w.count for w in group))
     if report.primary is not None and report.primary.id == UNKNOWN_ID and report.traceback is not None:
         console.print("[bold]last traceback:[/]")
-        console.print(escape(report.traceback.text), style="dim")
+        console.print(escape(printable(report.traceback.text)), style="dim")
     if report.ok and not report.warnings:
         console.print("no known failure signature found")
 
@@ -109,8 +110,8 @@ def _print_block(console: Console, finding: Finding, lines: list[str], count: in
     console.print(f"[{_STYLE[finding.severity]}]{finding.severity.value.upper()}[/] [bold]{finding.id}[/] "
                   f"{escape(f'[{finding.category}]')}{where}{times}")
     for line in lines:
-        console.print(f"  {escape(line)}")
-    console.print(f"  > {escape(finding.text[:200])}", style="dim")
+        console.print(f"  {escape(printable(line))}")
+    console.print(f"  > {escape(printable(finding.text[:200]))}", style="dim")
     console.print(f"  [bold]fix:[/] {escape(finding.hint)}")
 
 

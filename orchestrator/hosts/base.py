@@ -79,8 +79,9 @@ class Host(abc.ABC):
         """Copy one file from the host to `local_path`; FileNotFoundError if it does not exist there."""
 
     @abc.abstractmethod
-    def read_from(self, path: str, offset: int) -> bytes:
-        """Bytes of `path` from `offset` to its current end; b"" if it does not exist yet."""
+    def read_from(self, path: str, offset: int, limit: int | None = None) -> bytes:
+        """Bytes of `path` from `offset` to its current end, at most `limit` of them; b"" if it does not exist
+        yet."""
 
     def workdir_as_typed(self) -> str:
         """`workdir` as configured, for messages: known without asking the host (a `~` in it left unexpanded)."""

@@ -44,12 +44,18 @@ class LocalHost(Host):
             raise
 
     def get(self, remote_path: str, local_path: str) -> None:
-        shutil.copyfile(remote_path, local_path)
+        tmp = f"{local_path}.part{os.getpid()}"   # whole or not at all: a full disk leaves no part that looks whole
+        try:
+            shutil.copyfile(remote_path, tmp)
+            os.replace(tmp, local_path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
 
-    def read_from(self, path: str, offset: int) -> bytes:
+    def read_from(self, path: str, offset: int, limit: int | None = None) -> bytes:
         try:
             with open(path, "rb") as f:
                 f.seek(offset)
-                return f.read()
+                return f.read(-1 if limit is None else limit)
         except FileNotFoundError:
             return b""

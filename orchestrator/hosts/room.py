@@ -3,15 +3,16 @@
 Contract: `free_space(host, path)` is (free, total) bytes of the filesystem holding `path` (or its nearest existing
 parent) as an unprivileged write sees it, None when the host does not say; `no_room(host, path, need, what)` is the
 message, which starts with the host's name and contains NO_SPACE (what the failure catalog's disk_full matches).
-Non-goals: checking room ahead of a write: the write itself is the test, this only explains its failure.
+(This machine's runs dir: orchestrator.paths.) Non-goals: checking room ahead of a write: the write itself is the
+test, this only explains its failure.
 """
 from __future__ import annotations
 
 import shlex
 
+from ..paths import NO_SPACE
 from .base import Host, HostError
 
-NO_SPACE = "No space left on device"
 STATFS = "stat -f -c '%a %S %b'"   # free blocks (unprivileged), block size, total blocks
 
 

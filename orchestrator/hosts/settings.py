@@ -47,6 +47,8 @@ class HostSettings:
     workdir: str | None = knob(None, nullable(TEXT), "where bundles/ and runs/ go on the host")
     python: str | None = knob(None, nullable(TEXT), "the host's interpreter, e.g. a venv's bin/python (needs torch, "
                                                     "transformers)")
+    engine_python: str | None = knob(None, nullable(TEXT), "engine arms: the interpreter with the engine installed "
+                                     "(e.g. a vLLM venv's bin/python); null = host.python")
     gpus: tuple[int, ...] | None = knob(None, nullable(gpu_list), "GPUs of this host the project may use; null = "
                                                                    "all it has")
     env: dict = knob({}, env_rule, "exported for the runner, e.g. {HF_HOME: /data/hf}; logged as params, so no "

@@ -196,11 +196,11 @@ class SSHHost(Host):
             if os.path.exists(tmp):
                 os.unlink(tmp)
 
-    def read_from(self, path: str, offset: int) -> bytes:
+    def read_from(self, path: str, offset: int, limit: int | None = None) -> bytes:
         # One stat's bytes, whole or not at all: a tail that advances its offset by what it got loses or doubles
         # nothing across a reconnect.
         self.calls["read_from"] += 1
-        return self._sftp_op(f"read {path} from byte {offset}", lambda sftp: _read_tail(sftp, path, offset))
+        return self._sftp_op(f"read {path} from byte {offset}", lambda sftp: _read_tail(sftp, path, offset, limit))
 
     def close(self) -> None:
         self._drop()
@@ -511,14 +511,16 @@ def _remove_quietly(sftp: paramiko.SFTPClient, path: str) -> None:
         pass
 
 
-def _read_tail(sftp: paramiko.SFTPClient, path: str, offset: int) -> bytes:
-    """Bytes [offset, size) of `path` for one stat of it: never a torn read past what was stat'ed."""
+def _read_tail(sftp: paramiko.SFTPClient, path: str, offset: int, limit: int | None = None) -> bytes:
+    """Bytes [offset, size) of `path` for one stat of it, at most `limit`: never a torn read past what was stat'ed."""
     try:
         f = sftp.open(path, "rb")
     except FileNotFoundError:
         return b""
     with f:
         size = f.stat().st_size
+        if limit is not None:
+            size = min(size, offset + limit)
         if size <= offset:
             return b""
         f.seek(offset)

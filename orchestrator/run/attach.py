@@ -22,13 +22,12 @@ from rich.console import Console
 
 from ..config.plan import StallLimits
 from ..hosts import HostError
-from ..hosts.connect import open_host
-from ..hosts.settings import host_settings
+from ..hosts.connect import host_of
 from ..locks import try_following
 from ..program import program
 from ..tracking.find import JOB_FILE, find_run_dir, one_line, tracking_of
 from ..tracking.tracker import Status, Tracker
-from .job import Job
+from .job import READ_AT_MOST, Job
 from .monitor import Outcome, follow, report
 from .progress import clock
 
@@ -38,7 +37,7 @@ STOP_DOC = ("`python -m orchestrator stop <run dir | run id>`: stop a run's proc
 
 def job_of(run_dir: Path, meta: dict) -> Job:
     """The job of a run dir, on the host its job.json names (not yet connected)."""
-    return Job(open_host(host_settings(meta["host"])), meta["run_id"], run_dir)
+    return Job(host_of(meta["host"]), meta["run_id"], run_dir)
 
 
 def follow_again(host_name: str, run_dir: Path) -> str:
@@ -77,7 +76,9 @@ def attach(run_dir: Path, console: Console | None = None, fail_fast: bool = True
             # What was already mirrored is scanned too, so the final report covers the whole log.
             log = run_dir / "runner.log"
             if log.exists():
-                outcome.detector.feed(log.read_bytes())
+                with open(log, "rb") as mirrored:   # in pieces: a log may be gigabytes
+                    for piece in iter(lambda: mirrored.read(READ_AT_MOST), b""):
+                        outcome.detector.feed(piece)
             job.attach()
             if stop:
                 console.print(f"[yellow]stopping {meta['run_id']} on {job.host.name}[/]")

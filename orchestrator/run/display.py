@@ -5,7 +5,8 @@ Contract: `LiveDisplay` consumes the runner's log lines and JSON events (never s
 and renders them with rich: a line naming the runner's stage (orchestrator.run.progress.RunnerStages) until it
 decodes, then one bar per method with prompts done / total, tokens/s, the ETA and the run's elapsed time (since
 `started_at`: the runner's start, also after `attach`; by default when the display opened). Off a terminal each
-stage is printed once as it begins, since nothing live is drawn there.
+stage is printed once as it begins, since nothing live is drawn there. What the runner wrote is untrusted: it is
+shown printable (orchestrator.untrusted), never as escape sequences for the terminal.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from rich.text import Text
 from remote.events import ECHO
 
 from ..failures import shorten
+from ..untrusted import printable
 from .progress import STAGE_STYLE, EtaColumn, Pace, RunElapsedColumn, RunnerStages, clock
 
 
@@ -67,7 +69,7 @@ class LiveDisplay:
         display is closed."""
         if self.stages.label is None or self._closed:
             return None
-        self._spinner.update(text=Text(f"{self.stages.label}  {clock(time.time() - self.started_at)}",
+        self._spinner.update(text=Text(f"{printable(self.stages.label)}  {clock(time.time() - self.started_at)}",
                                        style=STAGE_STYLE))
         return self._spinner
 
@@ -76,9 +78,11 @@ class LiveDisplay:
             self.note(self.stages.label, STAGE_STYLE)
 
     def note(self, text: str, style: str = "cyan") -> None:
-        self.console.print(f"[{style}]{escape(text)}[/]")
+        """A line of the runner's own words (its events'): untrusted, shown printable."""
+        self.console.print(f"[{style}]{escape(printable(text))}[/]")
 
     def feed(self, log_lines: list[str], event_lines: list[str]) -> None:
+        """Log lines as the tail hands them out (printable already: orchestrator.untrusted.log_line), events parsed."""
         if self.show_log:
             for line in log_lines:
                 if line.startswith(ECHO):   # the runner's copy of an event, which is shown as such below

@@ -4,18 +4,20 @@ Contract: a `Job` owns one run directory on a host (`<workdir>/runs/<run_id>/`, 
 mirror; it quotes every value that reaches a shell and never knows which host it talks to. `prepare()` stages the run's
 files (spec, secrets, a user's script), sending nothing; `launch()` writes them and launch.sh into the run dir and
 starts the runner in its own session (setsid): one command. `poll()`: the new complete lines of runner.log and
-events.jsonl, mirrored byte for byte; `attach()` resumes where the mirror ends, and its first poll hands out the
-mirrored events once more (not the log). `started_at`: the runner's start in local epoch seconds (the launch; for
-`attach`, the host's word, or None); `quiet_at_attach`: how long it had then written nothing, by the host's clock
-(orchestrator.run.stall). `finished()`: launch.sh wrote `exit_code`, or the host says the process group is gone without
-one (`lost`). `cancel()` records who asked (`stopped_by`), then stops the group (TERM, then KILL after a grace period).
-launch.sh holds one `flock` per GPU (`<workdir>/locks/gpu<N>.lock`; when: `_gpu_locks`) for the runner's lifetime; a
-held GPU refuses the launch (exit GPU_BUSY_EXIT, one line in runner.log). A full disk loses no exit code, and runner.log
-says so (the catalog's disk_full); an unwritable run dir is one HostError line at launch (orchestrator.hosts.room).
+events.jsonl (each as orchestrator.untrusted shows it, at most LINE_BYTES of it held; READ_AT_MOST bytes a poll),
+mirrored byte for byte (a local disk that fills: LocalDiskFull); `attach()` resumes where the mirror ends, its first
+poll handing out the mirrored events again. `started_at`: the runner's start in local epoch seconds (for `attach`, the
+host's word, or None); `quiet_at_attach`: how long it had then written nothing (orchestrator.run.stall). `finished()`:
+launch.sh wrote `exit_code`, or the host says the process group is gone without one (`lost`). `cancel()` records who
+asked (`stopped_by`), then stops the group (TERM, then KILL after a grace period). launch.sh holds one `flock` per GPU
+(`<workdir>/locks/gpu<N>.lock`: `_gpu_locks`) for the runner's lifetime; a held GPU refuses the launch (GPU_BUSY_EXIT).
+A full disk on the host loses no exit code, and runner.log says so (the catalog's disk_full); an unwritable run dir is
+one HostError line at launch (orchestrator.hosts.room).
 """
 from __future__ import annotations
 
 import enum
+import errno
 import io
 import re
 import shlex
@@ -24,10 +26,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from remote.events import write_text_atomic
 from remote.files import RunFiles
 
 from ..hosts.base import CommandFailed, Host, HostError
 from ..hosts.room import NO_SPACE, STATFS, no_room
+from ..paths import RESERVE, no_room_here
+from ..untrusted import LINE_BYTES, log_line
 
 SECRETS = "secrets.env"   # read and removed by launch.sh before the runner starts
 CANCELLED_EXIT = 143   # what a TERM-stopped runner reports, like a shell would
@@ -38,6 +43,25 @@ START_GRACE = 30.0     # seconds launch.sh may take to write its pid before the 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 ROOM = 65536          # bytes launch.sh sets aside at the start and frees at the end: the line saying the disk is full
 DISK_FULL_BELOW = 1 << 20   # free bytes under which a failed runner's disk counts as full (launch.sh says so)
+READ_AT_MOST = 4 << 20      # bytes of a tailed file read per poll: what the follower holds of it at once
+ROOM_FILE = ".room"   # in a local run dir: RESERVE bytes set aside as the job starts, freed for its closing writes
+
+
+class LocalDiskFull(Exception):
+    """A write into the run's local dir found no room (orchestrator.paths.no_room_here says where, how much).
+    The runner goes on on its host, which keeps everything: `attach` finishes the job once there is room."""
+
+
+def set_room_aside(run_dir: Path) -> None:
+    """RESERVE bytes in `run_dir` (ROOM_FILE) for the closing writes of a run whose disk fills while it goes (the
+    report frees them first): its MLflow run closed, its record whole, not left RUNNING."""
+    if not (run_dir / ROOM_FILE).exists():
+        (run_dir / ROOM_FILE).write_bytes(bytes(RESERVE))
+
+
+def records_full(run_dir: Path, need: int | None = None) -> str:
+    """The one line for a record of the run's (its config, job.json, spec.json) that found no room here."""
+    return no_room_here(run_dir, need, "the run's records")
 
 
 def check_env_names(names) -> None:
@@ -200,23 +224,41 @@ def liveness_command(files: RunFiles) -> str:
 
 @dataclass
 class _Stream:
-    """One tailed file: byte offset consumed so far and the incomplete last line."""
+    """One tailed file: byte offset consumed so far and the incomplete last line, of which at most LINE_BYTES are
+    held (the rest is counted: a runner's one 100 MB line must not cost the follower its size several times over)."""
 
     remote: str
     local: Path
     offset: int = 0
     partial: bytes = b""
+    dropped: int = 0                                   # bytes of the incomplete line past LINE_BYTES, not held
     replay: list[str] = field(default_factory=list)   # mirrored lines handed out again by the next feed
 
     def feed(self, data: bytes) -> list[str]:
-        # the exact bytes: the local mirror equals the remote file byte for byte
+        """The lines `data` completes, each as shown (orchestrator.untrusted.log_line); the local mirror gets the
+        exact bytes: it equals the remote file byte for byte."""
         self.offset += len(data)
-        with open(self.local, "ab") as f:
-            f.write(data)
-        chunks = (self.partial + data).split(b"\n")
-        self.partial = chunks.pop()
+        try:   # (on a full disk the mirror keeps a prefix of the file, from which `attach` goes on)
+            with open(self.local, "ab") as f:
+                f.write(data)
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC:
+                raise
+            raise LocalDiskFull(no_room_here(self.local.parent, len(data), f"the local copy of {self.local.name}"))
         replay, self.replay = self.replay, []
-        return replay + [c.decode("utf-8", "replace") for c in chunks]
+        *complete, rest = data.split(b"\n")
+        lines = []
+        for piece in complete:
+            self._hold(piece)
+            lines.append(log_line(self.partial, self.dropped))
+            self.partial, self.dropped = b"", 0
+        self._hold(rest)
+        return replay + lines
+
+    def _hold(self, piece: bytes) -> None:
+        room = LINE_BYTES - len(self.partial)
+        self.partial += piece[:room]
+        self.dropped += max(len(piece) - room, 0)
 
 
 @dataclass
@@ -230,6 +272,7 @@ class Job:
     pgid: int | None = None          # the runner's process group on the host, once read
     started_at: float | None = None  # when the runner started (local epoch seconds), once known
     quiet_at_attach: float = 0.0     # attach: seconds the runner had written nothing, by the host's clock
+    more: bool = False               # the last poll left bytes unread (it reads at most READ_AT_MOST a file)
     _streams: dict[str, _Stream] = field(default_factory=dict)
     _asked_at: float = 0.0           # monotonic time of the last liveness ask
     _launched_at: float = field(default_factory=time.monotonic)
@@ -295,15 +338,18 @@ class Job:
             "events": _Stream(self.files.events, self.local_dir / "events.jsonl"),
         }
         for s in self._streams.values():
-            if resume and s.local.exists():
-                mirrored = s.local.read_bytes()
-                s.offset = len(mirrored)
-                s.partial = mirrored[mirrored.rfind(b"\n") + 1:]   # an unfinished line stays pending
-                # the events again (not the log): whatever follows them (the display) starts from the run's whole story
-                if s is self._streams["events"]:
-                    s.replay = mirrored[:len(mirrored) - len(s.partial)].decode("utf-8", "replace").split("\n")[:-1]
-            else:
+            if not (resume and s.local.exists()):
                 s.local.write_bytes(b"")
+                continue
+            s.offset = s.local.stat().st_size
+            with open(s.local, "rb") as mirror:   # its end only: a log may be gigabytes
+                mirror.seek(max(s.offset - LINE_BYTES, 0))
+                end = mirror.read()
+            s.partial = end[end.rfind(b"\n") + 1:]   # an unfinished line stays pending (its last LINE_BYTES)
+            # the events again (not the log): whatever follows them (the display) starts from the run's whole story
+            if s is self._streams["events"]:
+                mirrored = s.local.read_bytes()[:s.offset - len(s.partial)]
+                s.replay = [log_line(line) for line in mirrored.split(b"\n")[:-1]]
 
     def attach(self) -> None:
         """Resume tailing a job launched earlier (by another orchestrator process), where the mirror ends, and
@@ -324,10 +370,9 @@ class Job:
                 self.exit_code = int(raw)
             elif time.monotonic() - self._asked_at >= LIVENESS_EVERY:
                 self._ask_liveness()
-        log = self._streams["log"]
-        events = self._streams["events"]
-        return (log.feed(self.host.read_from(log.remote, log.offset)),
-                events.feed(self.host.read_from(events.remote, events.offset)))
+        got = [self.host.read_from(s.remote, s.offset, READ_AT_MOST) for s in self._streams.values()]
+        self.more = any(len(data) == READ_AT_MOST for data in got)   # a read stopped short of the file's end
+        return self._streams["log"].feed(got[0]), self._streams["events"].feed(got[1])
 
     def finished(self) -> bool:
         return self.exit_code is not None or self.lost is not None
@@ -372,11 +417,12 @@ class Job:
     def wait(self, on_lines, interval: float = 0.1) -> int:
         """Poll until the runner exits, handing each batch of lines to `on_lines(log_lines, event_lines)`."""
         while True:
+            before = self.received
             log_lines, event_lines = self.poll()
             on_lines(log_lines, event_lines)
-            if self.finished():   # poll read the streams after the exit code: these were the last lines
+            if self.finished() and not self.more:   # poll read the streams after the exit code: these were the last
                 return self.exit_code
-            if not (log_lines or event_lines):
+            if self.received == before:   # (not `no lines`: a read of READ_AT_MOST may end mid-line, more to come)
                 time.sleep(interval)
 
     def describe_stop(self) -> str:
@@ -398,15 +444,20 @@ class Job:
         """Copy the results the runner wrote into the local dir; returns the names that existed."""
         self.stage = Stage.COLLECT
         present = []
-        for name in RunFiles.COLLECTED:
-            try:
-                self.host.get(f"{self.files.root}/{name}", str(self.local_dir / name))
-                present.append(name)
-            except FileNotFoundError:   # a run that failed early wrote none
-                continue
-        if self.exit_code is not None:   # already read by the tail: no need to fetch it again
-            (self.local_dir / "exit_code").write_text(f"{self.exit_code}\n")
-            present.append("exit_code")
+        try:   # each whole or not at all (Host.get): a full disk leaves no part that looks whole
+            for name in RunFiles.COLLECTED:
+                try:
+                    self.host.get(f"{self.files.root}/{name}", str(self.local_dir / name))
+                    present.append(name)
+                except FileNotFoundError:   # a run that failed early wrote none
+                    continue
+            if self.exit_code is not None:   # already read by the tail: no need to fetch it again
+                write_text_atomic(str(self.local_dir / "exit_code"), f"{self.exit_code}\n")
+                present.append("exit_code")
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC:
+                raise
+            raise LocalDiskFull(no_room_here(self.local_dir, None, "the run's results")) from None
         self.stage = Stage.DONE
         return present
 

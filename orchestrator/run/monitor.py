@@ -7,22 +7,26 @@ every log line against the failure catalog as it arrives: a fatal finding is sho
 on the host and what to do), repeated only after a much longer silence, and a line when it resumes; silent
 `stall_timeout` s, it is stopped as by Ctrl-C and the run ends FAILED (`runner_stalled`, stopped_by=stall_timeout).
 Ctrl-C, SIGTERM and SIGHUP stop the job's process group on the host (KILLED), bounded: if the host does not answer
-within STOP_BOUND s (a cut link), the user is told the runner may still be running and how to stop or re-attach to it.
+within STOP_BOUND s (a cut link), the user is told the runner may still be running and how to stop or re-attach to it,
+and its MLflow run is left RUNNING with UNSETTLED_TAG saying so (not closed as if it had stopped), for `attach`, `stop`
+or `reap` to settle.
 `report(outcome, tracker, ...)` turns what happened into the MLflow status, `failure.*` tags, a traceback artifact and
 the terminal summary; a run whose AR and method took different paths (remote.fairness) gets a `fairness` tag saying so,
 a warning and a mark in the results table (a fair one: `fairness=ok`). Used by a fresh run and by `attach` alike.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
 
-from remote.events import ECHO, read_json
+from remote.events import ECHO, read_json, write_json_atomic, write_text_atomic
 from remote.noise import noise_tag
 
 from ..failures import Detector, Finding, Severity, shorten
@@ -30,14 +34,16 @@ from ..program import program
 from ..signals import deferred, describe, exit_code
 from ..tracking.results_table import fairness_of, results_table, trust_lines
 from ..tracking.tracker import Status, Tracker, close_within, sync_command
+from ..untrusted import LINE_BYTES, log_line, printable
 from .display import LiveDisplay
-from .job import Job
+from .job import ROOM_FILE, Job, LocalDiskFull
 from .stall import TIMEOUT_KEY, Say, StallLimits, StallWatch, diagnosis, resumed, runner_state, warning
 
 STOP_BOUND = 8.0     # seconds to stop the runner and collect after Ctrl-C / SIGTERM before saying we could not
+UNSETTLED_TAG = "stop_unconfirmed"   # on an MLflow run left RUNNING: the stop asked, that the host did not confirm
 
 ARTIFACTS = ("config.yaml", "spec.json", "runner.log", "events.jsonl", "results.json", "outputs.jsonl",
-             "traceback.txt", "failure.json")
+             "traceback.txt", "failure.json", "engine_command.txt")
 
 
 class _FailFast(Exception):
@@ -61,6 +67,8 @@ class Outcome:
     stopped_by: str | None = None    # "user" (Ctrl-C), "SIGTERM", "SIGHUP", "stall_timeout", or the failure id
                                      # fail-fast stopped on
     interrupt: BaseException | None = None   # the Ctrl-C or signal that stopped the run
+    unsettled: str | None = None     # why its end is not known: a stop the host did not confirm (the link down)
+    later: str | None = None         # the command that finishes the job, where it is not `sync` (a full local disk)
     history: list[tuple[str, float, int]] = field(default_factory=list)   # (metric, value, step) from the log
 
     @classmethod
@@ -98,9 +106,13 @@ class Outcome:
             return exit_code(self.interrupt) if self.interrupt is not None else 130
         return 0 if self.status is Status.FINISHED else 1
 
-    def interrupted(self, exc: BaseException) -> None:
+    def interrupted(self, exc: BaseException, stopped: bool = True) -> None:
+        """Stopped by `exc`; `stopped`: the host confirmed that the runner stopped (else it may still run)."""
         self.status, self.interrupt = Status.KILLED, exc
         self.stopped_by = "user" if describe(exc) == "Ctrl-C" else describe(exc)
+        if not stopped and self.job is not None:
+            self.unsettled = (f"{describe(exc)} at {time.strftime('%Y-%m-%d %H:%M:%S')}, but {self.job.host.name} "
+                              f"did not confirm the stop: the runner may still be running")
 
 
 def _show(console: Console, finding: Finding, shown: set[str]) -> None:
@@ -109,11 +121,11 @@ def _show(console: Console, finding: Finding, shown: set[str]) -> None:
     colour = "red" if finding.severity is Severity.FATAL else "yellow"
     detail = finding.entry.render_detail(finding.details)
     if finding.id in shown and finding.severity is not Severity.FATAL and detail:
-        console.print(f"[{colour}]{finding.severity.value}: {finding.id}: also {escape(detail)}[/]")
+        console.print(f"[{colour}]{finding.severity.value}: {finding.id}: also {escape(printable(detail))}[/]")
         return
     shown.add(finding.id)
-    console.print(f"[{colour}]{finding.severity.value}: {finding.id}: {escape(finding.message)}[/]")
-    console.print(f"[{colour}]  fix: {escape(finding.hint)}[/]")
+    console.print(f"[{colour}]{finding.severity.value}: {finding.id}: {escape(printable(finding.message))}[/]")
+    console.print(f"[{colour}]  fix: {escape(printable(finding.hint))}[/]")
 
 
 def follow(job: Job, outcome: Outcome, console: Console, fail_fast: bool = True,
@@ -136,7 +148,7 @@ def follow(job: Job, outcome: Outcome, console: Console, fail_fast: bool = True,
             raise _Stalled(watch.silent)
         if said is Say.WARN:
             text = warning(watch.silent, runner_state(job), display.stages, stall, job.local_dir)
-            console.print(f"[yellow]{escape(text)}[/]", soft_wrap=True)   # one line, to copy the command from
+            console.print(f"[yellow]{escape(printable(text))}[/]", soft_wrap=True)   # one line, to copy from
         elif said is Say.RESUMED:
             console.print(f"[cyan]{resumed(watch.silent)}[/]")
 
@@ -155,12 +167,17 @@ def follow(job: Job, outcome: Outcome, console: Console, fail_fast: bool = True,
                           f"{escape(job.stopped_by)}): the runner ended on its SIGTERM[/]")
     except KeyboardInterrupt as exc:
         console.print(f"[yellow]{describe(exc)}: stopping the runner on the host[/]")
-        stop(job, console)
-        outcome.interrupted(exc)
+        outcome.interrupted(exc, stopped=stop(job, console))
     except _FailFast as fail:
         console.print(f"[red]fail_fast: stopping the run on {fail.finding.id}[/]")
         stop(job, console)
         outcome.status, outcome.stopped_by = Status.FAILED, fail.finding.id
+    except LocalDiskFull as full:   # this machine's disk, not the host's: the runner goes on there
+        console.print(f"[red]error: {escape(str(full))}[/]", soft_wrap=True)
+        outcome.error(str(full))
+        outcome.later = f"{program()} attach {job.local_dir}"
+        console.print(f"[yellow]the runner goes on on {escape(job.host.name)}, which keeps all it writes: once there "
+                      f"is room, `{escape(outcome.later)}` follows it to its end and logs the run[/]", soft_wrap=True)
     except _Stalled as stalled:
         console.print(f"[red]{TIMEOUT_KEY}: no output for {stalled.silent:.0f} s, stopping the runner[/]")
         state = runner_state(job)   # before the stop, which ends it
@@ -201,6 +218,7 @@ def _catching(fn, errors: list[BaseException]) -> None:
 
 
 def report(outcome: Outcome, tracker: Tracker, run_dir: Path, console: Console, title: str) -> None:
+    (run_dir / ROOM_FILE).unlink(missing_ok=True)   # its closing writes get the room set aside for them
     results = read_json(run_dir / "results.json")
     metrics = results.get("metrics", {})
     tags = {k: str(v) for k, v in results.get("environment", {}).items()}
@@ -214,9 +232,10 @@ def report(outcome: Outcome, tracker: Tracker, run_dir: Path, console: Console, 
         tags.update({"failure.stage": outcome.job.stage.value, "exit_code": str(outcome.job.exit_code)})
         # what the run is tagged with, also where no log line explains it (the host lost: orchestrator_error)
         failure = {**found.to_dict(), "ok": False, "tags": {k: v for k, v in tags.items() if k.startswith("failure.")}}
-        (run_dir / "failure.json").write_text(json.dumps(failure, indent=2))
-        if found.traceback:
-            (run_dir / "traceback.txt").write_text(str(found.traceback))
+        with contextlib.suppress(OSError):   # a full disk: whole or not at all; the tags say the same
+            write_json_atomic(str(run_dir / "failure.json"), failure)
+            if found.traceback:
+                write_text_atomic(str(run_dir / "traceback.txt"), str(found.traceback))
     if found.warnings:
         tags["warnings"] = ",".join(sorted({w.finding.id for w in found.warnings}))
     if outcome.stopped_by:
@@ -232,10 +251,21 @@ def report(outcome: Outcome, tracker: Tracker, run_dir: Path, console: Console, 
                       f"{close_within(tracker.uri):g} s; {how} again leaves now, and `{escape(sync_command(run_dir))}` "
                       f"logs it later)[/]", soft_wrap=True)
 
+    if outcome.unsettled is not None:
+        return _leave_unsettled(outcome, tracker, run_dir, console)
     with deferred(held):   # cut off, the upload left the MLflow run RUNNING
         tracker.finish(outcome.status, metrics, {**tags, "status": outcome.status.value},
                        [run_dir / name for name in ARTIFACTS], history=outcome.history)
         _summary(outcome, found, metrics, tracker, run_dir, console, title, fairness)
+
+
+def _leave_unsettled(outcome: Outcome, tracker: Tracker, run_dir: Path, console: Console) -> None:
+    """A stop the host did not confirm: the run is not closed as if it had stopped (its runner may still be
+    running); its MLflow run stays RUNNING, tagged so, until `attach`, `stop` or `reap` settles it."""
+    tracker.leave_open({"stopped_by": outcome.stopped_by, UNSETTLED_TAG: outcome.unsettled})
+    console.print(f"[yellow]UNSETTLED[/] run dir: {escape(str(run_dir))}  {escape(tracker.open_note())}; "
+                  f"`{program()} attach {escape(str(run_dir))}` follows it again, `{program()} stop` stops it, "
+                  f"`{program()} reap` closes it once it has ended", soft_wrap=True)
 
 
 def _summary(outcome, found, metrics, tracker, run_dir, console, title, fairness=None) -> None:
@@ -249,20 +279,21 @@ def _summary(outcome, found, metrics, tracker, run_dir, console, title, fairness
         console.print(f"[yellow]warning x{sum(w.count for w in variants)}: {id_}"
                       f"{escape(f' ({details})') if details else ''}: {escape(variants[0].finding.hint)}[/]")
     colour = {Status.FINISHED: "green", Status.FAILED: "red", Status.KILLED: "yellow"}[outcome.status]
-    note = tracker.closing_note()   # "mlflow run: <id>" only if all of it got there, else why not and `sync`
+    note = tracker.closing_note(outcome.later)   # "mlflow run: <id>" if all of it got there, else why not, `sync`
     console.print(f"[{colour}]{outcome.status.value}[/] run dir: {escape(str(run_dir))}"
                   + (f"  {escape(note)}" if note else ""), soft_wrap=True)   # one line, to copy the command from
     # fail_fast stopped on the primary failure: it and the log lines before it were the last things shown
     said = found.primary is not None and outcome.stopped_by == found.primary.id
     if outcome.status is Status.FAILED and not said:
         if found.primary is not None:
-            console.print(f"[red]{found.primary.id}: {escape(found.primary.message)}\n  fix: "
-                          f"{escape(found.primary.hint)}[/]")
+            console.print(f"[red]{found.primary.id}: {escape(printable(found.primary.message))}\n  fix: "
+                          f"{escape(printable(found.primary.hint))}[/]")
         quoted = found.primary.details.get("last_line") if found.primary is not None else None
         if found.traceback:
-            console.print(escape(str(found.traceback)))
+            console.print(escape(printable(str(found.traceback))))
         elif (tail := _tail(run_dir / "runner.log")) and [t for t in tail if not t.startswith(ECHO)] != [quoted]:
-            text = "\n".join(tail)   # not when its own output is the line just quoted (the rest: events, shown)
+            text = "
+".join(tail)   # not when its own output is the line just quoted (the rest: events, shown)
             console.print(f"[red]runner log tail:[/]\n{escape(text)}")
 
 
@@ -276,9 +307,12 @@ def _by_id(warnings) -> dict[str, list]:
 
 
 def _tail(path: Path, lines: int = 20) -> list[str]:
-    """The log's last `lines` lines, each shortened as a finding's text is; none where there is no log."""
+    """The log's last `lines` lines (read from its last LINE_BYTES: a log may be gigabytes), each as the tail shows
+    it and shortened as a finding's text is; none where there is no log."""
     try:
-        text = path.read_text(errors="replace")
+        with open(path, "rb") as log:
+            log.seek(max(log.seek(0, 2) - LINE_BYTES, 0))
+            end = log.read()
     except OSError:
         return []
-    return [shorten(line.rstrip()) for line in text.rstrip().splitlines()[-lines:]]
+    return [shorten(log_line(line).rstrip()) for line in end.rstrip().split(b"\n")[-lines:]]

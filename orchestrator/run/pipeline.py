@@ -11,34 +11,39 @@ returns its Outcome without a runner; the host lost after launch says how to fol
 from __future__ import annotations
 
 import contextlib
+import errno
 from pathlib import Path
 
 from omegaconf import OmegaConf
 from rich.console import Console
 from rich.markup import escape
 
+from remote.events import write_text_atomic
+
 from ..config.plan import Plan
 from ..hosts import HostError, HostMismatch
-from ..hosts.connect import open_host
 from ..signals import describe
 from ..tracking.run_start import RunStart
 from .attach import follow_again
-from .job import Job, Stage
+from .job import Stage, records_full, set_room_aside
 from .monitor import Outcome, follow, report, stop
 from .place import NoHostReachable, placement
 from .progress import StageLine
-from .steps import announce, launch, preflight, title
+from .steps import BadInput, announce, launch, open_job, preflight, title
 
-
-class BadInput(Exception):
-    """A job's input refused before anything started (its one line names the key): a single run exits
-    EXIT_BAD_INPUT with it; a sweep records the job FAILED and goes on (orchestrator.sweep.job)."""
+__all__ = ["BadInput", "run_job", "write_config"]
 
 
 def run_job(plan: Plan, start: RunStart, console: Console | None = None) -> Outcome:
     """Run the planned job and report it."""
     console = console or Console()
-    write_config(start.run_dir, plan)
+    try:
+        write_config(start.run_dir, plan)
+    except OSError as exc:   # this machine's disk filled since the command's start (its room was checked then)
+        if exc.errno != errno.ENOSPC:
+            raise
+        console.print(f"[red]error: {escape(records_full(start.run_dir))}; nothing was started[/]", soft_wrap=True)
+        return Outcome.not_started(error=f"{exc.strerror} in {start.run_dir}")
     with contextlib.ExitStack() as lease:
         try:
             plan = lease.enter_context(placement(plan, console))
@@ -56,17 +61,16 @@ def run_job(plan: Plan, start: RunStart, console: Console | None = None) -> Outc
 
 
 def write_config(run_dir: Path, plan: Plan) -> None:
+    """The run's config.yaml, after the room set aside for its closing writes (job.set_room_aside)."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(dict(plan.config))))
+    set_room_aside(run_dir)
+    write_text_atomic(str(run_dir / "config.yaml"), OmegaConf.to_yaml(OmegaConf.create(dict(plan.config))))
 
 
 def _on_host(plan: Plan, start: RunStart, console: Console) -> Outcome:
     """The job on its host, from preflight to the end of the follow; every exception becomes the outcome's."""
-    try:
-        host = open_host(plan.host)
-    except (HostError, ValueError) as exc:   # its settings (an ssh_config it cannot use)
-        raise BadInput(str(exc)) from None
-    job = Job(host, plan.spec.run_id, start.run_dir)
+    job = open_job(plan, start.run_dir)
+    host = job.host
     outcome = Outcome(job)
     stages = StageLine(console)   # one line naming the stage, until the runner speaks
     try:
@@ -74,23 +78,28 @@ def _on_host(plan: Plan, start: RunStart, console: Console) -> Outcome:
         start.surveyed(plan, host.name, facts)
         launch(job, plan, sync, answer, stages)
         start.record()
-        announce(plan, host.name, start.run_dir, console)
+        announce(plan, host.name, start.run_dir, console, start.tracker.uri)
         follow(job, outcome, console, fail_fast=plan.fail_fast, needs_results=plan.arm.ours, stall=plan.stall)
     except HostMismatch as exc:   # the run's gpus or device, which the host does not have: bad input, nothing ran
         raise BadInput(str(exc)) from None
     except KeyboardInterrupt as exc:   # before the tail started (follow handles it from there on)
         console.print(f"[yellow]{describe(exc)}: interrupted[/]")
-        if job.stage in (Stage.RUNNING, Stage.LAUNCH):
-            stop(job, console)
-        outcome.interrupted(exc)
+        launched = job.stage in (Stage.RUNNING, Stage.LAUNCH)
+        outcome.interrupted(exc, stopped=not launched or stop(job, console))
     except HostError as exc:
         outcome.error(str(exc))
         console.print(f"[red]error: {exc}[/]")
         if job.stage in (Stage.RUNNING, Stage.COLLECT):   # the host went away, not the runner, which runs on
             console.print(f"[yellow]{follow_again(host.name, start.run_dir)}[/]", soft_wrap=True)
-    except Exception:  # a bug of ours must still close the MLflow run (and a sweep's parent) as FAILED
-        outcome.error("orchestrator error")
-        console.print_exception()
+    except Exception as exc:  # a bug of ours must still close the MLflow run (and a sweep's parent) as FAILED
+        if getattr(exc, "errno", None) != errno.ENOSPC:
+            outcome.error("orchestrator error")
+            console.print_exception()
+        else:   # a record of the run's (job.json, spec.json) on this machine's full disk
+            outcome.error(records_full(start.run_dir))
+            console.print(f"[red]error: {escape(outcome.errors[-1])}[/]", soft_wrap=True)
+            if job.stage is Stage.RUNNING:
+                console.print(f"[yellow]{escape(follow_again(host.name, start.run_dir))}[/]", soft_wrap=True)
     finally:
         stages.close()
         start.open_late()

@@ -1,6 +1,7 @@
-"""The steps that put a planned job on its host: `preflight` (the host's survey and the bundle probe, one command)
-and `launch` (the run's files staged, the bundle synced, the runner started detached, one command more), then
-`announce` (the run's first line). Each sets the job's stage as it begins, for the messages of a failure there.
+"""The steps that put a planned job on its host: `open_job` (its Host, not yet connected), `preflight` (the host's
+survey and the bundle probe, one command) and `launch` (the run's files staged, the bundle synced, the runner
+started detached, one command more), then `announce` (the run's first lines: where it runs, and which MLflow store
+it logs to). Each sets the job's stage as it begins, for the messages of a failure there.
 """
 from __future__ import annotations
 
@@ -8,13 +9,31 @@ import os
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from ..config.plan import Plan
+from ..hosts import HostError
+from ..hosts.connect import open_host
 from ..hosts.preflight import survey
 from ..hosts.settings import HostSettings
+from ..tracking.tracker import uri_source
 from .bundle import BundleSync
 from .job import Job, Stage
 from .progress import StageLine
+
+
+class BadInput(Exception):
+    """A job's input refused before anything started (its one line names the key): a single run exits
+    EXIT_BAD_INPUT with it; a sweep records the job FAILED and goes on (orchestrator.sweep.job)."""
+
+
+def open_job(plan: Plan, run_dir: Path) -> Job:
+    """The job on its host (nothing connects yet); settings the host cannot use (an ssh_config with ProxyJump) are
+    bad input."""
+    try:
+        return Job(open_host(plan.host), plan.spec.run_id, run_dir)
+    except (HostError, ValueError) as exc:
+        raise BadInput(str(exc)) from None
 
 
 def preflight(job: Job, plan: Plan, stages: StageLine,
@@ -57,9 +76,11 @@ def _secrets(settings: HostSettings) -> dict[str, str]:
     return {name: os.environ[name] for name in settings.forward_env if name in os.environ}
 
 
-def announce(plan: Plan, host_name: str, run_dir: Path, console: Console) -> None:
+def announce(plan: Plan, host_name: str, run_dir: Path, console: Console, store: str) -> None:
+    """The run's first line (where it runs, what, its local dir), then which MLflow store it logs to and why."""
     console.print(f"[cyan]run {plan.spec.run_id} on {host_name} (gpus {list(plan.gpus)}): {title(plan)}; local dir "
                   f"{run_dir}[/]")
+    console.print(f"[cyan]MLflow: {escape(store)} ({uri_source(plan.tracking.uri)})[/]", soft_wrap=True)
     if (note := unused_gpus_note(plan)) is not None:
         console.print(f"[yellow]{note}[/]")
 

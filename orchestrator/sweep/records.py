@@ -58,7 +58,7 @@ class JobRecords:
 
     def refused(self, cfg: DictConfig, status: Status, tags: dict[str, str], note: str) -> None:
         tracking = cfg.get("tracking") or {}
-        tracker = self._tracker(Tracking(tracking.get("uri"), str(tracking.get("experiment") or "specbench")))
+        tracker = self._tracker(Tracking(tracking.get("uri"), tracking.get("experiment")))
         arm, host = arm_of(cfg), cfg.get("host") or {}
         tags = {**arm.tags(), "host": str(host.get("name") or host.get("kind") or LocalSettings.kind),
                 **self._own(note), **tags}

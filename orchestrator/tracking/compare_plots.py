@@ -6,9 +6,9 @@ line joining the runs of one setup (compare_rows.series; the mean where one setu
 budget-free run (dflash, ar, tree_budget=auto) as a flat line of its own; each with its 95% interval (bars, or a
 band), drawn dashed where it comes from too few prompts; speedup also gets the speedup = 1 line.
 `pareto_figure(rows)`: tokens/s against tau, each run labelled with its budget and tied to its own AR (a hollow
-marker at tau 1: what its speedup is against), the Pareto front drawn. `depth_figure(rows)`: the unconditional
-per-depth acceptance of each run. Every figure's title says what its numbers belong to, each panel what sets its
-group apart. `plot(rows, out_dir)` writes the four PNGs; more groups than MAX_PANELS is Incomparable, with one line
+marker at tau 1: what its speedup is against; an engine arm's run, `†`, to the engine's own), the Pareto front
+drawn. `depth_figure(rows)`: the unconditional per-depth acceptance of each run. Every figure's title says what its
+numbers belong to, each panel what sets its group apart. `plot(rows, out_dir)` writes the four PNGs; more groups than MAX_PANELS is Incomparable, with one line
 saying what differs; `summarize(rows, out_dir)` writes summary.csv (compare_table) and the plots.
 """
 from __future__ import annotations
@@ -19,10 +19,11 @@ from remote.noise import MIN_PROMPTS, too_few
 
 from ..config.arms import AR, DDTree, DFlash, method_named
 from .compare_rows import comparable, context, differs, label, series
-from .compare_table import write_csv
+from .compare_table import ENGINE_MARK, write_csv
 
 MAX_PANELS = 6
 MARKERS = ((AR, "s", "tab:green"), (DFlash, "^", "tab:blue"), (DDTree, "o", "tab:orange"))
+ENGINE_MARKER = ("D", "tab:purple")   # an engine arm's runs, tied to the engine's own AR
 _COLUMNS = 3
 
 
@@ -88,7 +89,8 @@ def _fixed_budget(row: dict) -> bool:
 
 def _short(row: dict) -> str:
     model = row.get("model") or ""
-    return str(row["run"]).replace(f"-{model}", "", 1) if model else str(row["run"])
+    name = str(row["run"]).replace(f"-{model}", "", 1) if model else str(row["run"])
+    return name + (ENGINE_MARK if row.get("engine") else "")
 
 
 def _interval(row: dict, metric: str) -> tuple[float, float] | None:
@@ -130,7 +132,8 @@ def budget_figure(rows: list[dict], metric: str, label_: str):
     for ax, group, _ in panels:
         budgets = _budget_panel(ax, [r for r in group if r["status"] == "FINISHED"], metric)
         if metric == "speedup_vs_ar":
-            ax.axhline(1.0, color="grey", linewidth=1, linestyle=":", label="AR, each run's own (speedup = 1)")
+            whose = f"; {ENGINE_MARK.strip()} the engine's own" if any(r.get("engine") for r in group) else ""
+            ax.axhline(1.0, color="grey", linewidth=1, linestyle=":", label=f"AR, each run's own (speedup = 1{whose})")
         ax.set_xscale("log", base=2)
         if budgets:
             ax.set_xticks(budgets, [str(b) for b in budgets])
@@ -151,27 +154,34 @@ def pareto_front(points: list[tuple[float, float]]) -> list[tuple[float, float]]
 
 
 def _label(row: dict) -> str:
-    return f"b={row['tree_budget']}" if _tree(row) else row["method"]
+    return f"b={row['tree_budget']}" if _tree(row) else row["method"] + (ENGINE_MARK if row.get("engine") else "")
 
 
 def _pareto_panel(ax, done: list[dict]) -> None:
-    """One group's runs: each point tied to its own AR (hollow, at tau 1), the front over the group's runs."""
-    for arm, marker, colour in MARKERS:
-        mine = [r for r in done if method_named(r["method"]) is arm]
+    """One group's runs: each point tied to its own AR (hollow, at tau 1; an engine's to the engine's own), the
+    front over the group's runs."""
+    kinds = [(arm.tag, marker, colour, [r for r in done if not r.get("engine") and method_named(r["method"]) is arm])
+             for arm, marker, colour in MARKERS]
+    kinds.append((f"engine arms{ENGINE_MARK}", *ENGINE_MARKER, [r for r in done if r.get("engine")]))
+    for name, marker, colour, mine in kinds:
         if not mine:
             continue
         ci = [[r["tau"] - (r.get("tau_ci_low") or r["tau"]) for r in mine],
               [(r.get("tau_ci_high") or r["tau"]) - r["tau"] for r in mine]]
         ax.errorbar([r["tau"] for r in mine], [r["tokens_per_s"] for r in mine], xerr=ci, fmt=marker,
-                    capsize=2, label=arm.tag, color=colour)
+                    capsize=2, label=name, color=colour)
         for r in mine:
             ax.annotate(_label(r), (r["tau"], r["tokens_per_s"]), textcoords="offset points", xytext=(4, 4),
                         fontsize=8)
-            if r.get("ar_tokens_per_s") is not None and not arm.baseline:
+            if r.get("ar_tokens_per_s") is not None and not r.get("baseline"):
                 ax.plot([1.0, r["tau"]], [r["ar_tokens_per_s"], r["tokens_per_s"]], ":", linewidth=0.8, color=colour)
-                ax.plot([1.0], [r["ar_tokens_per_s"]], "s", mfc="white", color=colour)
-    if any(r.get("ar_tokens_per_s") is not None for r in done):
+                ax.plot([1.0], [r["ar_tokens_per_s"]], marker, mfc="white", color=colour)
+    tied = [r for r in done if r.get("ar_tokens_per_s") is not None and not r.get("baseline")]
+    if any(not r.get("engine") for r in tied):
         ax.plot([], [], "s:", mfc="white", color="grey", label="AR beside each run (its speedup = 1)")
+    if any(r.get("engine") for r in tied):
+        ax.plot([], [], f"{ENGINE_MARKER[0]}:", mfc="white", color=ENGINE_MARKER[1],
+                label=f"the engine's own AR beside each engine run{ENGINE_MARK}")
     front = pareto_front([(r["tau"], r["tokens_per_s"]) for r in done])
     if front:   # ringed, and joined where there are several
         ax.plot(*zip(*front), "-o", color="grey", alpha=0.6, linewidth=1, markersize=11, fillstyle="none",

@@ -5,8 +5,9 @@ Contract: `select_runs(client, experiment, parent, filter)` returns MLflow runs 
 a job's superseded attempt left out); a run or experiment that does not exist, or a filter MLflow cannot parse, is a
 SystemExit with one line. `row_of(run)` / `rows_of(runs)` are the rows (runs launched apart that would share a name
 get the params that tell them apart). `comparable(rows)` splits rows into groups that agree on GROUP_KEYS (model,
-drafter, host, GPU, dtype, dataset, temperature: a speedup or tau of one group says nothing of another's); an AR run
-(no drafter) joins the one group it matches otherwise. `differs(groups)` names the keys that set them apart,
+drafter, host, GPU, dtype, dataset, temperature: a speedup or tau of one group says nothing of another's; an
+engine arm's run joins ours of the same setup); a baseline run (our AR or an engine's own, no drafter) joins the
+one group it matches otherwise. `differs(groups)` names the keys that set them apart,
 `label(group, keys)` says a group by them and `context(rows)` what rows' numbers belong to (model, host, GPU, date);
 `series(rows)` splits rows into runs of one setup (all their params but the tree budget), each with its name.
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 import datetime
 import re
 
-from ..config.arms import method_named
+from ..config.arms import logged_baseline, method_named
 
 METRICS = ("tau", "tau_ci_low", "tau_ci_high", "tpot_ms", "speedup_vs_ar", "speedup_vs_ar_ci_low",
            "speedup_vs_ar_ci_high", "exact_match_vs_ar", "divergence_near_tie_share", "tokens_per_s",
@@ -43,15 +44,19 @@ def row_of(run) -> dict:
     skipped = tags.get("skipped") == "true"
     start = run.info.start_time
     method = tags.get("method") or params.get("method.name", "")
-    arm = method_named(method)   # None: not one of our methods (a user's script: our model configs are unused)
+    arm = method_named(method, tags)   # None: not one of ours nor an engine (a user's script: our configs unused)
+    engine = tags.get("engine")
     row = {
         "run": run.info.run_name or run.info.run_id[:8], "status": "SKIPPED" if skipped else run.info.status,
         "model": params.get("model.name", "") if arm else "", "method": method,
+        "engine": f"{engine} {tags.get('engine_version', '')}".strip() if engine else None,
+        # what the others are compared with: our AR, or an engine without its speculative config (its own AR)
+        "baseline": logged_baseline(tags, params),
         # Only a tree reads the budget: another method's run under a swept budget is the same run.
         "tree_budget": _budget(params.get("tree_budget", "")) if arm and arm.builds_tree else None,
         "temperature": params.get("temperature", ""), "host": tags.get("host", ""),
         "gpu": tags.get("gpu") or tags.get("gpu_name", ""),
-        "drafter": params.get("drafter.name") if arm and arm.uses_drafter else None,
+        "drafter": params.get("drafter.name") or None,   # logged only by an arm that drafts with it (Arm.unread)
         "dtype": params.get("model.dtype", ""), "dataset": _dataset(params, tags) if arm else "",
         "date": datetime.datetime.fromtimestamp(start / 1000).strftime("%Y-%m-%d") if start else "",
         "fairness": tags.get("fairness", ""),
@@ -61,7 +66,7 @@ def row_of(run) -> dict:
         "setup": {k: v for k, v in params.items() if k != "tree_budget"},
     }
     row.update({k: metrics.get(k) for k in METRICS})
-    if arm and arm.baseline and row["tau"] is None and row["status"] == "FINISHED":
+    if row["baseline"] and row["tau"] is None and row["status"] == "FINISHED":
         row["tau"] = 1.0   # AR commits one token per target forward (a run that failed measured nothing)
     depths = {int(m.group(1)): v for k, v in metrics.items() if (m := _DEPTH.match(k))}
     row["accept_by_depth"] = [depths[d] for d in sorted(depths)]
@@ -102,8 +107,7 @@ def comparable(rows: list[dict]) -> list[list[dict]]:
     groups: dict[tuple, list[dict]] = {}
     baseline = []
     for row in rows:
-        arm = method_named(row.get("method"))
-        (baseline if arm is not None and arm.baseline else groups.setdefault(_key(row), [])).append(row)
+        (baseline if row.get("baseline") else groups.setdefault(_key(row), [])).append(row)
     for row in baseline:
         matches = [k for k in groups if k[:1] + k[2:] == _key(row, ("drafter",))]
         groups.setdefault(matches[0] if len(matches) == 1 else _key(row), []).append(row)

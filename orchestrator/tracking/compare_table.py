@@ -6,10 +6,10 @@ each titled with what its numbers belong to and, where there are several, what s
 title when its rows share them) and wraps names at word boundaries at any width it can fit in (60 columns and up). A
 speedup is marked `*` where its 95% interval includes 1.0, `?` where it comes from fewer than
 remote.noise.MIN_PROMPTS prompts (too few to call anything significant) and `!` where the run's fairness is not `ok`
-(unlike paths, or noisy timings); the caption leads with the group's answer (`leader`), names the skipped jobs
-and says in one line each what the marks mean for these runs (`said`: how many were noisy, how much, how few
-prompts). `markdown(rows, title, url)` is the same for a sweep parent's description;
-`write_csv(rows, path)` has every column, group included.
+(unlike paths, or noisy timings); an engine arm's run is marked `†`. The caption leads with the group's answer
+(`leader`), gives each run's 95% intervals (`intervals`), names the skipped jobs and says in one line each what the
+marks mean for these runs (`said`: how many were noisy, how much, how few prompts). `markdown(rows, title, url)` is
+the same for a sweep parent's description; `write_csv(rows, path)` has every column, group and engine included.
 """
 from __future__ import annotations
 
@@ -25,22 +25,28 @@ from remote.noise import MIN_PROMPTS, too_few
 from .cells import Words
 from .compare_rows import METRICS, values_of, comparable, context, differs, label
 
-COLUMNS = ("run", "status", "model", "method", "tree_budget", "temperature", "drafter", "dtype", "dataset", "host",
-           "gpu", "date", "group", *METRICS, "fairness", "duplicate_of", "run_id")   # summary.csv, then accept_by_depth
+COLUMNS = ("run", "status", "model", "method", "engine", "tree_budget", "temperature", "drafter", "dtype", "dataset",
+           "host", "gpu", "date", "group", *METRICS, "fairness", "duplicate_of", "run_id")   # summary.csv, then depths
 # The terminal table: (row key, header), chosen to fit 80 columns.
 TERMINAL = (("run", "run"), ("host", "host"), ("gpu", "gpu"), ("status", "status"), ("tau", "tau"),
             ("tpot_ms", "ms/tok"), ("speedup_vs_ar", "vs AR"), ("exact_match_vs_ar", "exact"),
             ("tokens_per_s", "tok/s"))
 STATUS_SHORT = {"FINISHED": "done", "SKIPPED": "skipped"}
+ENGINE_MARK = " †"     # an engine arm's row: the engine's own decoding, its speedup against the engine's own AR
+ENGINE_NOTE = "engine arm: the engine's own decoding, its speedup against the same engine without speculation"
 NOT_SIGNIFICANT, SMALL, UNTRUSTED = "*", "?", "!"
 MARKS = {NOT_SIGNIFICANT: "95% interval of the speedup (vs AR) includes 1.0",
          SMALL: f"fewer than {MIN_PROMPTS} prompts: too few for a 95% interval, nothing is significant",
          UNTRUSTED: "fairness not ok: AR and the method ran unlike paths, or the timings were noisy (the run's tags)"}
 
 
+_IP = re.compile(r"[\d.]+|.*:.*")   # IPv4 / IPv6: kept whole
+_GPU_VENDOR = re.compile(r"\b(NVIDIA|GeForce|Tesla|Quadro) ")
+
+
 def said(shown: list[dict]) -> list[str]:
     """One line per mark the rows carry, saying what it means for them: how many runs had noisy timings (and how
-    noisy), how few prompts, which intervals include 1.0."""
+    noisy), how few prompts, which intervals include 1.0, which rows are an engine's."""
     lines = []
     noisy = [r for r in shown if str(r.get("fairness", "")).startswith("noisy")]
     unlike = [r for r in shown if str(r.get("fairness", "")).startswith("mismatch")]
@@ -55,9 +61,22 @@ def said(shown: list[dict]) -> list[str]:
                      f"({MIN_PROMPTS} needed): nothing here is significant")
     if any(not_significant(r) for r in shown):
         lines.append(f"{NOT_SIGNIFICANT} {MARKS[NOT_SIGNIFICANT]}")
+    if engines := values_of(shown, "engine"):
+        lines.append(f"{ENGINE_MARK.strip()} {ENGINE_NOTE} ({', '.join(engines)})")
     return lines
-_IP = re.compile(r"[\d.]+|.*:.*")   # IPv4 / IPv6: kept whole
-_GPU_VENDOR = re.compile(r"\b(NVIDIA|GeForce|Tesla|Quadro) ")
+
+
+def intervals(shown: list[dict], models: list[str]) -> list[str]:
+    """`95% intervals: ddtree-b63: tau 2.90-5.31, vs AR 0.63-1.16`, one line a run that has them (the columns have
+    no room for them within 80 columns); none for a run of too few prompts, whose spread is no interval (`said`)."""
+    lines = []
+    for row in (r for r in shown if not too_few(r.get("num_prompts"))):
+        parts = [f"{name} {row[f'{key}_ci_low']:.2f}-{row[f'{key}_ci_high']:.2f}"
+                 for key, name in (("tau", "tau"), ("speedup_vs_ar", "vs AR"))
+                 if row.get(f"{key}_ci_low") is not None and row.get(f"{key}_ci_high") is not None]
+        if parts:
+            lines.append(f"95% intervals: {_cell(row, 'run', models)}: {', '.join(parts)}")
+    return lines
 
 
 def _fmt(value) -> str:
@@ -86,8 +105,9 @@ def marks(row: dict) -> str:
 
 def _cell(row: dict, key: str, models: list[str]) -> str:
     value = row.get(key)
-    if key == "run" and len(models) == 1:
-        return str(value).replace(f"-{models[0]}", "", 1)   # the model is in the title
+    if key == "run":
+        name = str(value).replace(f"-{models[0]}", "", 1) if len(models) == 1 else str(value)  # model: in the title
+        return name + (ENGINE_MARK if row.get("engine") else "")
     if key == "gpu":
         return _GPU_VENDOR.sub("", str(value or "-"))
     if key == "host" and value and not _IP.fullmatch(str(value)):
@@ -130,6 +150,7 @@ def render_table(rows: list[dict], title: str = "runs", apart: str = "") -> Tabl
     models = values_of(rows, "model")
     shown = [r for r in rows if r.get("status") != "SKIPPED"]
     caption = [line] if (line := leader(rows)) else []
+    caption += intervals(shown, models)
     if notes := _skipped(rows, models):
         caption.append("skipped, same effective config: " + "; ".join(notes))
     caption += said(shown)

@@ -15,7 +15,12 @@ from typing import Mapping
 HEADLINE_PREFIX = re.compile(r"\d+\.(.+)")
 
 TAGS = {
-    "method": "what the run measured: ar, dflash, ddtree (our runner) or script (a user's)",
+    "method": "what the run measured: ar, dflash, ddtree (our runner), an engine arm's option (vllm, vllm-dflash, "
+              "sglang, openai, ...) or script (a user's)",
+    "engine": "an engine arm's serving engine (vllm, sglang, openai): its own decoding, against its own AR",
+    "engine_version": "the serving engine's version, as its server reported it",
+    "engine_command": "the command that started the engine's server (engine_command.txt has each phase's)",
+    "stop_unconfirmed": "a stop was asked of a run whose host did not confirm it: attach, stop or reap settle it",
     "dataset": "the dataset option the prompts came from (its config file's name, e.g. code, humaneval)",
     "host": "where the run ran (the host's name)",
     "host_kind": "local or ssh",

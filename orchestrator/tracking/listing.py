@@ -4,7 +4,7 @@ newest first, from their local records (no MLflow needed: the runs dir is the tr
 Contract: a sweep is one row (its id `<date>/<time>-<tag>`, its status, models, arms and hosts, its best speedup)
 and its jobs are not listed beside it; `--sweep REF` (a sweep's dir, its id or its parent's MLflow id) lists that
 sweep's jobs instead. A run's row: its id (`run_id_local`: what `show`, `attach` and `compare` take), date, status,
-model, arm (its name's words), host, tau, speedup with its marks (orchestrator.tracking.compare_table) and tokens/s;
+model, arm (its name's words; `†` an engine arm's), host, tau, speedup with its marks (orchestrator.tracking.compare_table) and tokens/s;
 a sweep's, its best job's. `--status` and `--model` filter (case-insensitive), `--limit` bounds the rows (default
 20). The closing line names the next commands (`show`, `compare`, `resume`). A `--sweep` that names no sweep is one
 line, exit 1.
@@ -25,7 +25,7 @@ from ..paths import runs_dir
 from ..program import program
 from .cells import Words
 from .compare_rows import row_of
-from .compare_table import marks
+from .compare_table import ENGINE_MARK, marks
 from .records import as_run, job_records
 from .sweeps import PLANNED_TAG, SWEEP_RECORD, sweep_id
 from .tracker import RECORD
@@ -50,7 +50,8 @@ def run_entry(record: dict, path: Path) -> dict:
     row = row_of(as_run(record))
     start = record.get("start") or {}
     return {"id": start.get("tags", {}).get("run_id_local") or path.name, "start": start.get("start_time") or 0,
-            "status": row["status"], "model": row["model"], "arm": row["run"].replace(f"-{row['model']}", "", 1),
+            "status": row["status"], "model": row["model"],
+            "arm": row["run"].replace(f"-{row['model']}", "", 1) + (ENGINE_MARK if row["engine"] else ""),
             "host": row["host"], "tau": row["tau"], "speedup": _speedup(row), "tok/s": row["tokens_per_s"],
             "mlflow": (record.get("mlflow_run_id") or "")[:12]}
 

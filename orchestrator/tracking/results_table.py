@@ -20,12 +20,15 @@ from rich.table import Table
 from remote.fairness import verdict
 from remote.noise import MIN_PROMPTS, noisy, too_few
 
+from ..untrusted import printable
 from .cells import Words
 
 SUMMARY_KEYS = ("tau", "tau_prompt_mean", "tpot_ms", "tpot_ms_p50", "tpot_ms_p90", "tpot_ms_p99", "tokens_per_s",
                 "ttft_ms", "speedup_vs_ar", "exact_match_vs_ar", "divergence_near_tie_share", "ar_tpot_ms",
                 "draft_ms", "tree_build_ms", "verify_ms", "commit_ms", "nodes_per_token", "reject_in_tree",
-                "auto_budget_mean", "auto_calibration", "timing_noise", "warmup_s", "peak_mem_gb")
+                "auto_budget_mean", "auto_calibration", "timing_noise", "warmup_s", "peak_mem_gb",
+                # engine arms: the check against our runner, the engine's own clock, its start
+                "ours_tau", "engine_tau_ratio", "engine_tpot_ms", "client_minus_engine_tpot_ms", "server_start_s")
 SPREAD_KEYS = ("tokens_per_s", "tpot_ms", "speedup_vs_ar")     # their `_repeat_std`, on one row (80 columns)
 NOT_SIGNIFICANT = "(includes 1.0: not significant)"
 UNFAIR = "(unfair: see fairness)"
@@ -90,7 +93,7 @@ def results_table(metrics: Mapping[str, float], title: str, fairness: str | None
     if spread:
         table.add_row("repeats: sd", ", ".join(spread))
     if fairness:
-        table.add_row("fairness", fairness if fairness == "ok" else Words(fairness, "yellow"))
+        table.add_row("fairness", fairness if fairness == "ok" else Words(printable(fairness), "yellow"))
     return table
 
 
@@ -100,7 +103,7 @@ def trust_lines(metrics: Mapping[str, float], fairness: str | None = None) -> li
     if fairness and fairness.startswith("mismatch"):
         what = fairness.removeprefix("mismatch: ").split("; noisy: ")[0]
         lines.append(f"[yellow]warning: fairness: AR and the method did not run on the same path, so speedup_vs_ar "
-                     f"compares unlike things: {escape(what)}[/]")
+                     f"compares unlike things: {escape(printable(what))}[/]")
     if (why := noisy(metrics)) is not None:
         lines.append(f"[yellow]timings noisy: {escape(why)}: speedup_vs_ar and tokens/s cannot be trusted "
                      f"(a quieter host, or repeats=3 to average the noise out)[/]")

@@ -32,6 +32,7 @@ from remote.events import read_json
 
 from ..config.arms import AR, method_named
 from ..program import program
+from ..untrusted import printable
 from .find import JOB_FILE, find_run_dir
 
 OUTPUTS = "outputs.jsonl"
@@ -46,13 +47,6 @@ def first_difference(a: Sequence, b: Sequence) -> int | None:
         if x != y:
             return i
     return None if len(a) == len(b) else min(len(a), len(b))
-
-
-def printable(text: str) -> str:
-    """Control characters (a random model emits ESC and friends) as their Unicode pictures, one character each so
-    that positions stay put; newlines and tabs stay."""
-    return "".join(chr(0x2400 + ord(c)) if ord(c) < 32 and c not in "\n\t" else
-                   "\u2421" if c == "\x7f" else c for c in text)
 
 
 @dataclass(frozen=True)
@@ -160,7 +154,8 @@ def _title(run_dir: Path, spec: dict, method: str) -> str:
     model = _model_name(run_dir) or m.get("path") or "random model"
     arm = method_named(method)
     budget = f" b{d['tree_budget']}" if arm and arm.builds_tree and "tree_budget" in d else ""
-    versus = "" if arm and arm.baseline else " vs AR"
+    engine = (spec.get("engine") or {}).get("kind")
+    versus = "" if arm and arm.baseline is True else f" vs {engine}'s own AR" if engine else " vs AR"
     return (f"{method}{budget}{versus} · {model} · {m.get('dtype', '?')} · "
             f"temperature {d.get('temperature', '?')} · run {spec.get('run_id', run_dir.name)}")
 

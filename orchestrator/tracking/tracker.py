@@ -16,6 +16,7 @@ address, for the closing note. Non-goals: logging while the run goes, queueing u
 from __future__ import annotations
 
 import enum
+import functools
 import importlib
 import json
 import logging
@@ -29,9 +30,10 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 from urllib.parse import urlparse
 
-from remote.events import write_json_atomic
+from remote.events import write_json_atomic, write_text_atomic
 
-from ..paths import default_artifact_root, default_tracking_uri
+from ..config.knobs import DEFAULT_EXPERIMENT, EXPERIMENT_ENV, EXPERIMENT_ID_ENV, URI_ENV
+from ..paths import default_artifact_root, default_tracking_uri, no_room_here, room_here
 from ..program import program
 from .run_note import HEADLINE, NOTE_TAG, definitions_table, description, headline, headline_name
 from .ui_links import experiment_tags, run_url, runs_list_url, where
@@ -56,6 +58,7 @@ TERMINATE_WITHIN_S = 5.0   # then one try to close an incomplete MLflow run (FAI
 # import and a new database's migrations take 10+ s on a loaded machine) and its lock waits are sqlite's own
 # (20 s a statement, with parallel jobs on one database); this bound only guards against a hung disk.
 LOCAL_CLOSE_WITHIN_S = 120.0
+STORE_ROOM = 1 << 20   # free bytes a local store needs beyond the artifacts' size for a run's rows (sqlite's journal)
 
 
 class Status(enum.Enum):
@@ -92,8 +95,10 @@ def flatten(obj: Any, prefix: str = "") -> dict[str, str]:
 
 
 def resolve_uri(uri: str | None) -> str:
-    """The store's URI with a local path made absolute (`sqlite:///my.db` of the directory the command ran in):
-    the run's records keep it, and `show`, `sync` or `reap` from another directory must reach the same store."""
+    """The store a run logs to: `uri` (tracking.uri, --tracking-uri), else MLflow's own MLFLOW_TRACKING_URI, else
+    the embedded default; a local path made absolute (`sqlite:///my.db` of the directory the command ran in): the
+    run's records keep it, and `show`, `sync` or `reap` from another directory must reach the same store."""
+    uri = uri or os.environ.get(URI_ENV)
     if not uri:
         return default_tracking_uri()
     parsed = urlparse(uri)
@@ -102,6 +107,17 @@ def resolve_uri(uri: str | None) -> str:
     if parsed.scheme == "" or (parsed.scheme == "file" and not parsed.netloc):    # a file store's directory
         return os.path.abspath(os.path.expanduser(parsed.path if parsed.scheme else uri))
     return uri
+
+
+def uri_source(uri: str | None) -> str:
+    """Where the store of `resolve_uri(uri)` comes from, for the line that names it."""
+    return "tracking.uri" if uri else URI_ENV if os.environ.get(URI_ENV) else "the default"
+
+
+def resolve_experiment(name: str | None) -> str:
+    """The experiment runs go to: `name` (tracking.experiment), else MLFLOW_EXPERIMENT_NAME, else DEFAULT_EXPERIMENT
+    (MLFLOW_EXPERIMENT_ID, where set instead of a name, is looked up when the run opens)."""
+    return name or os.environ.get(EXPERIMENT_ENV) or DEFAULT_EXPERIMENT
 
 
 def sqlite_file(uri: str) -> Path | None:
@@ -195,9 +211,14 @@ class Tracker:
     """One run's MLflow mirror and its local record (`run_dir / name`, when a run dir is given; a sweep's parent
     keeps its own in the sweep dir, orchestrator.tracking.sweeps)."""
 
-    def __init__(self, uri: str | None, experiment: str, run_dir: Path | None = None, name: str = RECORD,
+    def __init__(self, uri: str | None, experiment: str | None, run_dir: Path | None = None, name: str = RECORD,
                  away: str | None = None, sweep_job: bool = False, parent_run_id: str | None = None):
         self.uri = resolve_uri(uri)
+        # MLFLOW_EXPERIMENT_ID names the experiment where neither tracking.experiment nor a name in the environment
+        # does (MLflow's fluent API reads it so)
+        self._experiment_by_id = None if experiment or os.environ.get(EXPERIMENT_ENV) else \
+            os.environ.get(EXPERIMENT_ID_ENV)
+        experiment = resolve_experiment(experiment)
         self.parent_run_id = parent_run_id   # a sweep job's parent run, which record_start names by default
         # a sweep's job: one that ends before its launch is still recorded, as a child run saying why
         # (orchestrator.sweep.job)
@@ -208,7 +229,8 @@ class Tracker:
         self.run_dir = run_dir
         self.name = name
         self.record: dict[str, Any] = {"tracking_uri": self.uri, "experiment": experiment, "mlflow_run_id": None,
-                                       "logged": [], "error": None, "start": None, "final": None}
+                                       "logged": [], "error": None, "start": None, "final": None,
+                                       "experiment_by_id": self._experiment_by_id}
         self.warning: str | None = away   # why the run is not (fully) in MLflow
         self._lock = threading.RLock()    # the record is written from the opening's thread too
         self._opening: _Call | None = None
@@ -219,6 +241,8 @@ class Tracker:
         record = json.loads((run_dir / name).read_text())
         tracker = cls(uri or record["tracking_uri"], record["experiment"], run_dir, name)
         tracker.record.update(record)
+        if not record.get("experiment_id"):   # never opened: the experiment MLFLOW_EXPERIMENT_ID named, if it did
+            tracker._experiment_by_id = record.get("experiment_by_id")
         if tracker.uri != record["tracking_uri"]:
             tracker.record.update(tracking_uri=tracker.uri, mlflow_run_id=None, logged=[])
         return tracker
@@ -337,19 +361,21 @@ class Tracker:
         tags = {k: str(v)[:8000] for k, v in tags.items()}
         # A second outcome (attach followed the runner on after this command lost the host and closed the run
         # FAILED) is logged anew, and what the first one tagged that this one does not (failure.*) is removed.
-        earlier = self.record["final"]
-        stale = sorted(set(earlier["tags"]) - set(tags)) if earlier else []
+        earlier = {*(self.record["final"] or {}).get("tags", {}), *(self.record.get("unsettled") or {})}
+        stale = sorted(earlier - set(tags))
         self._update(final={
             "status": status.value, "end_time": now, "tags": tags,
             "metrics": [[k, float(v), now, step] for k, v, step in points
                         if isinstance(v, (int, float)) and math.isfinite(float(v))],
             "artifacts": names, "stale_tags": stale},
-            logged=[step for step in self.record["logged"] if step != Step.FINAL.value])
+            logged=[step for step in self.record["logged"] if step != Step.FINAL.value], unsettled=None)
         if self.away:
             return
         late = f"MLflow at {self.uri} did not answer within {within:g} s"
         if self._opening is not None and not self._opening.wait(deadline - time.monotonic()):
             return self._give_up(late)   # still opening: no second attempt beside it
+        if (no_room := self._no_room(names)) is not None:   # not tried: it would leave part of an artifact
+            return self._give_up(no_room)
         upload = _Call(self.replay, "mlflow-finish")
         if not upload.wait(deadline - time.monotonic()):
             return self._give_up(late)
@@ -357,6 +383,35 @@ class Tracker:
             return self._give_up(f"MLflow at {self.uri} unavailable ({mlflow_error(upload.error)})",
                                  server_down=_no_connection(upload.error))
         self.warning = None
+
+    def leave_open(self, tags: Mapping[str, str]) -> None:
+        """The run's end is not known (a stop the host did not confirm: its runner may still be running), so its
+        MLflow run stays RUNNING, with `tags` saying why; the record keeps them (`unsettled`), and the `finish` that
+        settles the run later (attach, stop, reap) removes them. Bounded as `finish` is; never raises."""
+        self._update(unsettled={k: str(v) for k, v in tags.items()})
+        if self.away or not self.opened:
+            return
+        deadline = time.monotonic() + close_within(self.uri)
+        if self._opening is not None and not self._opening.wait(deadline - time.monotonic()):
+            self.warning = f"MLflow at {self.uri} did not answer"
+            return
+
+        def tag(run_id: str) -> None:
+            from mlflow.entities import RunTag
+
+            mlflow_client(self.uri).log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+
+        if self.run_id is not None:
+            call = _Call(functools.partial(tag, self.run_id), "mlflow-tag")
+            if not call.wait(deadline - time.monotonic()) or call.error is not None:
+                why = mlflow_error(call.error) if call.error else "no answer"
+                self.warning = f"MLflow at {self.uri} unavailable ({why})"
+
+    def open_note(self) -> str:
+        """For the line of a run left open: where its MLflow run is, RUNNING, or that MLflow has none yet."""
+        if self.run_id is None:
+            return "(not in MLflow yet)"
+        return f"(MLflow run {self.run_id} left RUNNING{f'; {self.warning}' if self.warning else ''})"
 
     def _described(self, metrics: Mapping[str, float], tags: dict[str, str],
                    artifacts: list[Path]) -> tuple[dict[str, str], list[Path]]:
@@ -373,8 +428,12 @@ class Tracker:
             tags = {**tags, NOTE_TAG: description(start.get("run_name", ""), known, metrics, definitions)}
         if self.run_dir is not None and definitions:
             table = self.run_dir / "definitions.md"
-            table.write_text(definitions_table(metrics, definitions, known, kept.get("tag_definitions") or {}))
-            artifacts = [*artifacts, table]
+            try:   # whole or not at all: a full disk once left it 0 bytes, looking written
+                write_text_atomic(str(table), definitions_table(metrics, definitions, known,
+                                                                kept.get("tag_definitions") or {}))
+                artifacts = [*artifacts, table]
+            except OSError:
+                pass   # the description carries the definitions too
         return tags, artifacts
 
     @staticmethod
@@ -388,6 +447,17 @@ class Tracker:
             return {"gpu": "cpu"}
         count = int(tags["gpu_count"]) if str(tags.get("gpu_count", "")).isdigit() else 1
         return {"gpu": tags["gpu_name"] if count <= 1 else f"{count}x {tags['gpu_name']}"}
+
+    def _no_room(self, artifacts: list[str]) -> str | None:
+        """Why a local store has no room for the run's final logging (its artifacts' copies, its rows), or None."""
+        database = sqlite_file(self.uri)
+        if database is None or not database.parent.exists():
+            return None
+        need = STORE_ROOM + sum(os.path.getsize(p) for name in artifacts
+                                if (p := (self.run_dir or Path(".")) / name).is_file())
+        if room_here(database.parent)[0] >= need:
+            return None
+        return no_room_here(database.parent, need, "the run's MLflow rows and artifact copies")
 
     def _give_up(self, why: str, server_down: bool = False) -> None:
         """Keep the reason in the record; close a half-logged MLflow run FAILED (once, bounded), not RUNNING. Not
@@ -442,13 +512,23 @@ class Tracker:
     def _experiment_id(self, client) -> str:
         if (database := sqlite_file(self.uri)) is not None:
             database.parent.mkdir(parents=True, exist_ok=True)
-        exp = client.get_experiment_by_name(self.experiment)
+        if self._experiment_by_id:   # raises where the store has no such experiment: said as the store's answer
+            exp = client.get_experiment(self._experiment_by_id)
+            self.experiment = exp.name
+            self._update(experiment=exp.name)
+        else:
+            exp = client.get_experiment_by_name(self.experiment)
         if exp is None:
             # A local database gets local artifacts in runs/, wherever the command was started from.
             location = default_artifact_root() if self.uri.startswith("sqlite:") else None
             exp_id, tags = client.create_experiment(self.experiment, artifact_location=location), {}
         else:
             exp_id, tags = exp.experiment_id, exp.tags
+        self._describe_experiment(client, exp_id, tags)
+        self._update(experiment_id=exp_id)
+        return exp_id
+
+    def _describe_experiment(self, client, exp_id: str, tags: Mapping[str, str]) -> None:
         for key, value in experiment_tags([headline_name(k) for k in HEADLINE]).items():
             if tags.get(key) != value:   # the UI's view of our runs (ui_links), set once per experiment
                 client.set_experiment_tag(exp_id, key, value)
@@ -456,8 +536,6 @@ class Tracker:
             client.set_experiment_tag(exp_id, NOTE_TAG, f"specbench runs: [the runs list with the headline metrics as "
                                                         f"columns]({runs_list_url(self.uri, exp_id)}) (or the "
                                                         f"UI's *Model training* view)")
-        self._update(experiment_id=exp_id)
-        return exp_id
 
     def _log_params(self, client, params: Mapping[str, str]) -> None:
         from mlflow.entities import Param
@@ -493,8 +571,9 @@ class Tracker:
             return ""
         return where(self.uri, run_url(self.uri, exp_id, self.run_id))
 
-    def closing_note(self) -> str:
-        """For the run's closing line: where it is in MLflow, or why it is not and how to log it later."""
+    def closing_note(self, later: str | None = None) -> str:
+        """For the run's closing line: where it is in MLflow, or why it is not and how to log it later (`sync`, or
+        `later` where that finishes the job)."""
         if self.logged:
             return f"mlflow run: {self.run_id} {self.url()}".rstrip()
         if not self.opened and self.sweep_job:
@@ -503,4 +582,4 @@ class Tracker:
             return "(never reached MLflow: it ended before its launch; nothing to sync)"
         what = f"not fully in MLflow (run {self.run_id} incomplete)" if self.run_id else "not in MLflow"
         return (f"({what}: {self.warning or 'not logged'}; results kept locally; log it later: "
-                f"{sync_command(self.run_dir or Path('.'))})")
+                f"{later or sync_command(self.run_dir or Path('.'))})")

@@ -20,6 +20,7 @@ from transformers import Qwen3Config
 from transformers.utils import cached_file
 
 from ..errors import SpecError
+from ..file_checks import json_object, problem
 from .drafter import DFlashDrafter, dflash_value
 
 MASK_TOKEN = "<|MASK|>"
@@ -42,7 +43,7 @@ def _fetch(path: str, name: str, required: bool = True) -> Path | None:
     if os.path.isdir(path):
         found = Path(path) / name
         if not found.exists() and required:
-            raise SpecError(f"drafter directory {path!r} has no {name}")
+            raise SpecError(f"drafter {path!r}: {found} does not exist")
         return found if found.exists() else None
     try:
         found = cached_file(path, name, _raise_exceptions_for_missing_entries=required)
@@ -55,14 +56,27 @@ def _fetch(path: str, name: str, required: bool = True) -> Path | None:
 def _state_dict(path: str) -> dict[str, torch.Tensor]:
     index = _fetch(path, "model.safetensors.index.json", required=False)
     if index is not None:
-        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        return {k: v for shard in shards for k, v in load_file(str(_fetch(path, shard))).items()}
-    return load_file(str(_fetch(path, "model.safetensors")))
+        weight_map = json_object(index).get("weight_map")   # (a broken index: SpecError naming it)
+        if not isinstance(weight_map, dict):
+            raise SpecError(f"drafter {path!r}: {index} has no weight_map")
+        return {k: v for shard in sorted(set(weight_map.values())) for k, v in _weights(path, shard).items()}
+    return _weights(path, "model.safetensors")
+
+
+def _weights(path: str, name: str) -> dict[str, torch.Tensor]:
+    """The tensors of the drafter's weights file `name`; a broken one is a SpecError that names it."""
+    found = _fetch(path, name)
+    if (wrong := problem(found)) is not None:
+        raise SpecError(f"drafter {path!r}: {found} {wrong}")
+    return load_file(str(found))
 
 
 def load_drafter(path: str, dtype: torch.dtype, device: torch.device | str,
                  block_size: int | None = None) -> DFlashDrafter:
-    config = _config(json.loads(_fetch(path, "config.json").read_text()))
+    found = _fetch(path, "config.json")
+    if (wrong := problem(found)) is not None:
+        raise SpecError(f"drafter {path!r}: {found} {wrong}")
+    config = _config(json.loads(found.read_text(encoding="utf-8")))
     drafter = DFlashDrafter(config)
     state = _state_dict(path)
     missing, unexpected = drafter.load_state_dict(state, strict=False)

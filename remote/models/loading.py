@@ -6,7 +6,7 @@ from `model.random` (transformers config fields incl. `model_type`, under `torch
 runs on (with a `device_map`: on the map's first GPU, then spread by remote.models.placement).
 `load_tokenizer` returns the target's tokenizer, or the one shipped in `remote/assets/tokenizer` for random
 models. `load_drafter_for` returns the published-format drafter at `drafter.path` or a random one derived from the
-target. Anything that cannot be loaded as asked raises `SpecError`.
+target. Anything that cannot be loaded as asked raises `SpecError`; a broken file (remote.file_checks) is named.
 """
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from .. import spec
 from ..assets import ASSETS
 from ..errors import SpecError, first_line
+from ..file_checks import checkpoint_problem, local_dir, tokenizer_problem
 from ..spec import DrafterSpec, ModelSpec
 from .drafter import DFlashDrafter
 from .drafter_io import load_drafter, random_drafter
@@ -65,11 +66,15 @@ def load_target(ms: ModelSpec, seed: int, device: torch.device) -> torch.nn.Modu
         if device_map is not None:
             model = spread(model, device_map)
     elif ms.path:
+        _refuse_broken(f"target {ms.path!r}", checkpoint_problem, ms.path, ms.revision)
         try:
             model = AutoModelForCausalLM.from_pretrained(
                 ms.path, dtype=dtype, attn_implementation=ms.attn_implementation, device_map=device_map,
                 revision=ms.revision, trust_remote_code=ms.trust_remote_code)
-        except (OSError, ValueError) as exc:
+        except Exception as exc:   # a hub id's files arrive only now: one of them may be what is broken
+            _refuse_broken(f"target {ms.path!r}", checkpoint_problem, ms.path, ms.revision)
+            if not isinstance(exc, (OSError, ValueError)):
+                raise
             raise SpecError(f"target {ms.path!r} could not be loaded: {first_line(exc)}") from None
         if device_map is None:
             model = model.to(device)
@@ -80,11 +85,23 @@ def load_target(ms: ModelSpec, seed: int, device: torch.device) -> torch.nn.Modu
 
 def load_tokenizer(ms: ModelSpec):
     name = ms.tokenizer or (str(SHIPPED_TOKENIZER) if ms.random else ms.path)
+    revision = None if ms.tokenizer or ms.random else ms.revision
+    _refuse_broken(f"tokenizer {name!r}", tokenizer_problem, name, revision, probe="tokenizer_config.json")
     try:
-        return AutoTokenizer.from_pretrained(name, revision=None if ms.tokenizer or ms.random else ms.revision,
-                                             trust_remote_code=ms.trust_remote_code)
-    except (OSError, ValueError) as exc:
+        return AutoTokenizer.from_pretrained(name, revision=revision, trust_remote_code=ms.trust_remote_code)
+    except Exception as exc:   # as load_target's
+        _refuse_broken(f"tokenizer {name!r}", tokenizer_problem, name, revision, probe="tokenizer_config.json")
+        if not isinstance(exc, (OSError, ValueError)):
+            raise
         raise SpecError(f"tokenizer {name!r} could not be loaded: {first_line(exc)}") from None
+
+
+def _refuse_broken(what: str, check, name: str, revision: str | None, probe: str = "config.json") -> None:
+    """SpecError naming the broken file, where `check` finds one among the files of `name` on this host (a local
+    directory, or what the hub cache has of it)."""
+    directory = local_dir(name, revision, probe)
+    if directory is not None and (found := check(directory)) is not None:
+        raise SpecError(f"{what}: {found}")
 
 
 def load_drafter_for(ds: DrafterSpec, target: torch.nn.Module, tokenizer, seed: int) -> DFlashDrafter:
