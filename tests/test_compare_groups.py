@@ -147,3 +147,35 @@ def test_compare_takes_a_sweeps_dir_and_run_ids(logged, tmp_path):
     assert proc.returncode == 1 and proc.stderr.startswith("compare: 'nonesuch' is neither") and \
         len(proc.stderr.splitlines()) == 1
     assert compare_plots.summarize(rows, tmp_path / "out")[0].name == "summary.csv"
+
+
+def test_engine_rows_join_ours_of_the_same_setup_tied_to_the_engines_own_ar(tmp_path):
+    """vLLM's DFlash (our drafter) and vLLM without speculation beside our runs of the same model, host, GPU and
+    dtype: one group, the engine's rows marked, each engine point tied to the engine's own AR, never to ours."""
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    exp = client.create_experiment("specbench", artifact_location=(tmp_path / "art").as_uri())
+    log_runs(client, exp, "float32", 24)
+    for name, speculative, speedup in (("vllm-dflash", "{'method': 'dflash'}", 1.4), ("vllm", "None", None)):
+        run = client.create_run(exp, run_name=f"{name}-{MODEL}", tags={
+            "host": HOST, "gpu": GPU, "dataset": "code", "method": name, "engine": "vllm", "engine_version": "0.32.0"})
+        params = {"method.name": name, "method.speculative": speculative, "model.name": MODEL,
+                  "model.dtype": "float32", "temperature": "0.0", **({"drafter.name": MODEL} if speedup else {})}
+        for key, value in params.items():
+            client.log_param(run.info.run_id, key, value)
+        metrics = {"tokens_per_s": 50.0 * (speedup or 1.0), "num_prompts": 24.0, "ar_tokens_per_s": 50.0,
+                   **({"tau": 2.5, "speedup_vs_ar": speedup, "speedup_vs_ar_ci_low": speedup - 0.1,
+                       "speedup_vs_ar_ci_high": speedup + 0.1} if speedup else {})}
+        for key, value in metrics.items():
+            client.log_metric(run.info.run_id, key, value)
+        client.set_terminated(run.info.run_id)
+    rows = compare_rows.rows_of(compare_rows.select_runs(client))
+    (group,) = compare_rows.comparable(rows)
+    assert len(group) == 6 and next(r for r in rows if r["method"] == "vllm")["tau"] == 1.0   # its own AR: tau 1
+    console = Console(width=80, record=True)
+    console.print(compare_table.render_tables(rows, "6 runs")[0])
+    said = " ".join(console.export_text().split())
+    assert "vllm-dflash †" in said and compare_table.ENGINE_NOTE in said and "(vllm 0.32.0)" in said
+    (ax,) = compare_plots.pareto_figure(rows).axes
+    hollow = {(line.get_marker(), line.get_ydata()[0]) for line in ax.get_lines()
+              if line.get_markerfacecolor() == "white" and len(line.get_xdata()) == 1}
+    assert hollow == {("s", 12.4), ("s", 23.3), ("s", 22.0), ("D", 50.0)}   # ours beside ours, the engine's beside it

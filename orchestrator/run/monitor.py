@@ -292,8 +292,7 @@ def _summary(outcome, found, metrics, tracker, run_dir, console, title, fairness
         if found.traceback:
             console.print(escape(printable(str(found.traceback))))
         elif (tail := _tail(run_dir / "runner.log")) and [t for t in tail if not t.startswith(ECHO)] != [quoted]:
-            text = "
-".join(tail)   # not when its own output is the line just quoted (the rest: events, shown)
+            text = "\n".join(tail)   # not when its own output is the line just quoted (the rest: events, shown)
             console.print(f"[red]runner log tail:[/]\n{escape(text)}")
 
 

@@ -175,7 +175,8 @@ def _pareto_panel(ax, done: list[dict]) -> None:
                         fontsize=8)
             if r.get("ar_tokens_per_s") is not None and not r.get("baseline"):
                 ax.plot([1.0, r["tau"]], [r["ar_tokens_per_s"], r["tokens_per_s"]], ":", linewidth=0.8, color=colour)
-                ax.plot([1.0], [r["ar_tokens_per_s"]], marker, mfc="white", color=colour)
+                ax.plot([1.0], [r["ar_tokens_per_s"]], ENGINE_MARKER[0] if r.get("engine") else "s", mfc="white",
+                        color=colour)   # our AR a square, an engine's own a diamond
     tied = [r for r in done if r.get("ar_tokens_per_s") is not None and not r.get("baseline")]
     if any(not r.get("engine") for r in tied):
         ax.plot([], [], "s:", mfc="white", color="grey", label="AR beside each run (its speedup = 1)")
