@@ -86,6 +86,9 @@ def test_every_reference_line_is_its_own_runs(rows):
                            and len(line.get_xdata()) == 1)    # hollow: AR as measured beside a run
         assert ar_points == sorted(((1.0,), (r["ar_tokens_per_s"],)) for r in group if r.get("ar_tokens_per_s"))
         assert not [line for line in ax.get_lines() if "mean" in line.get_label()]
+        tau_bars = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
+        dashed = [c for c in tau_bars if c.lines[2][0].get_linestyle()[0][1] is not None]
+        assert len(dashed) == (len(tau_bars) if group[0]["num_prompts"] < 12 else 0)   # too few prompts: dashed
     speedup = compare_plots.budget_figure(rows, "speedup_vs_ar", "speedup vs AR")
     for ax, group in zip(speedup.axes, compare_rows.comparable(rows)):
         flat = {line.get_label(): set(line.get_ydata()) for line in ax.get_lines() if len(set(line.get_ydata())) == 1

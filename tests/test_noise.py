@@ -13,7 +13,7 @@ from mlflow.tracking import MlflowClient
 from rich.console import Console
 
 from orchestrator.run.monitor import Outcome, report
-from orchestrator.tracking.results_table import NOISY, fairness_of, speedup_text, trust_lines
+from orchestrator.tracking.results_table import NOISY, fairness_of, results_table, speedup_text, trust_lines
 from orchestrator.tracking.tracker import Status, Tracker
 from remote.noise import MIN_PROMPTS, NOISE_LIMIT, noise_metrics, noise_tag, noisy, spread, too_few
 
@@ -52,6 +52,9 @@ def test_an_interval_from_too_few_prompts_is_never_called_significant():
     enough = {**small, "num_prompts": float(MIN_PROMPTS), "speedup_vs_ar_ci_high": 1.2}
     assert speedup_text(enough).endswith("(includes 1.0: not significant)")
     assert [line for line in trust_lines(small) if "sample small" in line] and not trust_lines(enough)
+    console = Console(width=100, record=True)   # tau's interval from 2 prompts is marked in the run's table too
+    console.print(results_table({**small, "tau": 2.0, "tau_ci_low": 1.5, "tau_ci_high": 2.5}, "run"))
+    assert "2 [1.50, 2.50] (too few prompts)" in console.export_text()
 
 
 def _results(metrics: dict) -> dict:

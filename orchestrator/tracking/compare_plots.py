@@ -166,10 +166,15 @@ def _pareto_panel(ax, done: list[dict]) -> None:
     for name, marker, colour, mine in kinds:
         if not mine:
             continue
-        ci = [[r["tau"] - (r.get("tau_ci_low") or r["tau"]) for r in mine],
-              [(r.get("tau_ci_high") or r["tau"]) - r["tau"] for r in mine]]
-        ax.errorbar([r["tau"] for r in mine], [r["tokens_per_s"] for r in mine], xerr=ci, fmt=marker,
-                    capsize=2, label=name, color=colour)
+        for few in (False, True):   # an interval from too few prompts: its bar dashed
+            some = [r for r in mine if _few(r, "tau") is few]
+            if some:
+                ci = [[r["tau"] - (r.get("tau_ci_low") or r["tau"]) for r in some],
+                      [(r.get("tau_ci_high") or r["tau"]) - r["tau"] for r in some]]
+                bars = ax.errorbar([r["tau"] for r in some], [r["tokens_per_s"] for r in some], xerr=ci, fmt=marker,
+                                   capsize=2, label=name if len(some) == len(mine) or not few else None, color=colour)
+                if few:
+                    bars[2][0].set_linestyle("--")
         for r in mine:
             ax.annotate(_label(r), (r["tau"], r["tokens_per_s"]), textcoords="offset points", xytext=(4, 4),
                         fontsize=8)
@@ -197,7 +202,9 @@ def pareto_figure(rows: list[dict]):
     ids = {id(r) for r in done}
     for ax, group, _ in panels:
         _pareto_panel(ax, [r for r in group if id(r) in ids])
-    return _finished(fig, panels, "tokens/s against tau", rows,
+    note = f" (dashed: from fewer than {MIN_PROMPTS} prompts, no 95% interval)" if any(_few(r, "tau") for r in done) \
+        else ""
+    return _finished(fig, panels, f"tokens/s against tau{note}", rows,
                      "tau (tokens per verify step; 95% interval where known)", "tokens/s")
 
 

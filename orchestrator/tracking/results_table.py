@@ -85,8 +85,9 @@ def results_table(metrics: Mapping[str, float], title: str, fairness: str | None
             continue
         if key == "speedup_vs_ar":
             table.add_row(key, speedup_text(metrics, fairness))
-        elif key == "tau":
-            table.add_row(key, _interval(metrics, key))
+        elif key == "tau":   # its interval from too few prompts: marked as the speedup's, the reason said once
+            few = metrics.get("tau_ci_low") is not None and too_few(metrics.get("num_prompts"))
+            table.add_row(key, _interval(metrics, key) + (" (too few prompts)" if few else ""))
         else:
             table.add_row(key, _number(metrics[key]))
     spread = [f"{key} {metrics[f'{key}_repeat_std']:.3g}" for key in SPREAD_KEYS if f"{key}_repeat_std" in metrics]
