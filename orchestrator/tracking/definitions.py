@@ -53,8 +53,11 @@ TAG_FAMILIES = {
 
 
 def _template(name: str, definitions: Mapping[str, str]) -> str:
+    """A family's definition: a one-letter placeholder (`<i>`, `<N>`, `<q>`) stands for a number, a word
+    (`<metric>`) for a name."""
     for key, text in definitions.items():
-        if "<" in key and re.fullmatch(re.sub(r"<[a-z]+>", r"[^.]+", re.escape(key)), name):
+        pattern = re.sub(r"<([A-Za-z]+)>", lambda m: r"\d+" if len(m.group(1)) == 1 else r"[^.]+", re.escape(key))
+        if "<" in key and re.fullmatch(pattern, name):
             return text
     return ""
 
