@@ -50,7 +50,8 @@ from auto_diagnostics import diagnostic, figures  # noqa: E402
 from bench_profile import copy_bandwidth  # noqa: E402
 from bench_verify import save_profile  # noqa: E402
 from step_timeline import render, step_timeline  # noqa: E402
-from orchestrator.tracking.compare import render_table, summarize  # noqa: E402
+from orchestrator.tracking.compare_plots import summarize  # noqa: E402
+from orchestrator.tracking.compare_table import render_table  # noqa: E402
 from remote.decoding.phase_split import split_kernels  # noqa: E402
 from remote.errors import first_line  # noqa: E402
 from remote.kernels import gemv  # noqa: E402

@@ -129,6 +129,11 @@ step sample 60 python3 bench/bench_kernels.py --kinds sample --queries 1,16,32,6
 methods q3_temp 120 $Q3 --temperatures 0,1 --num-prompts 12 --budgets 63
 methods q35_temp 240 --model $M/demo-qwen3_5 --drafter $M/demo-qwen3_5-dflash \
   --dataset jsonl:$M/heldout_prompts.jsonl --num-prompts 24 --budgets 31,63 --temperatures 0,1 --ar-again
+# bf16 divergences from AR on the demo pairs (24 held-out prompts x 128 tokens: DFlash, DDTree 63, DDTree auto), each
+# classified near-tie or not lossless (remote.divergence), with the runs' own timing noise and the prompts a 5%
+# difference needs; then DDTree 63 on demo-qwen3 with a verify broken on purpose, which must say not_lossless
+step trust_q3 300 python3 bench/trust_figures.py --out "$OUT/trust" --pairs q3 --broken q3
+step trust_q35 300 python3 bench/trust_figures.py --out "$OUT/trust" --pairs q35 --broken ""
 # The widths users deploy: AR, DFlash, DDTree 32/64, every step against the floor (weights / the copy bandwidth, both
 # measured in the run; the goals: AR within 1.25x / 1.3x of the floor at 27B / 8B, DDTree 32 / 64 within 1.15x /
 # 1.25x of AR at 27B, DDTree 64 within 1.2x at 8B); Qwen3.6-27B with flash-linear-attention (from WHEELS) and without

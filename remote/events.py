@@ -4,7 +4,9 @@ Events (field `event`): `start` (versions, device, kernel paths; sent once the m
 `stage`, a RunnerStage value, and an optional `detail`: what the runner is doing before and between progress
 events), `progress` (method, done, total, tokens_per_s), `prompt` (one prompt's result), `warning` (message),
 `result` (final aggregate metrics). Every event carries `time` (Unix seconds). The orchestrator never scrapes the
-log for numbers.
+log for numbers. `EventWriter(path, echo)` also writes each event but `progress` to `echo` (the runner's stdout,
+which the launcher sends to runner.log) as one readable line starting with ECHO, so that runner.log tells the
+run's story by itself; the orchestrator shows the events, not these lines, and its failure catalog skips them.
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import contextlib
 import enum
 import json
 import os
+import sys
 import threading
 import time
 from typing import Any, Callable
@@ -27,16 +30,43 @@ class RunnerStage(enum.Enum):
     DECODING = "decoding"    # the timed generations begin: `progress` events follow, one per prompt per method
 
 
+ECHO = "[runner] "       # starts each line the runner writes to its log beside an event
+_ECHOED = ("tau", "speedup_vs_ar", "speedup_vs_ar_ci_low", "speedup_vs_ar_ci_high", "tokens_per_s", "tpot_ms",
+           "exact_match_vs_ar", "timing_noise", "num_prompts")
+
+
+def echo_line(event: str, fields: dict[str, Any]) -> str | None:
+    """The readable line of an event in runner.log (None for `progress`: `prompt` says as much, per prompt)."""
+    if event == "stage":
+        return f"{ECHO}{fields.get('stage')}" + (f": {fields['detail']}" if fields.get("detail") else "")
+    if event == "warning":
+        return f"{ECHO}warning: {fields.get('message')}"
+    if event == "prompt":
+        tpot = f", {fields['tpot_ms']:.4g} ms a token" if "tpot_ms" in fields else ""
+        return (f"{ECHO}{fields.get('method')} prompt {fields.get('index')} (repeat {fields.get('repeat')}): "
+                f"{fields.get('new_tokens', 0):.0f} tokens{tpot}, {fields.get('tokens_per_s', 0):.4g} tokens/s")
+    if event == "result":
+        metrics = fields.get("metrics") or {}
+        return f"{ECHO}result: " + ", ".join(f"{k}={metrics[k]:.4g}" for k in _ECHOED if k in metrics)
+    if event == "progress":
+        return None
+    return f"{ECHO}{event}: " + ", ".join(f"{k}={v}" for k, v in fields.items())
+
+
 class EventWriter:
-    def __init__(self, path: str):
+    def __init__(self, path: str, echo=None):
         self._f = open(path, "a", encoding="utf-8")
+        self._echo = echo                 # a text stream (the runner's stdout), or None
         self._lock = threading.Lock()     # remote.downloads' watch thread emits beside the main thread
 
     def emit(self, event: str, **fields: Any) -> None:
         line = json.dumps({"event": event, "time": time.time(), **fields}, default=str) + "\n"
+        said = echo_line(event, fields) if self._echo is not None else None
         with self._lock:
             self._f.write(line)
             self._f.flush()
+            if said is not None:
+                print(said, file=self._echo, flush=True)
 
     def stage(self, stage: RunnerStage, detail: str | None = None) -> None:
         self.emit("stage", stage=stage.value, **({"detail": detail} if detail else {}))
@@ -46,9 +76,10 @@ class EventWriter:
 
 
 def recorded(spec, run_dir: str, body: Callable[[Any, RunFiles, EventWriter], dict]) -> dict:
-    """`body(spec, files, events)` with the run dir's files and its events.jsonl open, closed on every path."""
+    """`body(spec, files, events)` with the run dir's files and its events.jsonl open, closed on every path; each
+    event but progress is also said as one `[runner]` line on stdout, which the launcher sends to runner.log."""
     files = RunFiles(run_dir)
-    events = EventWriter(files.events)
+    events = EventWriter(files.events, echo=sys.stdout)
     try:
         return body(spec, files, events)
     finally:

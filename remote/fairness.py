@@ -5,10 +5,11 @@ decode path (`cuda_graph`: replayed graphs; `static_eager`: the graph decoder's 
 failed; `eager`: remote.decoding.loop), whether the target's steps were torch.compile'd (`compile`: `steps` or
 `none`; the drafter's compile is the method's own and not compared) and the target's kernel path. `PathLog` builds
 one from the facts of each generation (`add`), keeping every value seen, in order. `mismatches(ar, method, name)`
-lists what differs, and any fact that changed during either's generations; `verdict(paths, method)` is
-"ok" or "mismatch: <what>", None where there is nothing to compare (no AR, or the method is AR). The runner
-records one path per method in results.json (`paths`) and the verdict (`fairness`); the orchestrator warns, tags
-and marks the results table from it, and can compare paths taken from two runs' results.json alike.
+lists what differs, and any fact that changed during either's generations; `verdict(paths, method, noisy)` is
+"ok", "mismatch: <what>" and/or "noisy: <why>" (`noisy`: remote.noise's reason the timings cannot be trusted),
+None where there is nothing to compare (no AR, or the method is AR). The runner records one path per method in
+results.json (`paths`) and the verdict (`fairness`); the orchestrator warns, tags and marks the results table
+from it, and can compare paths taken from two runs' results.json alike.
 Non-goal: imports beyond the standard library and remote.spec (the orchestrator imports this).
 """
 from __future__ import annotations
@@ -58,8 +59,10 @@ def _values(value) -> list[str]:
     return [value] if isinstance(value, str) else [str(v) for v in value]
 
 
-def verdict(paths: Mapping[str, Mapping], method: str) -> str | None:
+def verdict(paths: Mapping[str, Mapping], method: str, noisy: str | None = None) -> str | None:
     if method == Method.AR or Method.AR not in paths or method not in paths:
         return None
     found = mismatches(paths[Method.AR], paths[method], method)
-    return "mismatch: " + "; ".join(found) if found else "ok"
+    said = ["mismatch: " + "; ".join(found)] if found else []
+    said += [f"noisy: {noisy}"] if noisy else []
+    return "; ".join(said) or "ok"

@@ -109,6 +109,50 @@ DEFINITIONS = {
     "verify_steps": "total verify steps over all prompts (and repeats)",
     "num_prompts": "prompts decoded: the param num_prompts, or all the dataset has when it has fewer",
     "ar_<metric>": "the same metric for the AR baseline of this run",
+    "timing_noise": "how much the run's own timings wander (remote.noise): the larger of timing_noise_prompts and "
+                    "timing_noise_repeats; above 0.10 the run's fairness is `noisy` and its speedup not to be "
+                    "trusted",
+    "timing_noise_prompts": "coefficient of variation (sd / mean) across prompts of AR's time per token (each prompt "
+                            "averaged over its repeats): AR does the same work a token on every prompt, so this is "
+                            "the machine's noise",
+    "timing_noise_repeats": "repeats > 1: root mean square over prompts of each prompt's coefficient of variation of "
+                            "the reference's time per token across its repeats (the same tokens each time)",
+    "host_load_before": "the host's 1-minute load average per CPU core just before the timed passes (1 = every "
+                        "core busy)",
+    "host_load_after": "the same, just after the timed passes",
+    "gpu_other_processes_before": "CUDA: compute processes of others on the run's GPUs (nvidia-smi) before the "
+                                  "timed passes",
+    "gpu_other_processes_after": "the same, after the timed passes",
+    "gpu_sm_clock_mhz_before": "CUDA: the lowest SM clock of the run's GPUs (MHz, nvidia-smi) before the timed passes",
+    "gpu_sm_clock_mhz_after": "the same, after the timed passes",
+    "gpu_slowdown_before": "CUDA: 1 if a run's GPU was slowing its clocks (thermal or hardware slowdown, power "
+                           "brake) before the timed passes, else 0",
+    "gpu_slowdown_after": "the same, after the timed passes",
+    "divergence_near_tie_share": "temperature 0: of the first repeat's first divergences from AR whose replay "
+                                 "reproduced them, the fraction that are near-ties: AR's two tokens there within 4 "
+                                 "units in the last place of the dtype, in AR's forward and in the method's "
+                                 "(remote.divergence); the others are not_lossless warnings",
+    "divergence_gap_max": "the worst such divergence: the larger of its two gaps (logit of AR's token minus the "
+                          "method's in AR's forward, the reverse in the method's verify), in logits",
+    "divergence_gap_max_ulps": "divergence_gap_max in units in the last place of the dtype at the logits' magnitude",
+    "divergence_unclassified": "first divergences that could not be classified (a sequence ended there, or the "
+                               "replay did not give the timed tokens)",
+}
+
+# What the runner's tags (results.json's `environment`) mean; the orchestrator's own are in
+# orchestrator.tracking.run_note.
+TAG_DEFINITIONS = {
+    "torch_version": "torch on the host", "transformers_version": "transformers on the host",
+    "python_version": "the host's Python", "device": "where the run decoded (cpu, cuda)",
+    "gpu_name": "the GPU's name (none on the CPU)", "gpu_count": "GPUs visible to the runner",
+    "dtype": "the target's dtype", "attn_implementation": "the target's attention implementation",
+    "kernel_path": "which kernels the target's speculative steps used (torch, or the Triton/CUDA paths)",
+    "decode_path": "how the steps ran: cuda_graph (+compile, +compiled_drafter) or eager (with why)",
+    "device_split": "which layers went to which GPU under model.device_map (empty on one device)",
+    "target_class": "the target wrapper that verified trees (AttentionTarget, HybridTarget; none for AR)",
+    "model_params": "parameters of the target", "drafter_params": "parameters of the drafter (0 without one)",
+    "block_size": "the drafter's block size (0 without one)",
+    "cuda_visible_devices": "the GPUs the launcher gave the run (CUDA_VISIBLE_DEVICES)",
 }
 
 

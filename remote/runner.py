@@ -2,10 +2,12 @@
 by prompt (`run_methods`), `repeats` times over all prompts, write results.
 
 Contract: `run(spec, run_dir)` writes into `run_dir` (names from RunFiles): `events.jsonl` (stage, start,
-progress, prompt, warning, result), `outputs.jsonl` (one line per prompt per method, AR included: method,
-prompt_index, token_ids, text, prompt; from the first repeat) and, last and atomically, `results.json` = {version,
-method, metrics, definitions, environment, per_prompt (one entry per method, prompt and repeat), paths (per method:
-the path its generations took, remote.fairness), fairness ("ok" or "mismatch: ..." where AR and a method both ran)}.
+progress, prompt, warning, result; each but progress also as a `[runner]` line on stdout, runner.log),
+`outputs.jsonl` (one line per prompt per method, AR included: method, prompt_index, token_ids, text, prompt; from
+the first repeat) and, last and atomically, `results.json` = {version, method, metrics (with the run's own timing
+noise, remote.noise), definitions, tag_definitions, environment, per_prompt (one entry per method, prompt and
+repeat), paths (per method: the path its generations took, remote.fairness), divergences (the first repeat's, each
+classified: remote.divergence), fairness ("ok", "mismatch: ...", "noisy: ..." where AR and a method both ran)}.
 Every bad-input check (SpecError) happens before the first decoding step, a prompt past a model's positions among
 them (`check_context`). Both methods see the same prompts and per-prompt sampling seeds (seed + prompt index) in every
 repeat; warm-up generations are not recorded.
@@ -32,19 +34,21 @@ from .decoding.graph import graph_decoder, graph_support
 from .decoding.loop import EagerAR, EagerSpec, Generation, Steps, decode
 from .decoding.phase_split import split_step
 from .decoding.sampling import make_generator
+from .divergence import Kept, classify, divergence_metrics
 from .downloads import gigabytes, watching
 from .errors import SpecError, first_line
 from .events import EventWriter, RunnerStage, recorded, write_json_atomic
 from .fairness import PathLog, verdict
 from .files import RunFiles
 from .kernels.gdn_paths import torch_gdn_path
-from .metrics import (DEFINITIONS, aggregate, auto_budget_metrics, by_repeat, compare, first_divergence,
-                      prompt_metrics, versus_ar)
+from .metrics import (DEFINITIONS, TAG_DEFINITIONS, aggregate, auto_budget_metrics, by_repeat, compare,
+                      first_divergence, prompt_metrics, versus_ar)
 from .models.backends import build_target, is_hybrid
 from .models.compat import input_device, output_device
 from .models.drafter_io import check_pair
 from .models.loading import load_drafter_for, load_target, load_tokenizer, pick_device
 from .models.placement import describe
+from .noise import conditions, noise_metrics, noisy
 from .prompts import encode, load_prompts
 from .spec import BASELINES, Method, RunSpec
 from .timing import PhaseTimer
@@ -194,21 +198,37 @@ class Run:
         return torch.cuda.device(out) if out.type == "cuda" else contextlib.nullcontext()
 
     def _generate(self, method: Method, ids, max_new, seed: int, timer) -> Generation:
-        """One generation; at temperature > 0 sampled from `seed` (the run's seed + the prompt's index). The one
-        place its executor is chosen: the graph decoder's steps where it serves the run, else the eager loop's."""
-        d, auto = self.spec.decoding, self.auto if method.builds_tree else None
-        if self.graphed:
-            steps = self.graphed.steps(method, ids.shape[1], max_new, d.widest_budget, auto, d.temperature, seed)
-            return decode(steps, ids, max_new, self.stop_ids, timer, auto)
-        with eager_attention(self.device):
-            return decode(self._eager_steps(method, seed), ids, max_new, self.stop_ids, timer, auto)
+        """One generation; at temperature > 0 sampled from `seed` (the run's seed + the prompt's index)."""
+        auto = self.auto if method.builds_tree else None
+        with eager_attention(self.device) if not self.graphed else contextlib.nullcontext():
+            return decode(self._executor(method, ids, max_new, seed, auto), ids, max_new, self.stop_ids, timer, auto)
 
-    def _eager_steps(self, method: Method, seed: int) -> Steps:
-        """The eager loop's executor of one generation of `method`, sampling from `seed`."""
-        d, generator = self.spec.decoding, make_generator(self.model.get_output_embeddings().weight.device, seed)
+    def replay(self, method: Method, index: int, max_new: int, hear, auto=None) -> tuple[Generation, list]:
+        """Prompt `index` decoded again at the run's temperature (0: the same tokens), untimed, each token choice's
+        logits heard by `hear` (`Steps.listen`: the captured steps' kernels, uncaptured); `auto` stands in for
+        tree_budget=auto's policy (remote.divergence replays the budgets a generation chose). Returns the
+        generation and its steps as read."""
+        ids, seed = self.inputs[index], self.spec.seed + index
+        with torch_gdn_path() if self.device.type == "cpu" else contextlib.nullcontext(), self._current_device(), \
+                eager_attention(self.device) if not self.graphed else contextlib.nullcontext():
+            steps = self._executor(method, ids, max_new, seed, auto)
+            steps.listen(hear)
+            kept = Kept(steps)
+            try:
+                return decode(kept, ids, max_new, self.stop_ids, PhaseTimer(self.device), auto), kept.reads
+            finally:
+                steps.listen(None)
+
+    def _executor(self, method: Method, ids, max_new: int, seed: int, auto) -> Steps:
+        """The one place a generation's executor is chosen: the graph decoder's steps where it serves the run, else
+        the eager loop's."""
+        d = self.spec.decoding
+        if self.graphed:
+            return self.graphed.steps(method, ids.shape[1], max_new, d.widest_budget, auto, d.temperature, seed)
+        generator = make_generator(self.model.get_output_embeddings().weight.device, seed)
         if not method.uses_drafter:
             return EagerAR(self.model, d.temperature, generator)
-        sizes = tuple(self.auto.sizes) if self.auto and method.builds_tree else ()
+        sizes = tuple(auto.sizes) if auto else ()
         return EagerSpec(self.target, self.drafter, self.model, method, d.widest_budget, d.temperature, generator,
                          sizes)
 
@@ -293,6 +313,19 @@ class Measured:
     warmup_s: float = 0.0      # its warm-up generations' wall time: where its compiles and graph captures fall
 
 
+def warm_up(run: Run, methods: list[Method]) -> dict[Method, float]:
+    """Each method's untimed warm-up generations (and tree_budget=auto's calibration); their wall time (s)."""
+    seconds = {}
+    for method in methods:
+        started = time.perf_counter()
+        for _ in range(run.spec.decoding.warmup):
+            run.generate(method, 0, min(WARMUP_TOKENS, run.spec.decoding.max_new_tokens))
+        if run.spec.decoding.warmup and method.builds_tree:
+            run.calibrate(min(WARMUP_TOKENS, run.spec.decoding.max_new_tokens))
+        seconds[method] = time.perf_counter() - started
+    return seconds
+
+
 def run_methods(run: Run, methods: list[Method], events: EventWriter, outputs) -> dict[str, Measured]:
     """Decode every prompt with each of `methods`, `repeats` times over all prompts.
 
@@ -302,13 +335,6 @@ def run_methods(run: Run, methods: list[Method], events: EventWriter, outputs) -
     others). outputs.jsonl gets the first repeat's tokens (later repeats decode the same prompts with the same
     seeds); every generation's figures go to a `prompt` event."""
     measured = {m: Measured([], [], PathLog()) for m in methods}
-    for method in methods:
-        started = time.perf_counter()
-        for _ in range(run.spec.decoding.warmup):
-            run.generate(method, 0, min(WARMUP_TOKENS, run.spec.decoding.max_new_tokens))
-        if run.spec.decoding.warmup and method.builds_tree:
-            run.calibrate(min(WARMUP_TOKENS, run.spec.decoding.max_new_tokens))
-        measured[method].warmup_s = time.perf_counter() - started
     events.stage(RunnerStage.DECODING)
     n, repeats = len(run.inputs), run.spec.decoding.repeats
     tokens, wall = dict.fromkeys(methods, 0), dict.fromkeys(methods, 0.0)
@@ -425,19 +451,37 @@ def _summarise(r: Run, measured: dict[Method, Measured], events: EventWriter) ->
     return metrics, per_prompt
 
 
-def _versus_ar(r: Run, measured: dict[Method, Measured], events: EventWriter) -> dict[str, float]:
-    """The method against AR where both ran; in float32 at temperature 0 a token that differs is reported."""
+def _versus_ar(r: Run, measured: dict[Method, Measured], events: EventWriter) -> tuple[dict[str, float], list]:
+    """The method against AR where both ran, and at temperature 0 the first repeat's divergences from AR, each
+    classified (remote.divergence: one that is not a near-tie is a `not_lossless` warning); in float32 a token that
+    differs is a lossless failure."""
     spec, d = r.spec, r.spec.decoding
     if not (r.method.uses_drafter and Method.AR in measured):
-        return {}
+        return {}, []
     gens, ar_gens = measured[r.method].gens, measured[Method.AR].gens
     metrics = versus_ar(gens, ar_gens, spec.seed, d.repeats)
     metrics["ar_outside_draft_vocab"] = outside_share(r.drafter, [t for g in ar_gens for t in g.tokens])
-    if d.temperature == 0:
-        metrics.update(compare(gens, ar_gens))
-        if spec.model.dtype == "float32":
-            report_lossless_failures(d.method, gens, ar_gens, events, d.repeats)
-    return metrics
+    if d.temperature != 0:
+        return metrics, []
+    metrics.update(compare(gens, ar_gens))
+    first, ar_first = by_repeat(gens, d.repeats)[0], by_repeat(ar_gens, d.repeats)[0]
+    divergences = classify(r, r.method, first, ar_first)
+    metrics.update(divergence_metrics(divergences))
+    for found in divergences:
+        if found.near_tie is False:
+            print(found.line(d.method), flush=True)
+            events.emit("warning", message=found.line(d.method))
+    if spec.model.dtype == "float32":
+        report_lossless_failures(d.method, gens, ar_gens, events, d.repeats)
+    return metrics, divergences
+
+
+def _noise(r: Run, measured: dict[Method, Measured], before: dict, after: dict) -> dict[str, float]:
+    """remote.noise's figures from AR's time per token, the same work for every prompt; without AR from the
+    method's spread over repeats alone (its prompts differ in what they accept, not only in noise)."""
+    reference = measured.get(Method.AR) or measured[r.method]
+    tpots = [prompt_metrics(g).get("tpot_ms") for g in reference.gens]
+    return noise_metrics(tpots, r.spec.decoding.repeats, before, after, across_prompts=Method.AR in measured)
 
 
 def _run(spec: RunSpec, files: RunFiles, events: EventWriter) -> dict:
@@ -448,24 +492,32 @@ def _run(spec: RunSpec, files: RunFiles, events: EventWriter) -> dict:
     if d.warmup:
         events.stage(RunnerStage.WARMUP, detail=", ".join(methods))
         warm_prompt_shapes(r)
+    warmed = warm_up(r, methods)
+    before = conditions(r.device.type == "cuda")
     with open(files.outputs, "w", encoding="utf-8") as outputs:
         measured = run_methods(r, methods, events, outputs)     # method=ar: one AR pass serves as both
+    after = conditions(r.device.type == "cuda")
+    for method, seconds in warmed.items():
+        measured[method].warmup_s = seconds
     if r.decode_path != env["decode_path"]:
         events.emit("warning", message=f"decode path changed during the run: {r.decode_path}")
         env = environment(r)
     metrics, per_prompt = _summarise(r, measured, events)
     if r.drafter is not None:
         metrics["draft_vocab"] = float(r.drafter.vocab.size if r.drafter.vocab else r.drafter.config.vocab_size)
-    metrics.update(_versus_ar(r, measured, events))
+    metrics.update(_noise(r, measured, before, after))
+    versus, divergences = _versus_ar(r, measured, events)
+    metrics.update(versus)
     paths = {method: got.path.as_dict() for method, got in measured.items()}
-    fairness = verdict(paths, d.method)
-    if fairness and fairness != "ok":
+    fairness = verdict(paths, d.method, noisy(metrics))
+    if fairness and fairness.startswith("mismatch"):
         events.emit("warning", message=f"AR and {d.method} did not run on the same path, speedup_vs_ar compares "
                                        f"unlike things: {fairness.removeprefix('mismatch: ')}")
     metrics["wall_s"] = time.time() - started
     definitions = {**DEFINITIONS, "wall_s": "whole run including loading and warm-up (s)"}
     results = {"version": 1, "method": d.method, "metrics": metrics, "definitions": definitions,
-               "environment": env, "per_prompt": per_prompt, "paths": paths,
+               "tag_definitions": TAG_DEFINITIONS, "environment": env, "per_prompt": per_prompt, "paths": paths,
+               "divergences": [found.as_dict() for found in divergences],
                **({"fairness": fairness} if fairness else {})}
     events.emit("result", metrics=metrics)
     write_json_atomic(files.results, results)

@@ -18,7 +18,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 from rich.console import Console
 
-from orchestrator.tracking import compare
+from orchestrator.tracking import compare, compare_plots, compare_rows, compare_table
 
 HOST, GPU, MODEL = "gpu-node-17.cluster.example.org", "NVIDIA H200", "demo-qwen3"
 
@@ -52,7 +52,7 @@ def logged_rows(tmp_path_factory):
     client.log_param(dup.info.run_id, "method.name", "ar")
     client.log_param(dup.info.run_id, "model.name", MODEL)
     client.set_terminated(dup.info.run_id)
-    return [compare.row_of(r) for r in compare.select_runs(client, experiment="cmp")]
+    return [compare_rows.row_of(r) for r in compare_rows.select_runs(client, experiment="cmp")]
 
 
 @pytest.fixture
@@ -62,19 +62,19 @@ def rows(logged_rows):
 
 def test_the_terminal_table_fits_80_columns_with_nothing_cut(rows):
     console = Console(width=80, record=True)
-    console.print(compare.render_table(rows, "sweep: 17 jobs"))
+    console.print(compare_table.render_table(rows, "sweep: 17 jobs"))
     text = console.export_text()
     assert max(len(line) for line in text.splitlines()) <= 80
     assert "…" not in text
     today = datetime.date.today().isoformat()
     head = "".join(text.splitlines()[:3])
     assert MODEL in head and "H200" in head and today in head and HOST[:10] in head
-    for header in ("host", "gpu", "tau", "ms/tok", "vs AR", "tok/s"):
+    for header in ("tau", "ms/tok", "vs AR", "tok/s"):     # host and GPU, which every run shares: in the title
         assert header in text
     words = text.split()   # a long name may wrap in its column (folded, never cut)
-    assert "ddtree-b128" in words and "gpu-node-17" in words and "skipped" in text and "= ar seed=0" in text
-    significant = [r for r in rows if r["status"] == "FINISHED" and not compare._not_significant(r)]
-    marked = [r for r in rows if r["status"] == "FINISHED" and compare._not_significant(r)]
+    assert "ddtree-b128" in words and "skipped" in text and "= ar seed=0" in text
+    significant = [r for r in rows if r["status"] == "FINISHED" and not compare_table.not_significant(r)]
+    marked = [r for r in rows if r["status"] == "FINISHED" and compare_table.not_significant(r)]
     assert marked and significant   # the seeded draw has both: ar (1.0 inside its interval) and clear speedups
     assert "* 95% interval of the speedup (vs AR) includes 1.0" in text
     best = max(significant, key=lambda r: r["speedup_vs_ar"])   # the answer leads the notes under the table
@@ -84,7 +84,7 @@ def test_the_terminal_table_fits_80_columns_with_nothing_cut(rows):
 
 
 def test_summary_csv_has_host_gpu_and_the_skipped_duplicate(rows, tmp_path):
-    with open(compare.write_csv(rows, tmp_path / "summary.csv")) as f:
+    with open(compare_table.write_csv(rows, tmp_path / "summary.csv")) as f:
         written = list(csv.DictReader(f))
     assert len(written) == len(rows) == 17
     assert {r["host"] for r in written} == {HOST} and {r["gpu"] for r in written} == {GPU}
@@ -95,44 +95,50 @@ def test_summary_csv_has_host_gpu_and_the_skipped_duplicate(rows, tmp_path):
 def test_runs_launched_apart_that_share_a_name_are_told_apart_by_the_params_that_differ(tmp_path):
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     exp = client.create_experiment("apart", artifact_location=(tmp_path / "art").as_uri())
-    for dtype in ("bfloat16", "float32", "float32"):
+    for tokens, dtype in (("32", "float32"), ("64", "float32"), ("64", "bfloat16")):
         run = client.create_run(exp, run_name=f"ddtree-b63-{MODEL}", tags={"host": HOST})
-        for key, value in {"method.name": "ddtree", "model.name": MODEL, "model.dtype": dtype}.items():
+        for key, value in {"method.name": "ddtree", "model.name": MODEL, "max_new_tokens": tokens,
+                           "model.dtype": dtype}.items():
             client.log_param(run.info.run_id, key, value)
         client.set_terminated(run.info.run_id)
-    names = sorted(row["run"] for row in compare.rows_of(compare.select_runs(client, experiment="apart")))
-    assert names == [f"ddtree-b63-{MODEL} model.dtype=bfloat16", *[f"ddtree-b63-{MODEL} model.dtype=float32"] * 2]
+    names = sorted(row["run"] for row in compare_rows.rows_of(compare_rows.select_runs(client, experiment="apart")))
+    # the dtype sets groups apart (a table each, titled with it): not a name's business
+    assert names == [f"ddtree-b63-{MODEL} max_new_tokens=32", *[f"ddtree-b63-{MODEL} max_new_tokens=64"] * 2]
 
 
 def test_a_pool_jobs_tag_does_not_count_as_a_host_beside_the_hosts_that_ran():
     ran = [{"host": "gpu1", "model": MODEL}, {"host": "gpu2", "model": MODEL}]
     never_placed = {"host": "pool:gpu1,gpu2", "model": MODEL}
-    assert "host gpu1, gpu2 (" in compare.context([*ran, never_placed])
-    assert "host pool:gpu1,gpu2 (" in compare.context([never_placed])
+    assert "host gpu1, gpu2 (" in compare_rows.context([*ran, never_placed])
+    assert "host pool:gpu1,gpu2 (" in compare_rows.context([never_placed])
 
 
 def test_plot_titles_speedup_line_and_pareto_labels(rows, tmp_path):
-    context = compare.context(rows)
+    context = compare_rows.context(rows)
     assert MODEL in context and HOST in context and GPU in context and datetime.date.today().isoformat() in context
-    speedup = compare.budget_figure(rows, "speedup_vs_ar", "speedup vs AR")
+    speedup = compare_plots.budget_figure(rows, "speedup_vs_ar", "speedup vs AR")
     (ax,) = speedup.axes
     assert context in ax.get_title()
     assert any(list(line.get_ydata()) == [1.0, 1.0] for line in ax.get_lines())   # speedup = 1: AR
-    (auto,) = [line for line in ax.get_lines() if line.get_label() == "ddtree auto"]  # flat, across the budgets
-    assert list(auto.get_xdata()) == [8, 128] and len(set(auto.get_ydata())) == 1
-    pareto = compare.pareto_figure(rows)
+    # each budget-free run is a flat line of its own across the budgets, never a mean over runs
+    autos = [line for line in ax.get_lines() if line.get_label().startswith("ddtree-bauto")]
+    assert sorted(line.get_label() for line in autos) == ["ddtree-bauto seed=0", "ddtree-bauto seed=1"]
+    for line, row in zip(sorted(autos, key=lambda line: line.get_label()),
+                         sorted((r for r in rows if r["tree_budget"] == "auto"), key=lambda r: r["run"])):
+        assert list(line.get_xdata()) == [8, 128] and set(line.get_ydata()) == {row["speedup_vs_ar"]}
+    pareto = compare_plots.pareto_figure(rows)
     (ax,) = pareto.axes
     assert context in ax.get_title()
     labels = [t.get_text() for t in ax.texts]
     for budget in (8, 16, 32, 63, 128, "auto"):
         assert labels.count(f"b={budget}") == 2   # each ddtree run labelled with its budget
     done = [(r["tau"], r["tokens_per_s"]) for r in rows if r["status"] == "FINISHED"]
-    front = compare.pareto_front(done)
+    front = compare_plots.pareto_front(done)
     beaten = [p for p in done if any(q[0] >= p[0] and q[1] >= p[1] and q != p for q in done)]
     assert sorted(front) == sorted(set(done) - set(beaten))
     (drawn,) = [line for line in ax.get_lines() if line.get_label() == "Pareto front"]
     assert list(drawn.get_xdata()) == [p[0] for p in front]
-    paths = compare.summarize(rows, tmp_path / "out")
+    paths = compare_plots.summarize(rows, tmp_path / "out")
     assert {p.name for p in paths} == {"summary.csv", "speedup_vs_budget.png", "tau_vs_budget.png", "pareto.png",
                                        "accept_by_depth.png"}
     assert all(p.stat().st_size > 10_000 for p in paths if p.suffix == ".png")
@@ -219,5 +225,5 @@ def test_a_failed_ar_run_has_no_tau(tmp_path):
         run = client.create_run(exp, run_name=f"ar-{status}")
         client.log_param(run.info.run_id, "method.name", "ar")
         client.set_terminated(run.info.run_id, status)
-        rows[status] = compare.row_of(client.get_run(run.info.run_id))
+        rows[status] = compare_rows.row_of(client.get_run(run.info.run_id))
     assert (rows["FINISHED"]["tau"], rows["FAILED"]["tau"]) == (1.0, None)

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
-from orchestrator.tracking import compare
+from orchestrator.tracking.compare_table import ENGINE_NOTE
+from orchestrator.tracking.definitions import definition_of, tag_definition_of
 from tests.test_faults import finish, runs_of, start_cli, wait_for
 from tests.test_ssh_e2e import group_alive
 from tests.test_sweep import parent_and_children
@@ -72,8 +73,12 @@ def test_a_sweep_holds_our_ddtree_and_vllm_dflash_exact_at_fp32_with_tau_from_it
         "engine_command"]
     # one table: our ddtree and the engine row, marked
     table = " ".join(proc.stdout.split())     # the caption wraps at the table's width
-    assert "vllm-dflash †" in table and "ddtree-b63" in table and compare.ENGINE_NOTE in table
+    assert "vllm-dflash †" in table and "ddtree-b63" in table and ENGINE_NOTE in table
     assert {a.path for a in client.list_artifacts(engine.info.run_id)} >= {"engine_command.txt", "outputs.jsonl"}
+    results = json.loads((run_dir / "results.json").read_text())     # every metric and tag it logs defined
+    assert not [k for k in m if not definition_of(k, results["definitions"])]
+    assert not [k for k in engine.data.tags if not k.startswith("mlflow.")
+                and not tag_definition_of(k, results["tag_definitions"])]
     assert not _ours(tmp_path / "runs" / ".host"), "a server outlived its run"     # both phases' servers stopped
 
 

@@ -70,7 +70,7 @@ def _write_catalog(tmp_path: Path, body: str) -> Path:
 
 @pytest.mark.parametrize("body, message", [
     ("  - {id: a, category: c, severity: fatl, patterns: [Xyzzy], explanation: e, fix: f}\n",
-     "severity must be one of fatal, performance, cosmetic"),
+     "severity must be one of fatal, performance, correctness, cosmetic"),
     ("  - {id: a, category: c, severity: fatal, patterns: [Xyzzy], explanation: e}\n", "missing fields ['fix']"),
     ("  - {id: a, category: c, severity: fatal, patterns: [Xyzzy], explanation: e, fix: f, hint: h}\n",
      "unknown fields ['hint']"),

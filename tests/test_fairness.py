@@ -22,6 +22,7 @@ from orchestrator.run.monitor import Outcome, report
 from orchestrator.tracking.results_table import UNFAIR, fairness_of
 from orchestrator.tracking.tracker import Status, Tracker
 from remote.fairness import FACTS, PathLog, mismatches, verdict
+from remote.noise import NOISE_METRICS
 from remote.runner import run
 from tests.runner_fixtures import tiny_spec
 
@@ -34,9 +35,15 @@ def two_runs(tmp_path_factory):
     return sdpa, eager
 
 
+def quiet(results: dict) -> dict:
+    """`results` as a quiet machine would have measured them: no timing noise (remote.noise; tests/test_noise.py)."""
+    return {**results, "metrics": {k: v for k, v in results["metrics"].items() if k not in NOISE_METRICS}}
+
+
 def test_a_run_records_its_paths_and_finds_them_equal(two_runs):
     for results in two_runs:
-        assert results["fairness"] == "ok" == fairness_of(results)
+        assert results["fairness"] == fairness_of(results) and verdict(results["paths"], results["method"]) == "ok"
+        assert fairness_of(quiet(results)) == "ok"      # a loaded test box may add `noisy: ...` on its own
         assert set(results["paths"]) == {"ar", results["method"]}
         for path in results["paths"].values():
             assert set(path) == set(FACTS) and all(len(values) == 1 for values in path.values())
@@ -80,12 +87,12 @@ def _report(run_dir: Path, results: dict, db: Path) -> tuple[str, dict]:
 def test_orchestrator_warns_tags_and_marks_an_unfair_run(two_runs, tmp_path):
     sdpa, eager = two_runs
     # the dflash run of the eager model, against the AR baseline timed with sdpa in the other run
-    unfair = {**eager, "paths": {"ar": sdpa["paths"]["ar"], "dflash": eager["paths"]["dflash"]}}
+    unfair = {**quiet(eager), "paths": {"ar": sdpa["paths"]["ar"], "dflash": eager["paths"]["dflash"]}}
     text, tags = _report(tmp_path / "unfair", unfair, tmp_path / "mlflow.db")
     assert tags["fairness"] == "mismatch: attn_implementation ar=sdpa dflash=eager"
     assert "warning: fairness" in text and "attn_implementation ar=sdpa dflash=eager" in " ".join(text.split())
     assert UNFAIR in " ".join(text.replace("│", " ").split())     # the speedup's cell (which may wrap)
-    text, tags = _report(tmp_path / "fair", sdpa, tmp_path / "mlflow.db")
+    text, tags = _report(tmp_path / "fair", quiet(sdpa), tmp_path / "mlflow.db")
     assert tags["fairness"] == "ok" and "warning: fairness" not in text and "(unfair" not in text
 
 
@@ -96,7 +103,8 @@ def test_cli_run_logs_fairness_intervals_and_repeats(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     client = MlflowClient(f"sqlite:///{tmp_path / 'runs' / 'mlflow.db'}")
     [logged] = client.search_runs([client.get_experiment_by_name("specbench").experiment_id])
-    assert logged.data.tags["fairness"] == "ok"
+    assert logged.data.tags["fairness"] == "ok" or logged.data.tags["fairness"].startswith("noisy: ")
+    assert logged.data.tags["timing_noise"].startswith(("low (", "noisy: "))
     assert logged.data.params["repeats"] == "2"
     m = logged.data.metrics
     assert m["speedup_vs_ar_ci_low"] <= m["speedup_vs_ar"] <= m["speedup_vs_ar_ci_high"]

@@ -17,6 +17,7 @@ from scipy import stats as scipy_stats
 
 from orchestrator.tracking.results_table import NOT_SIGNIFICANT, results_table
 from remote.errors import SpecError
+from remote.noise import MIN_PROMPTS
 from remote.runner import run
 from remote.stats import percentile, ratio_interval
 from tests.runner_fixtures import tiny_spec
@@ -137,8 +138,12 @@ def _table_text(metrics) -> str:
 
 
 def test_results_table_says_whether_the_speedup_interval_includes_one(repeated):
-    metrics = dict(repeated[0]["metrics"])
-    low, high = metrics["speedup_vs_ar_ci_low"], metrics["speedup_vs_ar_ci_high"]
+    # its 4 prompts are too few for a 95% interval: the table says so and calls nothing significant
+    small = dict(repeated[0]["metrics"])
+    low, high = small["speedup_vs_ar_ci_low"], small["speedup_vs_ar_ci_high"]
+    text = _table_text({**small, "speedup_vs_ar_ci_high": 1.0 + high})
+    assert "(4 prompts:" in text and "too few" in text and NOT_SIGNIFICANT not in text   # the cell wraps
+    metrics = {**small, "num_prompts": float(MIN_PROMPTS)}    # as if from enough prompts
     text = _table_text(metrics)
     assert f"{metrics['speedup_vs_ar']:.2f}x [{low:.2f}, {high:.2f}]" in text
     assert (NOT_SIGNIFICANT in text) == (low <= 1.0 <= high)

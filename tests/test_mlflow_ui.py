@@ -1,5 +1,6 @@
 """The MLflow UI shows a sweep's children with their metrics: a real `mlflow server` on loopback, a real
-sweep logged to it over HTTP, and Debian's headless Chromium rendering the experiment page."""
+sweep logged to it over HTTP, and Debian's headless Chromium rendering the experiment page: the runs list with the
+headline metrics as columns (MLflow 3.17 opened on an empty GenAI overview, its runs list without metric columns)."""
 from __future__ import annotations
 
 import os
@@ -119,3 +120,17 @@ def test_ui_shows_sweep_children_with_metrics(mlflow_server, tmp_path):
     for child in ran:
         assert child.info.run_name.replace("-tiny-qwen3", "") in dom
     _shot("mlflow_ui_pareto.png", f"{parent_page}/artifacts/pareto.png", "1400,1000")
+
+    # The experiment's runs list, as the sweep's last lines link it: the model-training runs list (not the GenAI
+    # overview), the headline metrics as its columns.
+    from orchestrator.tracking.ui_links import runs_list_url
+
+    assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
+    assert headline_name("tau") in parent.data.metrics and parent.data.tags["sweep.best"] in {c.info.run_name
+                                                                                              for c in ran}
+    listed = runs_list_url(mlflow_server, exp.experiment_id)
+    assert listed in sweep.stdout
+    dom = _shot("mlflow_ui_runs_list.png", listed, "1800,1000")
+    assert parent.info.run_name in dom and "matching runs" in dom and "Tool calls" not in dom
+    for metric in ("speedup_vs_ar", "tau", "tokens_per_s", "exact_match_vs_ar"):
+        assert headline_name(metric) in dom, metric

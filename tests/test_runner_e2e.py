@@ -59,7 +59,7 @@ def test_ddtree_run_writes_everything(tmp_path):
     assert {"accept_rate_cond_depth_1", "accepted_depth_hist_0", "accepted_depth_hist_5", "reject_target_rank_1",
             "reject_target_rank_8", "reject_in_tree", "nodes_per_token"} <= set(m)
     assert sum(m[f"accepted_depth_hist_{d}"] for d in range(6)) == pytest.approx(1.0)
-    assert results["fairness"] == "ok" and set(results["paths"]) == {"ar", "ddtree"}
+    assert results["fairness"].startswith(("ok", "noisy: ")) and set(results["paths"]) == {"ar", "ddtree"}
     assert results["paths"]["ddtree"]["decode"] == ["eager"]
     assert {(p["method"], p["prompt_index"], p["repeat"]) for p in results["per_prompt"]} == {
         (method, i, 0) for method in ("ar", "ddtree") for i in range(3)}
@@ -107,7 +107,7 @@ def test_a_graphed_run_reports_where_its_steps_go(tmp_path):
     assert env["decode_path"] == "cuda_graph+compiled_drafter", env["decode_path"]     # the compile worked
     assert all(m[k] >= 0 for k in ("draft_ms", "tree_build_ms", "verify_ms", "commit_ms")) and m["verify_ms"] > 0
     assert m["ar_forward_ms"] > 0 and all(_defined(k, results["definitions"]) for k in m)
-    assert results["fairness"] == "ok" and results["paths"]["ar"]["decode"] == ["cuda_graph"]
+    assert results["fairness"].startswith(("ok", "noisy: ")) and results["paths"]["ar"]["decode"] == ["cuda_graph"]
     assert not [e for e in _lines(RunFiles(str(tmp_path)).events) if e["event"] == "warning"
                 and "phase split" in e["message"]]
 

@@ -48,7 +48,9 @@ def test_sweep_parent_children_summary_and_skipped_duplicates(tmp_path):
     for dup in skipped:
         holder = by_id[dup.data.tags["duplicate_of"]]        # resolved to the MLflow run that holds the result
         assert holder.data.params["method.name"] == dup.data.params["method.name"]
-        assert holder.data.params["tree_budget"] != dup.data.params["tree_budget"]
+        # neither reads tree_budget, and neither records it: the duplicate's name says the budget it was swept at
+        assert "tree_budget" not in holder.data.params and "tree_budget" not in dup.data.params
+        assert "(skipped: " in dup.info.run_name and "tree_budget=" in dup.info.run_name
         assert dup.data.tags["status"] == "skipped" and not dup.data.metrics
         assert dup.data.tags["host"] == holder.data.tags["host"] and dup.data.tags["gpu"] == holder.data.tags["gpu"]
     assert parent.data.tags["sweep.skipped"] == "2" and parent.data.tags["sweep.failed"] == "0"

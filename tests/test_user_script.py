@@ -10,7 +10,7 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
-from orchestrator.tracking import compare
+from orchestrator.tracking import compare_rows
 
 SCRIPT = Path(__file__).parent / "scripts" / "user_hybrid_script.py"
 STALE_STAGE = re.compile(r"…  \d+:\d\d:\d\d")   # a stage line's spinner frame: "⠋ starting runner…  0:00:00"
@@ -56,7 +56,7 @@ def test_fixed_script_finishes_and_its_json_lines_become_metrics(tmp_path):
     assert run.info.run_name == "script-user_hybrid_script"
     assert (run.data.tags["method"], run.data.tags["script"]) == ("script", SCRIPT.name)
     assert re.fullmatch(r"\d\d-\d\d-\d\d-script-user_hybrid_script-[0-9a-f]{6}", Path(run.data.tags["run_dir"]).name)
-    row = compare.row_of(run)
+    row = compare_rows.row_of(run)
     assert (row["method"], row["tree_budget"], row["model"]) == ("script", None, "")
     assert (run.data.params["runner.args.1"], run.data.params["host.kind"]) == ("3", "local")
     assert not any(k.split(".")[0] in ("model", "method", "tree_budget", "temperature") for k in run.data.params)

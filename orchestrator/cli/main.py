@@ -1,6 +1,7 @@
-"""Entry point of `specbench` and `python -m orchestrator`: `[overrides...]` (Hydra; `-m` for multirun), a
-subcommand of orchestrator.cli.commands (`attach RUN`, `stop RUN`, `show RUN`, `compare`, `diagnose LOG`, `reap`,
-`sync RUN_DIR...`), `--help` (orchestrator.cli.help) or Hydra's shell completion (orchestrator.cli.completion)."""
+"""Entry point of `specbench` and `python -m orchestrator`: `[overrides...]` (Hydra; `-m` for multirun), a subcommand
+of orchestrator.cli.commands (`attach RUN`, `stop RUN`, `show RUN`, `runs`, `compare`, `resume SWEEP`, `diagnose
+LOG`, `reap`, `sync RUN_DIR...`), `--help` (orchestrator.cli.help) or Hydra's shell completion
+(orchestrator.cli.completion)."""
 from __future__ import annotations
 
 import contextlib

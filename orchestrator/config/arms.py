@@ -5,7 +5,8 @@ Contract: `arm_of(cfg)` is the one place a config's `runner.kind` and `method` (
 engine arm) become a type; `method_named(tag, tags)` the same for a run already logged (its `method` tag, and its
 `engine` tag for an engine arm; None for a tag that is none of these). Whatever
 depends on the kind of arm is asked of the arm: whether it reads a drafter or a tree budget, how its runs are named
-(`ddtree-b63-demo-qwen3`, `dflash-bs16-...`, `script-<stem>`), its tags and which config keys it logs as params.
+(`ddtree-b63-demo-qwen3`, `dflash-bs16-...`, `script-<stem>`), its tags, which config keys its runner does not read
+(`unread`: they are neither logged as its params nor part of its effective config) and so which it logs as params.
 A new kind of arm is a new class here.
 """
 from __future__ import annotations
@@ -40,9 +41,26 @@ class Arm:
     def tags(self) -> dict[str, str]:
         return {"method": self.tag}
 
+    def unread(self, config: Mapping[str, Any]) -> frozenset[str]:
+        """Top-level config keys the runner does not read for this arm: a tree's budgets for a method that builds
+        none, tree_budget_max unless tree_budget=auto, the drafter of an arm that drafts with none, the baseline of
+        a baseline (one AR pass serves as both) and the engine flags of our own runner's arms."""
+        unread = set() if self.builds_tree else {"tree_budget", "tree_budget_max"}
+        if config.get("tree_budget") != "auto":
+            unread.add("tree_budget_max")
+        if not self.uses_drafter:
+            unread.add("drafter")
+        if self.baseline:
+            unread.add("baseline")
+        if self.engine is None:
+            unread.add("engine")
+        return frozenset(unread)
+
     def params(self, config: Mapping[str, Any]) -> dict[str, Any]:
-        """The resolved config (Hydra's own node left out) as this arm's run logs it."""
-        return {k: v for k, v in config.items() if k != "hydra"}
+        """The resolved config (Hydra's own node left out) as this arm's run logs it: without what it does not
+        read (`unread`), which would claim a setting the run never used."""
+        unread = self.unread(config)
+        return {k: v for k, v in config.items() if k != "hydra" and k not in unread}
 
 
 @dataclass(frozen=True)
@@ -97,6 +115,9 @@ class Script(Arm):
     def tags(self) -> dict[str, str]:
         return {"method": self.tag, "script": Path(str(self.path)).name}
 
+    def unread(self, config: Mapping[str, Any]) -> frozenset[str]:
+        return frozenset(k for k in config if k not in SCRIPT_PARAMS)
+
     def params(self, config: Mapping[str, Any]) -> dict[str, Any]:
         return {k: v for k, v in config.items() if k in SCRIPT_PARAMS}
 
@@ -150,6 +171,15 @@ def method_named(tag: str | None, tags: Mapping[str, str] | None = None) -> type
     if tags and tags.get("engine") in ENGINE_KINDS:
         return Engine
     return METHODS.get(tag) if isinstance(tag, str) else None
+
+
+def logged_baseline(tags: Mapping[str, str], params: Mapping[str, str]) -> bool:
+    """Whether a logged run measured a baseline, what the others are compared with: our AR, or an engine arm
+    without a speculative config (the engine's own AR)."""
+    arm = method_named(tags.get("method") or params.get("method.name"), tags)
+    if arm is Engine:
+        return params.get("method.speculative") in (None, "None")   # logged as a param: `None` when there is none
+    return arm is not None and arm.baseline
 
 
 def arm_of(cfg) -> Arm:

@@ -51,6 +51,7 @@ class Plan:
     arm: Arm
     spec: RunSpec                  # what our runner reads (written as spec.json for a script too)
     model: str                     # the model's name, in titles and run names
+    dataset: str                   # the dataset option's name (`code`: its loader's name, `jsonl`, is in the spec)
     host: HostSettings             # where it runs, unless a pool places it
     gpus: tuple[int, ...]
     pool: Pool | None
@@ -60,6 +61,14 @@ class Plan:
     fail_fast: bool                # stop at the first fatal failure signature
     objective: str                 # the metric returned to a sweeper
     config: Mapping[str, Any]      # the resolved config: logged (params) and written (config.yaml) as it is
+
+    def params(self) -> dict[str, Any]:
+        """What the run logs as params: the resolved config as its arm reads it (orchestrator.config.arms), with the
+        dataset option's name as `dataset.option`."""
+        params = self.arm.params(self.config)
+        if isinstance(params.get("dataset"), Mapping):
+            params["dataset"] = {**params["dataset"], "option": self.dataset}
+        return params
 
     @property
     def spread(self) -> bool:
@@ -77,7 +86,9 @@ def make_plan(cfg: DictConfig, choices: Mapping[str, Any] | None = None, run_id:
     arm = validate(cfg, choices, source)
     entries = pool_hosts(cfg)
     pool = Pool(tuple(PoolEntry.of(e) for e in entries), str(cfg.pool.lock_dir)) if entries else None
-    return Plan(arm=arm, spec=build_spec(cfg, arm, run_id), model=str(cfg.model.name), host=host_settings(cfg.host),
+    dataset = str((choices or {}).get("dataset") or cfg.dataset.name)
+    return Plan(arm=arm, spec=build_spec(cfg, arm, run_id), model=str(cfg.model.name), dataset=dataset,
+                host=host_settings(cfg.host),
                 gpus=tuple(cfg.gpus), pool=pool, tracking=Tracking(cfg.tracking.uri, cfg.tracking.experiment),
                 stall=StallLimits.of(cfg), force=bool(cfg.force), fail_fast=bool(cfg.fail_fast),
                 objective=str(cfg.objective), config=OmegaConf.to_container(cfg, resolve=True))

@@ -41,6 +41,7 @@ class Severity(str, enum.Enum):
 
     FATAL = "fatal"              # the run failed or its result is invalid
     PERFORMANCE = "performance"  # the run completes but its timings are not representative
+    CORRECTNESS = "correctness"  # the run completes but some of its tokens are not what AR gives: not lossless
     COSMETIC = "cosmetic"        # noise: nothing to fix for the benchmark
 
 

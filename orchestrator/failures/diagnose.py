@@ -32,7 +32,8 @@ from .scanner import scan_file
 EXIT_OK, EXIT_FATAL, EXIT_UNREADABLE = 0, 1, 2
 _LOG_NAME = Path(RunFiles("/").log).name            # runner.log
 _EXIT_CODE_NAME = Path(RunFiles("/").exit_code).name  # exit_code
-_STYLE = {Severity.FATAL: "bold red", Severity.PERFORMANCE: "yellow", Severity.COSMETIC: "dim"}
+_STYLE = {Severity.FATAL: "bold red", Severity.PERFORMANCE: "yellow", Severity.CORRECTNESS: "bold yellow",
+          Severity.COSMETIC: "dim"}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,6 +21,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Iterable
 
+from remote.events import ECHO
+
 from .catalog import UNKNOWN_ID, Catalog, load_catalog
 from .exit_codes import classify_exit_code, exit_signal
 from .findings import Finding, Report, TracebackExcerpt, WarningSummary
@@ -133,6 +135,8 @@ class Detector:
 
     def _match_line(self, region: bytes, start: int, end: int, line_no: int) -> Finding | None:
         line = _decode(region[start:end])
+        if line.startswith(ECHO):   # the runner's copy of an event (remote.events), not output of its own
+            return None
         hit = self.catalog.match(line, lambda n: self._lines_before(region, start, n))
         if hit is None:
             return None

@@ -2,6 +2,6 @@
 preflight."""
 from __future__ import annotations
 
-from .base import CommandFailed, Host, HostError, HostGone, LinkLost, Result
+from .base import CommandFailed, Host, HostError, HostGone, HostMismatch, LinkLost, Result
 
-__all__ = ["CommandFailed", "Host", "HostError", "HostGone", "LinkLost", "Result"]
+__all__ = ["CommandFailed", "Host", "HostError", "HostGone", "HostMismatch", "LinkLost", "Result"]

@@ -47,6 +47,10 @@ class HostError(RuntimeError):
     """The host cannot be used (unreachable, refused key, bad configuration). The message says how to fix it."""
 
 
+class HostMismatch(HostError):
+    """The run asks for GPUs or a device the host does not have: the run's input is wrong, not the host."""
+
+
 class LinkLost(HostError):
     """The connection broke while a command ran: it may or may not have run. A caller whose command is safe to
     repeat may send it again (the next command reconnects first)."""

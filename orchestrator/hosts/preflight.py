@@ -7,9 +7,10 @@ argument) and returns a `Preflight`: Python, torch, transformers, torch's CUDA b
 free disk where the workdir is (or would be); whether the optional kernels `fla` (flash-linear-attention) and
 `causal_conv1d` import (really imported when installed, since a wrongly built extension fails only then).
 `survey(host, and_then)` is the same with another read-only probe (the bundle's) in that one command.
-`tags()` is the `preflight.*` dict for MLflow. `busy_gpus(requested)` names the requested GPUs that are in
-use, one line each; `check_gpus(requested, force)` raises HostError for them unless `force`. Works on any Host
-(it only uses `Host.run`).
+`tags()` is the `preflight.*` dict for MLflow. `check_devices(gpus, device)` raises HostMismatch (bad input: a
+run's `gpus` or `device` that the host does not have) before anything is launched; `busy_gpus(requested)` names
+the requested GPUs that are in use, one line each; `check_gpus(requested, force)` raises HostError for them unless
+`force`. Works on any Host (it only uses `Host.run`).
 
 Non-goals: installing anything, checking model access (the runner reports that with its own evidence).
 """
@@ -21,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .base import Host, HostError, Result
+from .base import Host, HostError, HostMismatch, Result
 
 # A GPU with no visible process but this much memory in use is busy too: processes of other containers or
 # users do not show up in nvidia-smi, their memory does.
@@ -159,6 +160,21 @@ class Preflight:
             elif (reason := gpu.busy_reason()) is not None:
                 lines.append(reason)
         return lines
+
+    def check_devices(self, requested: list[int], device: str) -> None:
+        """Raise HostMismatch where `gpus` names a GPU the host lacks or `device=cuda` cannot run there. A host without
+        GPUs takes the default gpus=[0] (its CPU runs the job, as device=auto says)."""
+        indices = sorted(g.index for g in self.gpus or [])
+        if device == "cuda" and self.torch is not None and self.cuda is None:
+            raise HostMismatch(f"device=cuda, but the torch {self.torch} of {self.host} is a CPU build (no CUDA); "
+                               f"install torch's CUDA build there, or use device=auto")
+        if device == "cuda" and not indices:
+            raise HostMismatch(f"device=cuda, but {self.host} has no NVIDIA GPU (nvidia-smi "
+                               f"{'finds none' if self.gpus is not None else 'is not there'}); use device=auto or cpu")
+        absent = [g for g in requested if g not in indices]
+        if device != "cpu" and absent and (indices or list(requested) != [0]):
+            has = f"its GPUs are {indices}" if indices else "it has no GPU"
+            raise HostMismatch(f"gpus={list(requested)}: {self.host} has no GPU {', '.join(map(str, absent))} ({has})")
 
     def check_packages(self, python: str) -> None:
         """Raise HostError where the host's Python lacks what our runner imports (torch, transformers): found here,

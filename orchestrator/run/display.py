@@ -19,6 +19,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.spinner import Spinner
 from rich.text import Text
 
+from remote.events import ECHO
+
 from ..failures import shorten
 from ..untrusted import printable
 from .progress import STAGE_STYLE, EtaColumn, Pace, RunElapsedColumn, RunnerStages, clock
@@ -83,6 +85,8 @@ class LiveDisplay:
         """Log lines as the tail hands them out (printable already: orchestrator.untrusted.log_line), events parsed."""
         if self.show_log:
             for line in log_lines:
+                if line.startswith(ECHO):   # the runner's copy of an event, which is shown as such below
+                    continue
                 self.console.print(f"[dim]{escape(shorten(line))}[/]", highlight=False)
         for line in event_lines:
             try:

@@ -26,12 +26,13 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from remote.events import read_json, write_json_atomic, write_text_atomic
+from remote.events import ECHO, read_json, write_json_atomic, write_text_atomic
+from remote.noise import noise_tag
 
 from ..failures import Detector, Finding, Severity, shorten
 from ..program import program
 from ..signals import deferred, describe, exit_code
-from ..tracking.results_table import fairness_of, results_table
+from ..tracking.results_table import fairness_of, results_table, trust_lines
 from ..tracking.tracker import Status, Tracker, close_within, sync_command
 from ..untrusted import LINE_BYTES, log_line, printable
 from .display import LiveDisplay
@@ -242,6 +243,8 @@ def report(outcome: Outcome, tracker: Tracker, run_dir: Path, console: Console, 
     fairness = fairness_of(results)
     if fairness:
         tags["fairness"] = fairness
+    if (noise := noise_tag(metrics)) is not None:
+        tags["timing_noise"] = noise
 
     def held(how: str) -> None:
         console.print(f"[yellow]{how}: the run has ended; logging it to MLflow first (within "
@@ -268,9 +271,8 @@ def _leave_unsettled(outcome: Outcome, tracker: Tracker, run_dir: Path, console:
 def _summary(outcome, found, metrics, tracker, run_dir, console, title, fairness=None) -> None:
     if metrics:
         console.print(results_table(metrics, title, fairness))
-    if fairness and fairness != "ok":
-        console.print(f"[yellow]warning: fairness: AR and the method did not run on the same path, so "
-                      f"speedup_vs_ar compares unlike things: {escape(fairness.removeprefix('mismatch: '))}[/]")
+    for line in trust_lines(metrics, fairness):
+        console.print(line, soft_wrap=True)    # one line each
     for id_, variants in _by_id(found.warnings).items():
         details = "; ".join(dict.fromkeys(filter(None, (w.finding.entry.render_detail(w.finding.details)
                                                          for w in variants))))
@@ -280,15 +282,17 @@ def _summary(outcome, found, metrics, tracker, run_dir, console, title, fairness
     note = tracker.closing_note(outcome.later)   # "mlflow run: <id>" if all of it got there, else why not, `sync`
     console.print(f"[{colour}]{outcome.status.value}[/] run dir: {escape(str(run_dir))}"
                   + (f"  {escape(note)}" if note else ""), soft_wrap=True)   # one line, to copy the command from
-    if outcome.status is Status.FAILED:
+    # fail_fast stopped on the primary failure: it and the log lines before it were the last things shown
+    said = found.primary is not None and outcome.stopped_by == found.primary.id
+    if outcome.status is Status.FAILED and not said:
         if found.primary is not None:
             console.print(f"[red]{found.primary.id}: {escape(printable(found.primary.message))}\n  fix: "
                           f"{escape(printable(found.primary.hint))}[/]")
         quoted = found.primary.details.get("last_line") if found.primary is not None else None
         if found.traceback:
             console.print(escape(printable(str(found.traceback))))
-        elif (tail := _tail(run_dir / "runner.log")) and tail != [quoted]:   # not the line just quoted, again
-            text = "\n".join(tail)
+        elif (tail := _tail(run_dir / "runner.log")) and [t for t in tail if not t.startswith(ECHO)] != [quoted]:
+            text = "\n".join(tail)   # not when its own output is the line just quoted (the rest: events, shown)
             console.print(f"[red]runner log tail:[/]\n{escape(text)}")
 
 

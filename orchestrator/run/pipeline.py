@@ -21,7 +21,7 @@ from rich.markup import escape
 from remote.events import write_text_atomic
 
 from ..config.plan import Plan
-from ..hosts import HostError, HostGone
+from ..hosts import HostError, HostGone, HostMismatch
 from ..signals import describe
 from ..tracking.run_start import RunStart
 from .attach import follow_again
@@ -79,6 +79,8 @@ def _on_host(plan: Plan, start: RunStart, console: Console) -> Outcome:
         start.record()
         announce(plan, host.name, start.run_dir, console, start.tracker.uri)
         follow(job, outcome, console, fail_fast=plan.fail_fast, needs_results=plan.arm.ours, stall=plan.stall)
+    except HostMismatch as exc:   # the run's gpus or device, which the host does not have: bad input, nothing ran
+        raise BadInput(str(exc)) from None
     except KeyboardInterrupt as exc:   # before the tail started (follow handles it from there on)
         console.print(f"[yellow]{describe(exc)}: interrupted[/]")
         launched = job.stage in (Stage.RUNNING, Stage.LAUNCH)

@@ -38,17 +38,19 @@ def open_job(plan: Plan, run_dir: Path) -> Job:
 
 def preflight(job: Job, plan: Plan, stages: StageLine,
               console: Console) -> tuple[dict[str, str], BundleSync, str]:
-    """One command: a remote host's preflight (versions, GPUs in use, free disk) and the bundle probe. Busy GPUs
-    refuse the run, and so does a host Python without torch or transformers where our runner runs (a local host:
-    only one given its own host.python). Returns the preflight's tags, the bundle sync and the probe's answer."""
+    """One command: the host's preflight (versions, GPUs and their use, free disk) and the bundle probe. For our
+    runner, a host Python without torch or transformers refuses the run, and so do `gpus` or `device` the host does
+    not have (HostMismatch: bad input); busy GPUs refuse it on a remote host. Returns the preflight's tags (a
+    remote host's), the bundle sync and the probe's answer."""
     job.stage = Stage.PREFLIGHT
     stages.show(f"connecting to {job.host.name}, preflight…")
     host, sync = job.host, BundleSync(job.host)
-    if plan.host.local and (not plan.arm.ours or not plan.host.python):   # this interpreter, the orchestrator's
+    if plan.host.local and not plan.arm.ours:   # a script of the user's, on this machine: it picks its own devices
         return {}, sync, host.run(sync.probe_command()).stdout
     facts, answer = survey(host, and_then=sync.probe_command())
     if plan.arm.ours:
         facts.check_packages(host.python)
+        facts.check_devices(list(plan.gpus), plan.spec.device)
     if plan.host.local:
         return {}, sync, answer
     for line in facts.check_gpus(list(plan.gpus), force=plan.force):

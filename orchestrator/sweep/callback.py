@@ -6,7 +6,8 @@ SPECBENCH_PARENT_RUN_ID (PARENT_ENV; joblib workers inherit it). Where it could 
 keep their records without trying MLflow (AWAY_ENV says why), for `sync <sweep dir>` (orchestrator.tracking.sync). The
 parent is named `sweep-<model> <swept overrides>`; SWEPT_ENV (orchestrator.tracking.names) tells the jobs which keys
 vary, so their names tell them apart. `on_multirun_end` closes the sweep from its jobs' local records (`close_sweep`,
-orchestrator.tracking.sweeps: table, summary, status); a failed sweep then exits non-zero, once, at the end; a stopped
+orchestrator.tracking.sweeps: table, summary, status); a failed sweep then exits non-zero, once, at the end; under
+`specbench resume` (RESUME_ENV, orchestrator.sweep.resume) the sweep's parent is reopened, not made anew; a stopped
 one (orchestrator.signals: the jobs not started yet do not run) exits 128 + the signal, its planned jobs without a
 record KILLED (they never ran). Hydra skips `on_multirun_end` when a job raises: the basic sweeper's jobs never do
 (orchestrator.sweep.job turns every error into a FAILED child); an optimising sweeper's do (a failed trial, and a
@@ -28,6 +29,7 @@ from ..locks import SWEEP_LOCK, take
 from ..tracking.names import SWEPT_ENV, sweep_name, swept_keys
 from ..tracking.sweeps import PLANNED_TAG, SWEEP_RECORD, close_sweep, sweep_id
 from ..tracking.tracker import Status, Tracker, close_within, sync_command
+from .resume import RESUME_ENV, open_again, reopen
 
 PARENT_ENV = "SPECBENCH_PARENT_RUN_ID"
 AWAY_ENV = "SPECBENCH_SWEEP_MLFLOW_AWAY"   # why the sweep's jobs do not try MLflow (its parent could not be opened)
@@ -44,19 +46,26 @@ class SweepCallback(Callback):
         signals.stop_sweep_at(sweep_dir)
         if "joblib" in str(config.hydra.launcher.get("_target_", "")):
             signals.quiet_idle_workers()
-        tracker = Tracker(config.tracking.uri, config.tracking.experiment, run_dir=sweep_dir, name=SWEEP_RECORD)
         task = list(config.hydra.overrides.task)
         os.environ[SWEPT_ENV] = ",".join(swept_keys(task))
         os.environ[SWEEP_DIR_ENV] = str(sweep_dir)
-        planned = planned_jobs(config)
-        tracker.record_start(run_name=sweep_name(str(config.model.name), task),
-                             params={"sweep.overrides": " ".join(task)},
-                             tags={"sweep": "parent", "sweep_dir": str(sweep_dir), "run_id_local": sweep_id(sweep_dir),
-                                   **({PLANNED_TAG: str(planned)} if planned else {})})
+        resumed = os.environ.get(RESUME_ENV) == str(sweep_dir)
+        if resumed:   # `specbench resume`: the parent it had, open again
+            tracker = Tracker.load(sweep_dir, name=SWEEP_RECORD)
+            reopen(tracker)
+        else:
+            tracker = Tracker(config.tracking.uri, config.tracking.experiment, run_dir=sweep_dir, name=SWEEP_RECORD)
+            planned = planned_jobs(config)
+            tracker.record_start(run_name=sweep_name(str(config.model.name), task),
+                                 params={"sweep.overrides": " ".join(task)},
+                                 tags={"sweep": "parent", "sweep_dir": str(sweep_dir),
+                                       "run_id_local": sweep_id(sweep_dir), **({PLANNED_TAG: str(planned)} if planned
+                                                                              else {})})
         # Bounded as a run's logging is: a server that is away now would cost every job that bound at its end.
         # Quiet: the line below says the outage, and what it means for the jobs (Hydra's log said it a second time).
         within = close_within(tracker.uri)
-        if tracker.open_async(functools.partial(tracker.send, quiet=True)).wait(within) and tracker.run_id:
+        opener = functools.partial(open_again, tracker) if resumed else functools.partial(tracker.send, quiet=True)
+        if tracker.open_async(opener).wait(within) and tracker.run_id and not tracker.warning:
             os.environ[PARENT_ENV] = tracker.run_id
             return
         why = tracker.warning or f"MLflow at {tracker.uri} did not answer within {within:g} s"
@@ -68,7 +77,7 @@ class SweepCallback(Callback):
                         f"them later: {sync_command(sweep_dir)}[/]", soft_wrap=True, highlight=False)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        for name in (SWEPT_ENV, PARENT_ENV, SWEEP_DIR_ENV, AWAY_ENV):
+        for name in (SWEPT_ENV, PARENT_ENV, SWEEP_DIR_ENV, AWAY_ENV, RESUME_ENV):
             os.environ.pop(name, None)
         sweep_dir = Path(str(config.hydra.sweep.dir))
         # every job ran or was stopped (a KILLED child): a planned job without a record failed before it began

@@ -1,17 +1,17 @@
 """A sweep runs each effective config once: `-m method=ar,dflash,ddtree tree_budget=8,32` runs ar and dflash once.
 
-Contract: the effective config of a job is what its runner reads: the plan's run spec less its run id, as the
-runner reads it (`as_read`), plus where it runs (the host's settings and the GPUs, which reach the runner as its
-environment). Jobs of one sweep claim their effective config in the sweep dir
-(`<sweep dir>/effective/<parent run>/<hash>.json`, created whole by a hard link, so parallel joblib or submitit
-workers cannot both win); `skip_if_ran` returns None to the job that holds the claim (it runs) and, to any later
-one, a `Skipped` outcome after recording it: a FINISHED child run tagged `status=skipped`, named
-`<base> (skipped: <its swept values>)`, whose `duplicate_of.*` tags name the job that holds the result (the sweep's
-summary resolves it to that run's MLflow id, orchestrator.tracking.sweeps). Its run dir gets `skipped.json`.
-`as_read` blanks the fields the runner's decoding ignores for the arm (see its docstring). Only under Hydra's basic
-sweeper (a grid); an optimising sweeper's trials all run.
-Non-goals: skipping across sweeps (a new sweep measures again), a user's script (`runner=script` reads what it
-likes, so it always runs), reusing a duplicate's numbers as an optimising sweeper's objective.
+Contract: the effective config of a job is what its runner reads: the plan's run spec less its run id, as the runner
+reads it (`as_read`), plus where it runs (the host's settings and the GPUs, which reach the runner as its
+environment). Jobs of one sweep claim their effective config in the sweep dir (`<sweep dir>/effective/<parent
+run>/<hash>.json`, created whole by a hard link, so parallel joblib or submitit workers cannot both win);
+`skip_if_ran` returns None to the job that holds the claim (it runs) and, to any later one, a `Skipped` outcome
+after recording it: a FINISHED child run tagged `status=skipped`, named `<base> (skipped: <its swept values>)`,
+whose `duplicate_of.*` tags name the job that holds the result (the sweep's summary resolves it to that run's MLflow
+id, orchestrator.tracking.sweeps). Its run dir gets `skipped.json`. `as_read` leaves out the fields the arm's runner
+does not read (orchestrator.config.arms `unread`). Only under Hydra's basic sweeper (a grid); an optimising
+sweeper's trials all run. Non-goals: skipping across sweeps (a new sweep measures again), a user's script
+(`runner=script` reads what it likes, so it always runs), reusing a duplicate's numbers as an optimising sweeper's
+objective.
 """
 from __future__ import annotations
 
@@ -39,18 +39,15 @@ REGISTRY = "effective"
 
 
 def as_read(plan: Plan) -> dict:
-    """The spec as the runner reads it, without its run id. The runner reads `decoding.tree_budget` only for an arm
-    that builds a tree (remote.decoding: best_first_tree and the graphed step's width), `tree_budget_max` only under
-    tree_budget=auto, and for AR neither the drafter (not loaded) nor `baseline` (one AR pass serves as both)."""
+    """The spec as the runner reads it, without its run id: what the arm does not read (`Arm.unread`: a budget
+    without a tree, tree_budget_max without tree_budget=auto, AR's drafter and baseline) left out."""
     data = dataclasses.asdict(plan.spec)
     data.pop("run_id")
-    decoding = data["decoding"]
-    if not plan.arm.builds_tree:
-        decoding["tree_budget"] = None
-    if decoding["tree_budget"] != "auto":
-        decoding["tree_budget_max"] = None      # read by tree_budget=auto only
-    if plan.arm.baseline:
-        decoding["baseline"] = None
+    unread = plan.arm.unread(plan.config)
+    for key in ("tree_budget", "tree_budget_max", "baseline"):
+        if key in unread:
+            data["decoding"][key] = None
+    if "drafter" in unread:
         data["drafter"] = None
     return data
 
@@ -104,7 +101,7 @@ def skip_if_ran(plan: Plan, ctx: JobContext, name: str, console: Console | None 
     mine = {"job": ctx.num, "run_id_local": plan.spec.run_id, "run_dir": str(ctx.run_dir), "name": name,
             "overrides": overrides}
     holder = claim(registry, key_of(effective_config(plan)), mine)
-    if holder is None:
+    if holder is None or holder.get("job") == ctx.num:   # its own claim: an earlier attempt (`specbench resume`)
         return None
     record_skip(plan, ctx.run_dir, holder, skipped_name(plan, overrides, swept_from_env()), overrides)
     (console or Console()).print(
@@ -124,5 +121,5 @@ def record_skip(plan: Plan, run_dir: Path, holder: dict, name: str, overrides: l
             "duplicate_of.run_id_local": holder["run_id_local"], "duplicate_of.name": holder["name"],
             "duplicate_of.job": str(holder["job"]), "mlflow.note.content": note}
     tracker = job_tracker(plan.tracking, run_dir)
-    tracker.start(run_name=name, params=flatten(plan.arm.params(plan.config)), tags=tags)
+    tracker.start(run_name=name, params=flatten(plan.params()), tags=tags)
     tracker.finish(Status.FINISHED, {}, {"status": "skipped"}, [run_dir / SKIPPED_FILE])

@@ -1,6 +1,8 @@
 """One Hydra job, alone or in a sweep: validated into its plan, a sweep's duplicate skipped, the run, its objective.
 
 Contract: `job(cfg)` returns the job's objective as a plain float (what sweepers optimise), None where it has none.
+Under `specbench resume` a job that finished before returns its result without running, and one that did not runs
+again, its earlier attempt set aside (orchestrator.sweep.resume).
 A single run's bad input exits EXIT_BAD_INPUT; a sweep's records the job FAILED and goes on. A job that never
 launched (refused, stopped before it began, its host unreachable) still gets a child run saying why
 (orchestrator.sweep.records). For a sweeper that scores jobs (Optuna, Nevergrad), a failed job raises JobFailed and
@@ -55,6 +57,9 @@ def _interrupted(exc: JobInterrupted, ctx: JobContext) -> None:
 
 def _job(cfg: DictConfig, ctx: JobContext) -> float | None:
     records = JobRecords(ctx)
+    if records.finished_before():   # `specbench resume`
+        Console().print(f"job {ctx.num} finished before: kept, not run again")
+        return objective_of(_plan(cfg, ctx, records.run_id).objective, ctx.run_dir, [])
     if ctx.multirun and (stopped_by := sweep_stopped(ctx.sweep_dir)):
         return _not_started(cfg, ctx, records, stopped_by)
     following = try_following(ctx.run_dir)   # held until the run is reported, so `reap` leaves it alone

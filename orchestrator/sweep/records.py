@@ -6,6 +6,7 @@ composed.
 """
 from __future__ import annotations
 
+import os
 import uuid
 
 from omegaconf import DictConfig, OmegaConf
@@ -18,6 +19,7 @@ from ..tracking.run_start import RunStart, record_start
 from ..tracking.tracker import Status, Tracker, flatten
 from .callback import job_tracker
 from .context import JobContext
+from .resume import RESUME_ENV, set_aside, settled
 
 
 class JobRecords:
@@ -26,12 +28,27 @@ class JobRecords:
         # a single run's id is its dir's name (ending in this process's tag); a sweep job's, its number and a tag
         name = ctx.run_dir.name
         self.run_id = name if name.endswith(RUN_TAG) else f"{name}-{uuid.uuid4().hex[:6]}"
+        self.supersedes: str | None = None    # `specbench resume`: the MLflow run of this job's earlier attempt
+
+    def finished_before(self) -> bool:
+        """Under `specbench resume` (orchestrator.sweep.resume): True for a job that finished before, which is not
+        run again; a job that did not has its earlier attempt set aside (its MLflow run, `supersedes`)."""
+        if not (self.ctx.multirun and os.environ.get(RESUME_ENV) == str(self.ctx.sweep_dir)):
+            return False
+        if settled(self.ctx.run_dir):
+            return True
+        self.supersedes = set_aside(self.ctx.run_dir)
+        return False
 
     def name(self, plan: Plan) -> str:
         return run_name(plan, self.ctx.overrides, swept_from_env())
 
     def start(self, plan: Plan) -> RunStart:
-        return RunStart(plan, self.ctx.run_dir, job_tracker(plan.tracking, self.ctx.run_dir), self.name(plan))
+        return RunStart(plan, self.ctx.run_dir, job_tracker(plan.tracking, self.ctx.run_dir), self.name(plan),
+                        self._superseding())
+
+    def _superseding(self) -> dict[str, str]:
+        return {"supersedes": self.supersedes} if self.supersedes else {}
 
     def unlaunched(self, plan: Plan, status: Status, tags: dict[str, str], note: str) -> None:
         tracker = self._tracker(plan.tracking)
@@ -54,7 +71,8 @@ class JobRecords:
         return job_tracker(tracking, self.ctx.run_dir)
 
     def _own(self, note: str) -> dict[str, str]:
-        return {"run_dir": str(self.ctx.run_dir), "run_id_local": self.run_id, "mlflow.note.content": note}
+        return {"run_dir": str(self.ctx.run_dir), "run_id_local": self.run_id, "mlflow.note.content": note,
+                **self._superseding()}
 
     @staticmethod
     def _close(tracker: Tracker, status: Status, tags: dict[str, str]) -> None:

@@ -31,11 +31,11 @@ _NAMED = {"method", "method.name", "model", "model.name"}
 
 
 def what_ran(plan: Plan) -> dict[str, str]:
-    """The `method` tag (and a script's file), and the `host` tag as the plan names it (for a run recorded without
-    reaching its host; a pool's job before its lease names the pool's hosts)."""
+    """The `method` tag (and a script's file), the `dataset` option our runner read, and the `host` tag as the plan
+    names it (for a run recorded without reaching its host; a pool's job before its lease names the pool's hosts)."""
     pool = [entry.name for entry in plan.pool.entries] if plan.pool else []
     host = f"pool:{','.join(pool)}" if pool else str(plan.host.name or plan.host.kind)
-    return {**plan.arm.tags(), "host": host}
+    return {**plan.arm.tags(), **({"dataset": plan.dataset} if plan.arm.ours else {}), "host": host}
 
 
 # Hydra names the run dir before validation: `runner=script` without a path must still get a name.

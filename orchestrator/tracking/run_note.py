@@ -6,11 +6,14 @@ significant digits. Logged before all other metrics: the run page lists metrics 
 compare page sorts names by code point, where a digit comes before every letter; the unprefixed metrics keep full
 precision. `description(...)` is the run's description (the `mlflow.note.content` tag, markdown, shown above
 everything on the run page): name, host, GPU, the headline table with intervals, and the definitions, within
-MLflow's 8000 characters. `definitions_table(...)` is `definitions.md`, every metric with its value and meaning.
+MLflow's 8000 characters. `definitions_table(metrics, definitions, tags, tag_definitions)` is `definitions.md`:
+every metric and every tag the run logs with its value and meaning (orchestrator.tracking.definitions).
 """
 from __future__ import annotations
 
 from typing import Mapping
+
+from .definitions import definition_of, tag_definition_of
 
 SIG_DIGITS = 4
 NOTE_TAG = "mlflow.note.content"
@@ -80,7 +83,12 @@ def description(name: str, tags: Mapping[str, str], metrics: Mapping[str, float]
     return text
 
 
-def definitions_table(metrics: Mapping[str, float], definitions: Mapping[str, str]) -> str:
+def definitions_table(metrics: Mapping[str, float], definitions: Mapping[str, str], tags: Mapping[str, str] = {},
+                      tag_definitions: Mapping[str, str] = {}) -> str:
     keys = sorted(set(metrics) | set(definitions), key=_order)
-    rows = [f"| {k} | {_fmt(metrics.get(k))} | {_cell(definitions.get(k, ''))} |" for k in keys]
-    return "\n".join(["| metric | value | definition |", "|---|---|---|", *rows]) + "\n"
+    rows = [f"| {k} | {_fmt(metrics.get(k))} | {_cell(definition_of(k, definitions))} |" for k in keys]
+    named = sorted(k for k in tags if not k.startswith("mlflow."))
+    tag_rows = [f"| {k} | {_cell(str(tags[k])[:200])} | {_cell(tag_definition_of(k, tag_definitions))} |"
+                for k in named]
+    return "\n".join(["| metric | value | definition |", "|---|---|---|", *rows, "",
+                      "| tag | value | definition |", "|---|---|---|", *tag_rows]) + "\n"

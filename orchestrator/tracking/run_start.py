@@ -40,8 +40,8 @@ def project_commit() -> str:
 
 def record_start(tracker: Tracker, plan: Plan, name: str, tags: dict[str, str]) -> None:
     """Record the MLflow run to open, locally (no subprocess, no MLflow): `name` (orchestrator.tracking.names), the
-    params the arm logs (the resolved config; secrets are never in it) and `tags`."""
-    tracker.record_start(run_name=name, params=flatten(plan.arm.params(plan.config)), tags=tags)
+    plan's params (the resolved config as its arm reads it; secrets are never in it) and `tags`."""
+    tracker.record_start(run_name=name, params=flatten(plan.params()), tags=tags)
 
 
 def open_run(tracker: Tracker, plan: Plan, tags: dict[str, str], then: Callable[[], None] | None = None) -> None:
@@ -56,8 +56,9 @@ def open_run(tracker: Tracker, plan: Plan, tags: dict[str, str], then: Callable[
 class RunStart:
     """A job's MLflow run, from its tags (known once the host is surveyed) to its opening in the background."""
 
-    def __init__(self, plan: Plan, run_dir: Path, tracker: Tracker, name: str):
+    def __init__(self, plan: Plan, run_dir: Path, tracker: Tracker, name: str, tags: dict[str, str] | None = None):
         self.plan, self.run_dir, self.tracker, self.name = plan, run_dir, tracker, name
+        self.extra = dict(tags or {})                  # tags of the job's own (a resumed attempt's `supersedes`)
         self.tags: dict[str, str] | None = None        # known once the host is surveyed
         self.opening: threading.Event | None = None    # set once MLflow opened the run
 
@@ -66,7 +67,7 @@ class RunStart:
         self.plan = plan
         self.tags = {**what_ran(plan), "host": host_name, "run_dir": str(self.run_dir),
                      "run_id_local": plan.spec.run_id, "gpus": ",".join(map(str, plan.gpus)),
-                     "host_kind": plan.host.kind, **plan.host.placement_tags(), **facts}
+                     "host_kind": plan.host.kind, **plan.host.placement_tags(), **facts, **self.extra}
 
     def record(self) -> None:
         """A kill from here on must leave the run findable and loggable: job.json (attach, reap) and what its MLflow

@@ -6,7 +6,9 @@ Reads the run's outputs.jsonl (method, prompt_index, token_ids, text; AR's rows 
 prompt text comes from outputs.jsonl's `prompt` field, or else is loaded again from spec.json's dataset as the
 runner loaded it (remote.prompts; a dataset this machine cannot read leaves the prompt out, said so). The first
 divergence is the first token index where the method's ids differ from AR's (a sequence that ends first differs
-there); the texts are marked where their characters first differ. Prints one panel per prompt, writes `show.html`
+there); the texts are marked where their characters first differ, and each divergence says its kind as the runner
+classified it (results.json's `divergences`, remote.divergence: a near-tie within the dtype's rounding, or not
+lossless). Prints one panel per prompt, writes `show.html`
 into the run dir and logs it as an artifact of the run's MLflow run (bounded; kept in the run dir if MLflow does
 not answer, said so). Exit 0; a run without outputs: one line naming the file, exit 1.
 Non-goals: runs still going (their outputs.jsonl is partial: shown as far as it goes), sweeps as a whole.
@@ -61,6 +63,7 @@ class Prompt:
     text: str | None
     ar: Output | None
     method: Output | None
+    classified: dict | None = None    # the runner's classification of its first divergence (remote.divergence)
 
     @property
     def token_divergence(self) -> int | None:
@@ -77,7 +80,21 @@ class Prompt:
         if at is None:
             return f"identical ({len(self.ar.token_ids)} tokens)"
         token = lambda ids: str(ids[at]) if at < len(ids) else "end"   # noqa: E731
-        return f"first divergence at token {at}: AR {token(self.ar.token_ids)}, {method} {token(self.method.token_ids)}"
+        return (f"first divergence at token {at}: AR {token(self.ar.token_ids)}, {method} "
+                f"{token(self.method.token_ids)}{kind_of(self.classified)}")
+
+
+def kind_of(found: dict | None) -> str:
+    """` (near-tie: ...)` / ` (NOT LOSSLESS: ...)`: a divergence's kind, as the runner classified it."""
+    if not found:
+        return ""
+    if found.get("near_tie") is None:
+        return " (not classified: its replay did not reproduce it, or a sequence ended there)"
+    gaps = f"gaps {found['ar_gap']:.3g} in AR's forward, {found['method_gap']:.3g} in the method's"
+    units = max(found["ar_gap"], found["method_gap"]) / found["unit"]
+    if found["near_tie"]:
+        return f" (near-tie: {gaps}, {units:.3g} units of rounding: harmless)"
+    return f" (NOT LOSSLESS: {gaps}, {units:.3g} units of rounding: not a near-tie)"
 
 
 @dataclass(frozen=True)
@@ -109,7 +126,8 @@ def load(run_dir: Path) -> Shown:
     if len(texts) < len(by_index):
         loaded, note = _prompts_from_spec(spec)
         texts = {i: loaded[i] for i in by_index if i < len(loaded)} | texts
-    prompts = [Prompt(i, texts.get(i), outs.get(AR.tag), outs.get(method) if method != AR.tag else None)
+    kinds = {d["prompt"]: d for d in read_json(run_dir / "results.json").get("divergences") or []}
+    prompts = [Prompt(i, texts.get(i), outs.get(AR.tag), outs.get(method) if method != AR.tag else None, kinds.get(i))
                for i, outs in sorted(by_index.items())]
     return Shown(run_dir, method, _title(run_dir, spec, method), prompts, note)
 
@@ -185,7 +203,9 @@ def summary(shown: Shown) -> str:
     differ = [p for p in pairs if p.token_divergence is not None]
     where = "; first divergence: " + ", ".join(f"prompt {p.index} at token {p.token_divergence}"
                                                 for p in differ) if differ else ""
-    return f"{len(pairs) - len(differ)}/{len(pairs)} prompts identical to AR{where}"
+    kinds = [p.classified.get("near_tie") for p in differ if p.classified]
+    said = f"; near-ties {kinds.count(True)}, not lossless {kinds.count(False)}" if kinds else ""
+    return f"{len(pairs) - len(differ)}/{len(pairs)} prompts identical to AR{where}{said}"
 
 
 def print_terminal(shown: Shown, console: Console, only_diverged: bool = False) -> None:

@@ -35,8 +35,8 @@ from remote.events import write_json_atomic, write_text_atomic
 from ..config.knobs import DEFAULT_EXPERIMENT, EXPERIMENT_ENV, EXPERIMENT_ID_ENV, URI_ENV
 from ..paths import default_artifact_root, default_tracking_uri, no_room_here, room_here
 from ..program import program
-from .run_note import NOTE_TAG, definitions_table, description, headline
-from .ui_links import run_url, where
+from .run_note import HEADLINE, NOTE_TAG, definitions_table, description, headline, headline_name
+from .ui_links import experiment_tags, run_url, runs_list_url, where
 
 log = logging.getLogger(__name__)
 
@@ -418,9 +418,10 @@ class Tracker:
         """The run's description (unless it has one) and definitions.md, from results.json's definitions."""
         results = self.run_dir / "results.json" if self.run_dir is not None else None
         try:
-            definitions = json.loads(results.read_text()).get("definitions") or {} if results else {}
+            kept = json.loads(results.read_text()) if results else {}
         except (OSError, ValueError):
-            definitions = {}
+            kept = {}
+        definitions = kept.get("definitions") or {}
         start = self.record["start"] or {}
         known = {**start.get("tags", {}), **tags}
         if NOTE_TAG not in known:
@@ -428,7 +429,8 @@ class Tracker:
         if self.run_dir is not None and definitions:
             table = self.run_dir / "definitions.md"
             try:   # whole or not at all: a full disk once left it 0 bytes, looking written
-                write_text_atomic(str(table), definitions_table(metrics, definitions))
+                write_text_atomic(str(table), definitions_table(metrics, definitions, known,
+                                                                kept.get("tag_definitions") or {}))
                 artifacts = [*artifacts, table]
             except OSError:
                 pass   # the description carries the definitions too
@@ -513,17 +515,27 @@ class Tracker:
         if self._experiment_by_id:   # raises where the store has no such experiment: said as the store's answer
             exp = client.get_experiment(self._experiment_by_id)
             self.experiment = exp.name
-            self._update(experiment=exp.name, experiment_id=exp.experiment_id)
-            return exp.experiment_id
-        exp = client.get_experiment_by_name(self.experiment)
-        if exp is not None:
-            self._update(experiment_id=exp.experiment_id)
-            return exp.experiment_id
-        # A local database gets local artifacts in runs/, wherever the command was started from.
-        location = default_artifact_root() if self.uri.startswith("sqlite:") else None
-        exp_id = client.create_experiment(self.experiment, artifact_location=location)
+            self._update(experiment=exp.name)
+        else:
+            exp = client.get_experiment_by_name(self.experiment)
+        if exp is None:
+            # A local database gets local artifacts in runs/, wherever the command was started from.
+            location = default_artifact_root() if self.uri.startswith("sqlite:") else None
+            exp_id, tags = client.create_experiment(self.experiment, artifact_location=location), {}
+        else:
+            exp_id, tags = exp.experiment_id, exp.tags
+        self._describe_experiment(client, exp_id, tags)
         self._update(experiment_id=exp_id)
         return exp_id
+
+    def _describe_experiment(self, client, exp_id: str, tags: Mapping[str, str]) -> None:
+        for key, value in experiment_tags([headline_name(k) for k in HEADLINE]).items():
+            if tags.get(key) != value:   # the UI's view of our runs (ui_links), set once per experiment
+                client.set_experiment_tag(exp_id, key, value)
+        if NOTE_TAG not in tags:         # the experiment's description, unless its owner wrote one
+            client.set_experiment_tag(exp_id, NOTE_TAG, f"specbench runs: [the runs list with the headline metrics as "
+                                                        f"columns]({runs_list_url(self.uri, exp_id)}) (or the "
+                                                        f"UI's *Model training* view)")
 
     def _log_params(self, client, params: Mapping[str, str]) -> None:
         from mlflow.entities import Param

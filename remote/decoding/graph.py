@@ -127,6 +127,7 @@ class Sampling:
 
     def __init__(self, device: torch.device):
         self.device, self.temperature, self.rng = device, 0.0, None
+        self.hear = None         # an untimed replay's listener (`Steps.listen`): steps then run uncaptured
 
     def seed(self, temperature: float, seed: int) -> None:
         """Sample at `temperature` from `seed`: on CUDA from the device's default generator (the one a captured graph
@@ -142,6 +143,8 @@ class Sampling:
 
     def choose(self, logits: torch.Tensor) -> torch.Tensor:
         """The target's token for each row of `logits` [N, V]."""
+        if self.hear is not None:
+            self.hear(logits)
         return sample(logits, self.temperature, self.rng)
 
 
@@ -241,6 +244,7 @@ class GraphDecoder:
         sizes = tuple(auto.sizes) if auto else ()
         budget = max(sizes) if auto else budget
         self.sampling.seed(temperature, seed)
+        self.sampling.hear = None
         self.reserve(prompt_len, max_new, method, budget)
         if not method.uses_drafter:
             self.state.count.zero_()
@@ -315,6 +319,9 @@ class GraphDecoder:
         replays = self.replays
         if not replays.on:
             return step()
+        if self.sampling.hear is not None:             # a replay that reads logits: the captured kernels, uncaptured
+            with self.kernels():
+                return step()
         if key in replays.captured:
             graph, out = replays.captured[key]
             graph.replay()
@@ -476,6 +483,9 @@ class GraphedAR:
     def __init__(self, decoder: GraphDecoder):
         self.decoder, self.taken = decoder, 0            # taken: steps read, the index of the next one's token
 
+    def listen(self, hear) -> None:
+        self.decoder.sampling.hear = hear
+
     def prefill(self, input_ids: torch.Tensor) -> list[int]:
         self.decoder._prefill(input_ids)
         return to_host(self.decoder.state.root)
@@ -506,6 +516,8 @@ class GraphedSpec:
         self.length, self.unread = prompt_len, 0        # committed rows as the host knows them; steps launched unread
         self.pending = min(prompt_len, self.height)     # most drafter context rows pending (`_absorb`: exactly)
         self.kinds: deque = deque()                     # per step launched and not read: an AR step's (PLAIN)?
+
+    listen = GraphedAR.listen
 
     def prefill(self, input_ids: torch.Tensor) -> list[int]:
         decoder = self.decoder

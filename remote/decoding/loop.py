@@ -255,6 +255,10 @@ class Steps(Protocol):
     def read(self, held: object) -> Step:
         """The step's one device->host read."""
 
+    def listen(self, hear) -> None:
+        """From now on `hear(logits [N, V])` at every token choice, the rows of a verify in verify order; the steps
+        then run uncaptured (an untimed replay that reads logits: remote.divergence). None: no more."""
+
 
 @torch.inference_mode()
 def decode(steps: Steps, input_ids: torch.Tensor, max_new: int, stop_ids: set[int], timer: PhaseTimer,
@@ -308,11 +312,20 @@ class EagerAR:
     def __init__(self, model, temperature: float, generator):
         self.model, self.temperature, self.generator = model, temperature, generator
         self.cache, self.kw, self.device = make_cache(model), cache_kwarg(model), input_device(model)
+        self.hear = None
+
+    def listen(self, hear) -> None:
+        self.hear = hear
+
+    def choose(self, logits: torch.Tensor) -> torch.Tensor:
+        if self.hear is not None:
+            self.hear(logits)
+        return sample(logits, self.temperature, self.generator)
 
     def prefill(self, input_ids: torch.Tensor) -> list[int]:
         out = self.model(input_ids=input_ids.to(self.device), use_cache=True, logits_to_keep=1,
                          **{self.kw: self.cache})
-        self.token = sample(out.logits[0, -1:].float(), self.temperature, self.generator)          # [1]
+        self.token = self.choose(out.logits[0, -1:].float())                                           # [1]
         self.position = torch.full((1, 1), input_ids.shape[1], dtype=torch.long, device=self.device)  # of `token`
         return to_host(self.token)
 
@@ -320,7 +333,7 @@ class EagerAR:
         out = self.model(input_ids=self.token.view(1, 1).to(self.device), position_ids=self.position, use_cache=True,
                          **{self.kw: self.cache})
         self.position = self.position + 1
-        self.token = sample(out.logits[0, -1:].float(), self.temperature, self.generator)          # [1]
+        self.token = self.choose(out.logits[0, -1:].float())                                           # [1]
         return self.token
 
     def hold(self, launched: torch.Tensor, timer: PhaseTimer) -> tuple[torch.Tensor, object]:
@@ -349,10 +362,13 @@ class EagerSpec:
         self.method, self.budget, self.sizes = method, budget, sizes       # sizes: tree_budget=auto's buckets
         self.temperature, self.generator = temperature, generator
         self.height, self.cache = drafter.block_size, drafter.new_cache()
+        self.hear = None
+
+    listen, choose = EagerAR.listen, EagerAR.choose
 
     def prefill(self, input_ids: torch.Tensor) -> list[int]:
         verified = self.target.prefill(input_ids)
-        self.root = sample(verified.logits[-1:], self.temperature, self.generator)                   # [1]
+        self.root = self.choose(verified.logits[-1:])                                                  # [1]
         tokens = to_host(self.root)
         self.context = verified.features[None].to(output_device(self.model))                          # [1, P, F]
         return tokens
@@ -368,7 +384,7 @@ class EagerSpec:
         with timer.phase("verify"):
             nodes = torch.cat([self.root.to(tree.tokens.device), tree.tokens])                        # [N]
             verified = self.target.verify(nodes, ancestry)
-            samples = sample(verified.logits, self.temperature, self.generator).to(nodes.device)      # [N]
+            samples = self.choose(verified.logits).to(nodes.device)                                   # [N]
         with timer.phase("commit"):
             step = walk(ancestry, nodes, samples, logits, tree.expected, self.drafter.draft_tokens(samples))
             self.target.commit(step.path)

@@ -14,7 +14,7 @@ import transformers
 from ..assets import with_assets
 from ..events import EventWriter, RunnerStage, recorded, write_json_atomic
 from ..files import RunFiles
-from ..metrics import DEFINITIONS
+from ..metrics import DEFINITIONS, TAG_DEFINITIONS
 from ..models.loading import load_tokenizer
 from ..prompts import encode, load_prompts
 from ..spec import DTYPES, RunSpec
@@ -22,7 +22,7 @@ from .base import Engine, Launch
 from .checks import REFERENCE, low_acceptance, not_lossless, reference
 from .kinds import engine_of
 from .measure import Phase, measure
-from .summary import ENGINE_DEFINITIONS, generations, phase_metrics, versus
+from .summary import ENGINE_DEFINITIONS, ENGINE_TAG_DEFINITIONS, generations, phase_metrics, versus
 
 AR = "ar"
 
@@ -77,12 +77,14 @@ def _run(spec: RunSpec, files: RunFiles, events: EventWriter) -> dict:
     with open(files.engine_command, "w", encoding="utf-8") as f:
         f.write("".join(f"{name}: {_shell(p.command)}\n" for name, p in phases.items()))
     metrics = _metrics(spec, engine, phases, events)
+    metrics["num_prompts"] = float(len(ids))   # how far its intervals can be read (remote.noise.too_few)
     metrics["wall_s"] = time.time() - started
     env = {**_environment(engine, spec), "engine_version": phases[method].version,
            "engine_command": _shell(phases[method].command)}
     results = {"version": 1, "method": method, "metrics": metrics,
                "definitions": {**DEFINITIONS, **ENGINE_DEFINITIONS, "wall_s": "whole run including server starts"},
-               "environment": env, "per_prompt": _per_prompt(phases)}
+               "tag_definitions": {**TAG_DEFINITIONS, **ENGINE_TAG_DEFINITIONS}, "environment": env,
+               "per_prompt": _per_prompt(phases)}
     events.emit("result", metrics=metrics)
     write_json_atomic(files.results, results)
     return results

@@ -38,9 +38,17 @@ ENGINE_DEFINITIONS = {
     "<metric>_c<N>": "the metric at concurrency N (N streams at once); tokens_per_s_c<N> is all streams' tokens / "
                      "the level's wall time",
     "ours_tau": "our runner's DFlash tau on the same prompts with the same drafter (the engine's reference)",
+    "ours_tau_ci_low": "95% interval of ours_tau, lower end (as tau_ci_low)",
+    "ours_tau_ci_high": "upper end of the interval of ours_tau_ci_low",
     "ours_accept_rate_depth_<i>": "our runner's unconditional acceptance at depth i, same prompts and drafter",
     "engine_tau_ratio": "engine tau / ours_tau (engine_low_acceptance below ENGINE_LOW_RATIO)",
     "ours_exact_match": "temperature 0: fraction of prompts whose engine tokens equal our runner's DFlash tokens",
+}
+
+
+ENGINE_TAG_DEFINITIONS = {
+    "engine": "the serving engine that decoded (vllm, sglang, openai)",
+    "concurrency": "the concurrency levels measured, one after another (streams at once)",
 }
 
 
