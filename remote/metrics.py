@@ -153,6 +153,8 @@ TAG_DEFINITIONS = {
     "model_params": "parameters of the target", "drafter_params": "parameters of the drafter (0 without one)",
     "block_size": "the drafter's block size (0 without one)",
     "cuda_visible_devices": "the GPUs the launcher gave the run (CUDA_VISIBLE_DEVICES)",
+    "draft_vocab_source": "where the drafter's head came from: the target's (all its tokens), a checkpoint's reduced "
+                          "vocabulary, or drafter.draft_vocab's N most frequent tokens of the calibration text",
 }
 
 

@@ -23,7 +23,7 @@ TAGS = {
     "stop_unconfirmed": "a stop was asked of a run whose host did not confirm it: attach, stop or reap settle it",
     "dataset": "the dataset option the prompts came from (its config file's name, e.g. code, humaneval)",
     "host": "where the run ran (the host's name)",
-    "host_kind": "local or ssh",
+    "host_kind": "local, ssh or ray",
     "gpu": "the GPUs the runner used, by name (cpu without one)",
     "gpus": "the GPU indices the run was given (CUDA_VISIBLE_DEVICES)",
     "run_dir": "the run's local directory (its records, logs and results)",
@@ -48,6 +48,7 @@ TAG_FAMILIES = {
     "failure.": "why the run failed: the failure catalog's id, category and hint, and the stage it failed in",
     "duplicate_of": "the job of the sweep whose run holds this skipped job's result",
     "sweep.": "a sweep's facts: its overrides, jobs planned, failed and skipped, its compare link",
+    "ray.": "host=ray: the node Ray placed the job on (ray.node_id, ray.node_ip)",
     "supersedes": "the MLflow run of this sweep job's earlier attempt, which `specbench resume` ran again",
 }
 
