@@ -76,8 +76,9 @@ class ModelSpec:
     revision: str | None = None
 
 
-# The text a reduced draft vocabulary is counted on unless the run names one (tools/build_calibration.py)
-CALIBRATION = "assets:calibration/python-stdlib.txt"
+# The text a reduced draft vocabulary is counted on unless the run names one: 1 MB of the host Python's own
+# standard-library sources, read at run time (remote.calibration.stdlib_text)
+CALIBRATION = "stdlib"
 
 
 @dataclass
@@ -89,7 +90,7 @@ class DrafterSpec:
     random: dict[str, Any] | None = None   # drafter overrides (num_hidden_layers, block_size, ...)
     block_size: int | None = None          # None = the checkpoint's
     draft_vocab: int | None = None         # N: the head over the N target tokens most frequent in `calibration`
-    calibration: str = CALIBRATION         # a text file on the host, or assets:<shipped>
+    calibration: str = CALIBRATION         # a text file on the host, assets:<shipped>, or "stdlib"
 
 
 @dataclass

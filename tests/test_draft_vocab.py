@@ -10,7 +10,7 @@ import types
 import pytest
 import torch
 
-from remote.calibration import outside_share, reduce_draft_vocab, read_calibration
+from remote.calibration import outside_share, read_calibration, reduce_draft_vocab, stdlib_text
 from remote.decoding.graph import GraphDecoder, HybridGraphDecoder
 from remote.decoding.loop import build, generate_ar, generate_spec
 from remote.decoding.tree_build import argmax_chain, best_first_tree
@@ -151,9 +151,20 @@ def test_calibration_counts_the_text_and_refuses_the_evaluated_prompts(tmp_path)
         read_calibration(str(tmp_path / "missing.txt"), [])
 
 
+def test_the_default_calibration_is_the_hosts_standard_library_less_any_file_holding_a_prompt():
+    """`stdlib`: about 1 MB of the host Python's own sources, the same text each time; a file holding an evaluated
+    prompt (one of its lines here) is left out rather than refused, and another takes its place."""
+    text = stdlib_text([])
+    assert 1_000_000 <= len(text.encode()) <= 1_000_000 + 64 * 1024 and text == stdlib_text([])
+    line = max(text.splitlines()[:400], key=len)            # a long line of the first file or so
+    assert len(line.strip()) >= 32
+    without = stdlib_text(["short", line])
+    assert line not in without and len(without.encode()) >= 1_000_000
+
+
 def test_a_speculators_checkpoint_of_the_demo_drafter_loads_and_runs(tmp_path):
     """The demo drafter saved as speculators saves one (its head cut to the 1024 tokens most frequent in the
-    shipped calibration text), loaded back: the same layers, the vocabulary of its d2t, its logits the target
+    default calibration text), loaded back: the same layers, the vocabulary of its d2t, its logits the target
     head's at those ids; then a run drafts with it, losslessly, and reports the vocabulary and AR's tokens
     outside it; drafter.draft_vocab cuts it further."""
     from remote.assets import resolve

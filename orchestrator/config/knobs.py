@@ -193,7 +193,7 @@ class DrafterKnobs:
     calibration: str = knob(DrafterSpec.calibration, TEXT,
                             "the text draft_vocab counts token frequencies on: a text file on the host (a relative "
                             "path as for dataset.path) or assets:<shipped>; never the evaluated prompts (refused). "
-                            "Default: 1 MB of Python standard-library sources (tools/build_calibration.py)")
+                            "Default: stdlib, 1 MB of the host Python's standard-library sources read at run time")
 
 
 @dataclass(frozen=True)

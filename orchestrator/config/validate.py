@@ -16,7 +16,7 @@ from pathlib import Path
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from remote import assets
-from remote.spec import DEVICE_MAP_PRESETS
+from remote.spec import CALIBRATION, DEVICE_MAP_PRESETS
 
 from ..hosts.settings import KIND_RULE, settings_class
 from ..knob import Knob, gpu_list, integer, is_int, knobs_of, one_of
@@ -203,7 +203,8 @@ def _check_model(cfg: DictConfig, arm: Arm, choices) -> None:
                 raise ConfigError("dataset.path", f"JSONL file {cfg.dataset.path!r} does not exist")
             cfg.dataset.path = _here(cfg.dataset.path)
         calibration = drafter.get("calibration")
-        if arm.uses_drafter and drafter.get("draft_vocab") and not assets.is_asset(calibration):
+        if (arm.uses_drafter and drafter.get("draft_vocab") and not assets.is_asset(calibration)
+                and calibration != CALIBRATION):
             if not Path(str(calibration)).expanduser().is_file():
                 raise ConfigError("drafter.calibration", f"text file {calibration!r} does not exist")
             drafter.calibration = _here(calibration)
