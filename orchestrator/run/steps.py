@@ -50,7 +50,8 @@ def preflight(job: Job, plan: Plan, stages: StageLine,
     facts, answer = survey(host, and_then=sync.probe_command())
     if plan.arm.ours:
         facts.check_packages(host.python)
-        facts.check_devices(list(plan.gpus), plan.spec.device)
+        # GPUs a scheduler gave (Ray's) are its to know: a node may declare GPUs nvidia-smi does not list
+        facts.check_devices([] if plan.host.scheduled else list(plan.gpus), plan.spec.device)
     if plan.host.local:
         return {}, sync, answer
     for line in facts.check_gpus(list(plan.gpus), force=plan.force):
