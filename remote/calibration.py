@@ -18,6 +18,8 @@ import sys
 import sysconfig
 from pathlib import Path
 
+import torch
+
 from .errors import SpecError
 from .models.draft_vocab import DraftVocab, count_tokens, most_frequent
 from .models.drafter import DFlashDrafter
@@ -89,9 +91,10 @@ def reduce_draft_vocab(drafter: DFlashDrafter, spec: DrafterSpec, model, tokeniz
 def outside_share(drafter: DFlashDrafter | None, tokens: list[int]) -> float:
     if drafter is None or drafter.vocab is None or not tokens:
         return 0.0
-    inverse = drafter.vocab.inverse.cpu()
-    inside = sum(1 for t in tokens if 0 <= t < inverse.shape[0] and int(inverse[t]) >= 0)
-    return 1.0 - inside / len(tokens)
+    vocab = drafter.vocab
+    ids = torch.tensor(tokens, dtype=torch.long)
+    ids = ids[(ids >= 0) & (ids < vocab.inverse.shape[0])].to(vocab.inverse.device)   # others: outside
+    return 1.0 - int((vocab.to_draft(ids) >= 0).sum()) / len(tokens)
 
 
 def draft_vocab_source(drafter: DFlashDrafter | None) -> str:
