@@ -52,6 +52,7 @@ def test_an_interval_from_too_few_prompts_is_never_called_significant():
     enough = {**small, "num_prompts": float(MIN_PROMPTS), "speedup_vs_ar_ci_high": 1.2}
     assert speedup_text(enough).endswith("(includes 1.0: not significant)")
     assert [line for line in trust_lines(small) if "sample small" in line] and not trust_lines(enough)
+    assert "sample small: 1 prompt, too few" in trust_lines({**small, "num_prompts": 1.0})[0]
     console = Console(width=100, record=True)   # tau's interval from 2 prompts is marked in the run's table too
     console.print(results_table({**small, "tau": 2.0, "tau_ci_low": 1.5, "tau_ci_high": 2.5}, "run"))
     assert "2 [1.50, 2.50] (too few prompts)" in console.export_text()

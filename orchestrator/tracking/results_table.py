@@ -35,8 +35,12 @@ UNFAIR = "(unfair: see fairness)"
 NOISY = "(noisy: see fairness)"
 
 
+def _prompts(count) -> str:
+    return f"{count:.0f} prompt" + ("" if round(count) == 1 else "s")
+
+
 def small_sample(prompts) -> str:
-    return f"({prompts:.0f} prompts: too few for a 95% interval, {MIN_PROMPTS} needed)"
+    return f"({_prompts(prompts)}: too few for a 95% interval, {MIN_PROMPTS} needed)"
 
 
 def fairness_of(results: Mapping) -> str | None:
@@ -110,6 +114,6 @@ def trust_lines(metrics: Mapping[str, float], fairness: str | None = None) -> li
                      f"(a quieter host, or repeats=3 to average the noise out)[/]")
     prompts = metrics.get("num_prompts")
     if too_few(prompts) and ("speedup_vs_ar" in metrics or "tau_ci_low" in metrics):
-        lines.append(f"[yellow]sample small: {prompts:.0f} prompts, too few for a 95% interval of speedup_vs_ar "
+        lines.append(f"[yellow]sample small: {_prompts(prompts)}, too few for a 95% interval of speedup_vs_ar "
                      f"and tau ({MIN_PROMPTS} needed: num_prompts={MIN_PROMPTS} or more)[/]")
     return lines
