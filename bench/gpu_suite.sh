@@ -215,7 +215,9 @@ methods q35_auto_t1 240 --model $M/demo-qwen3_5 --drafter $M/demo-qwen3_5-dflash
 # (no DFlash rows: the goals are DDTree's against AR, and the 32k rows come last, where a slow step is cut)
 Q27_VOCAB=(--dataset builtin --num-prompts 2 --max-new-tokens 48 --budgets 32,64 --temperatures 0 --floor
   --methods ar,ddtree)
-methods q27b_vocab 240 --random "$Q27" "${Q27_VOCAB[@]}" --random-drafter "$RANDOM_DRAFTER" --draft-vocabs 0,32768
+# (q27b_vocab: the random 27B build, AR and the full head's two rows took 206 s on one H100, 2026-12-07; the 32k rows
+# take about as long again)
+methods q27b_vocab 360 --random "$Q27" "${Q27_VOCAB[@]}" --random-drafter "$RANDOM_DRAFTER" --draft-vocabs 0,32768
 methods q27b_fast 240 --random "$Q27" "${Q27_VOCAB[@]}" --random-drafter "$RANDOM_DRAFTER" --draft-vocabs 0,32768 \
   --set remote.kernels.gdn_solve.ENABLED=true
 methods q27b_powers 240 --random "$Q27" "${Q27_VOCAB[@]}" --random-drafter "$RANDOM_DRAFTER" --draft-vocabs 0,32768 \
