@@ -49,7 +49,7 @@ def test_a_stopped_sweep_is_listed_resumed_under_its_parent_and_compared(tmp_pat
     sweep_id = f"{sweep.parent.name}/{sweep.name}"
     words = listed.stdout.split()     # its cells wrap at word boundaries
     assert listed.returncode == 0 and "killed" in words and "sweep," in words, listed.stdout
-    assert sweep.name.rsplit("-", 1)[1] in listed.stdout and "done," in words, listed.stdout
+    assert sweep_id in words and "done," in words, listed.stdout     # an id is never wrapped: it is copied whole
     jobs = cli("runs", "--sweep", sweep_id, cwd=tmp_path)
     assert jobs.returncode == 0 and "done" in jobs.stdout and "dflash" in jobs.stdout, jobs.stdout
 
@@ -72,3 +72,22 @@ def test_a_stopped_sweep_is_listed_resumed_under_its_parent_and_compared(tmp_pat
     again = cli("resume", str(sweep), cwd=tmp_path)
     assert again.returncode == 1 and again.stderr.strip() == f"resume: every job of sweep {sweep} finished; " \
                                                              "nothing to run again"
+
+
+def test_the_runs_table_keeps_ids_and_numbers_whole_at_80_columns():
+    from rich.console import Console
+
+    from orchestrator.tracking.listing import _table
+    row = dict(start=1765100000000, status="FINISHED", model="demo-qwen3", host="local", tau=2.143, speedup="0.703x?",
+               **{"tok/s": 122.9})
+    shown = [{**row, "id": "15-02-18-ddtree-57bbf4", "arm": "ddtree-b63"},
+             {**row, "id": "2026-12-07/09-00-11-9be3b9", "arm": "sweep, 6 of 6 done, best ddtree-b8"}]
+    console = Console(width=80, record=True)
+    console.print(_table(shown, "runs"))
+    lines = console.export_text().splitlines()
+    assert "runs; model demo-qwen3; host local" in " ".join(lines)     # the same on every row: said once
+    assert any(line.startswith("2026-12-07/09-00-11-9be3b9 ") for line in lines), lines
+    assert sum("2.143  0.703x?  122.9" in line for line in lines) == 2, lines
+    console = Console(width=120, record=True)
+    console.print(_table([{**shown[0], "host": "gpu1"}, shown[1]], "runs"))
+    assert "host" in console.export_text().splitlines()[1]      # hosts differ: their column stays

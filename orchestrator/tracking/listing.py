@@ -101,15 +101,22 @@ STATUS = {"FINISHED": "done"}
 
 
 def _table(shown: list[dict], title: str) -> Table:
-    table = Table(title=title, box=box.SIMPLE_HEAD, header_style="bold", show_edge=False, pad_edge=False,
-                  collapse_padding=True)
-    for name in ("id", "date", "status", "model", "arm", "host", "tau", "vs AR", "tok/s"):
-        table.add_column(name, justify="right" if name in ("tau", "vs AR", "tok/s") else "left")
+    """The rows; a column whose value is the same on every row is said once, in the title (what fits 80 columns)."""
     fmt = lambda v: "-" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v)   # noqa: E731
+    same = [k for k in ("model", "host") if len(shown) > 1 and len({fmt(e[k]) for e in shown}) == 1]
+    said = "; ".join(f"{k} {fmt(shown[0][k])}" for k in same)
+    table = Table(title=f"{title}{'; ' + said if said else ''}", box=box.SIMPLE_HEAD, header_style="bold",
+                  show_edge=False, pad_edge=False, collapse_padding=True)
+    columns = [k for k in ("id", "date", "status", "model", "arm", "host", "tau", "vs AR", "tok/s") if k not in same]
+    for name in columns:
+        number = name in ("tau", "vs AR", "tok/s")      # never cut, nor an id (it is copied whole); the words wrap
+        table.add_column(name, justify="right" if number else "left", no_wrap=number or name in ("id", "status"))
     for e in shown:
-        table.add_row(Words(e["id"]), _when(e["start"]), STATUS.get(e["status"], e["status"].lower()),
-                      *(Words(fmt(e[k])) for k in ("model", "arm", "host")), fmt(e["tau"]), e["speedup"],
-                      fmt(e["tok/s"]))
+        cells = {"id": e["id"], "date": Words(_when(e["start"])),
+                 "status": STATUS.get(e["status"], e["status"].lower()),
+                 **{k: Words(fmt(e[k])) for k in ("model", "arm", "host")},
+                 "tau": fmt(e["tau"]), "vs AR": e["speedup"], "tok/s": fmt(e["tok/s"])}
+        table.add_row(*(cells[name] for name in columns))
     return table
 
 
