@@ -19,7 +19,7 @@ from filelock import FileLock
 from orchestrator.tracking.compare_table import ENGINE_NOTE
 from orchestrator.tracking.definitions import definition_of, tag_definition_of
 from tests.test_faults import finish, runs_of, start_cli, wait_for
-from tests.test_ssh_e2e import group_alive
+from tests.test_ssh_e2e import alive, group_alive
 from tests.test_sweep import parent_and_children
 
 PYTHON = os.environ.get("SPECBENCH_VLLM_PYTHON", "")
@@ -137,7 +137,6 @@ def test_a_signal_mid_run_leaves_no_engine_process(sig, code, when, kind, tmp_pa
             finish(proc, timeout=1)
     assert proc.returncode == code, out[-3000:]
     assert not group_alive(pgid) and not _ours(workdir), "an engine process outlived the run"
-    assert not [pid for pid in tree if Path(f"/proc/{pid}").exists() and
-                Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"]
+    assert not [pid for pid in tree if alive(pid)]
     (run,) = runs_of(tmp_path / "runs")
     assert run.info.status == "KILLED"

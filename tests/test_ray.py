@@ -23,6 +23,7 @@ import yaml
 from tests.ray_cluster import free_port
 from tests.test_engines import ENGINE, ONE_SERVER, PYTHON as VLLM_PYTHON, _ours as engine_processes
 from tests.test_faults import LONG, finish, runs_of, start_cli, wait_for
+from tests.test_ssh_e2e import alive
 from tests.test_sweep_ssh import runs
 
 pytest.importorskip("ray", reason="ray is not installed: it is in the test extra (pip install -e '.[test]')")
@@ -45,14 +46,6 @@ def started(proc: subprocess.Popen, work: Path) -> Path:
 
     (root,) = wait_for(found, "the runner starting")
     return root
-
-
-def alive(pid: int) -> bool:
-    """Whether process `pid` runs (not a zombie); it may end while its stat is read."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:   # FileNotFoundError, or ProcessLookupError mid-read
-        return False
 
 
 def group_alive(pgid: int) -> bool:

@@ -54,6 +54,14 @@ def remote_run_dir(workdir: Path, wait_for: str, timeout: float = 300) -> Path:
     raise AssertionError(f"no run under {workdir} reached {wait_for!r} within {timeout} s")
 
 
+def alive(pid: int) -> bool:
+    """Whether process `pid` runs (not a zombie); it may end while its stat is read."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:   # FileNotFoundError, or ProcessLookupError mid-read
+        return False
+
+
 def group_alive(pgid: int) -> list[int]:
     """Processes (not zombies) whose process group is `pgid`: the runner and its launch wrapper."""
     alive = []
