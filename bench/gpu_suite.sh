@@ -125,7 +125,8 @@ methods q35_cycle 200 $Q35 --temperatures 0 --num-prompts 24 --methods ddtree \
 # T=1 beside T=0 (the goal: sampled steps graphed, each within 1.15x of its T=0 step); q35_temp is also the
 # heldout command that once died after the DFlash row (a phase split indexing past the reserved cache)
 # one draw per row at Qwen's vocabulary, the torch ops against remote.kernels.sample_rows (rows: AR, DFlash, DDTree)
-step sample 60 python3 bench/bench_kernels.py --kinds sample --queries 1,16,32,64 --vocab 151936 --out "$OUT/sample.json"
+step sample 60 python3 bench/bench_kernels.py --kinds sample --queries 1,16,32,64 --vocab 151936 \
+  --out "$OUT/sample.json"
 methods q3_temp 120 $Q3 --temperatures 0,1 --num-prompts 12 --budgets 63
 methods q35_temp 240 --model $M/demo-qwen3_5 --drafter $M/demo-qwen3_5-dflash \
   --dataset jsonl:$M/heldout_prompts.jsonl --num-prompts 24 --budgets 31,63 --temperatures 0,1 --ar-again

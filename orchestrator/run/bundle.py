@@ -212,7 +212,8 @@ def _upload(host: Host, bundle: Bundle, changed: list[str], target: str, previou
         f"{{ mv -T {q(staging)} {q(target)} 2>/dev/null || rm -rf {q(staging)}; }} && "
         # LATEST only names the copy source of the next new bundle: a full disk that refuses it is no failure
         f"if [ -f {q(target)}/{COMPLETE} ]; then echo {q(bundle.digest)} > LATEST 2>/dev/null; true; "
-        f"else echo {q(f'no complete bundle at {target} after the rename (seen from {staging}/..)')} >&2; exit 1; fi && "
+        f"else echo {q(f'no complete bundle at {target} after the rename (seen from {staging}/..)')} >&2; exit 1; "
+        f"fi && "
         f"{_prune(host.workdir, bundle.digest)}"
     )), stdin=_tar(bundle, changed))
 
@@ -231,7 +232,8 @@ def _prune(workdir: str, keep: str) -> str:
             f"grep -o 'bundles/{hex16}' \"$f\"; done | sed 's|^bundles/||'); "
             f"ls -dt -- */ | sed 's|/$||' | grep -x '{hex16}' | tail -n +{KEEP_BUNDLES + 1} | "
             f"grep -vxF -e {q(keep)} -e \"$used\" | xargs -r rm -rf --; "
-            f"find . -maxdepth 1 -name '*.tmp-*' -mmin +{STALE_STAGING_MIN} -exec rm -rf {{}} +; ) 2>/dev/null; true; }}")
+            f"find . -maxdepth 1 -name '*.tmp-*' -mmin +{STALE_STAGING_MIN} -exec rm -rf {{}} +; ) 2>/dev/null; "
+            f"true; }}")
 
 
 def _repair(host: Host, bundle: Bundle, damaged: list[str], target: str) -> None:

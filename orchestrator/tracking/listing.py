@@ -4,8 +4,9 @@ newest first, from their local records (no MLflow needed: the runs dir is the tr
 Contract: a sweep is one row (its id `<date>/<time>-<tag>`, its status, models, arms and hosts, its best speedup)
 and its jobs are not listed beside it; `--sweep REF` (a sweep's dir, its id or its parent's MLflow id) lists that
 sweep's jobs instead. A run's row: its id (`run_id_local`: what `show`, `attach` and `compare` take), date, status,
-model, arm (its name's words; `†` an engine arm's), host, tau, speedup with its marks (orchestrator.tracking.compare_table) and tokens/s;
-a sweep's, its best job's. `--status` and `--model` filter (case-insensitive), `--limit` bounds the rows (default
+model, arm (its name's words; `†` an engine arm's), host, tau, speedup with its marks
+(orchestrator.tracking.compare_table) and tokens/s; a sweep's, its best job's. A model or host the same on every
+row is said once, in the title; ids and numbers are never cut. `--status` and `--model` filter (case-insensitive), `--limit` bounds the rows (default
 20). The closing line names the next commands (`show`, `compare`, `resume`). A `--sweep` that names no sweep is one
 line, exit 1.
 """

@@ -109,7 +109,8 @@ def main(argv: list[str]) -> int:
     for path in (p.expanduser().resolve() for p in args.run_dirs):
         if not (found := kept_runs(path)):
             failed += 1
-            why = f"no {RECORD} in it or below it (a run dir of `{program()}`)" if path.is_dir() else "no such directory"
+            why = f"no {RECORD} in it or below it (a run dir of `{program()}`)" if path.is_dir() else \
+                "no such directory"
             print(f"{path}: not synced: {why}")
         sweeps = sorted({d.parent for d in found if (d.parent / SWEEP_RECORD).is_file()})
         for run_dir in (d for d in found if d.parent not in sweeps):
