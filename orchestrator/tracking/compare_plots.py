@@ -9,7 +9,8 @@ band), drawn dashed where it comes from too few prompts; speedup also gets the s
 marker at tau 1: what its speedup is against; an engine arm's run, `†`, to the engine's own), the Pareto front
 drawn. `depth_figure(rows)`: the unconditional per-depth acceptance of each run. Every figure's title says what its
 numbers belong to, each panel what sets its group apart. `plot(rows, out_dir)` writes the four PNGs; more groups
-than MAX_PANELS is Incomparable, with one line saying what differs; `summarize(rows, out_dir)` writes summary.csv (compare_table) and the plots.
+than MAX_PANELS is Incomparable, with one line saying what differs; `summarize(rows, out_dir)` writes summary.csv
+(compare_table) and the plots.
 """
 from __future__ import annotations
 

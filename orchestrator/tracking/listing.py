@@ -6,9 +6,9 @@ and its jobs are not listed beside it; `--sweep REF` (a sweep's dir, its id or i
 sweep's jobs instead. A run's row: its id (`run_id_local`: what `show`, `attach` and `compare` take), date, status,
 model, arm (its name's words; `†` an engine arm's), host, tau, speedup with its marks
 (orchestrator.tracking.compare_table) and tokens/s; a sweep's, its best job's. A model or host the same on every
-row is said once, in the title; ids and numbers are never cut. `--status` and `--model` filter (case-insensitive), `--limit` bounds the rows (default
-20). The closing line names the next commands (`show`, `compare`, `resume`). A `--sweep` that names no sweep is one
-line, exit 1.
+row is said once, in the title; ids and numbers are never cut. `--status` and `--model` filter (case-insensitive),
+`--limit` bounds the rows (default 20). The closing line names the next commands (`show`, `compare`, `resume`). A
+`--sweep` that names no sweep is one line, exit 1.
 """
 from __future__ import annotations
 
