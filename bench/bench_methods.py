@@ -371,13 +371,13 @@ def set_constant(assignment: str) -> None:
     print(f"set {name} = {getattr(target, constant)!r}", flush=True)
 
 
-def head_figures(run: Run, ar_gens: list, vocab: int, vocabs: list[int]) -> dict:
+def head_figures(run: Run, ar_gens: list, vocab: int) -> dict:
     """A speculative row's draft head: its tokens, AR's generated tokens outside it, and whether it is a cut of
     --draft-vocabs (auto's verdicts compare rows of the drafter's own head)."""
     size = run.drafter.vocab.size if run.drafter.vocab is not None else run.drafter.config.vocab_size
     return {"draft_vocab": size, "ar_outside_draft_vocab": outside_share(run.drafter, [t for g in ar_gens
                                                                                         for t in g.tokens]),
-            **({"draft_vocab_cut": True} if vocab != vocabs[0] else {})}
+            **({"draft_vocab_cut": True} if vocab else {})}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -488,10 +488,10 @@ def main(argv: list[str] | None = None) -> None:
             gens, metrics = measured.get((method, budget, vocab)) or measure(run, method, budget)
             r = row(method, budget if method == "ddtree" else None, temperature, metrics, ar_metrics, gens, ar_gens,
                     vocab)
-            record({**r, **head_figures(run, ar_gens, vocab, vocabs)})
+            record({**r, **head_figures(run, ar_gens, vocab)})
             if getattr(run.auto, "trace", None) is not None:
                 save_trace(run.auto, gens, out / f"{budget}-T{temperature:g}.json")
-        use_head(run, heads, vocabs[0])
+        use_head(run, heads, 0 if 0 in heads else vocabs[0])
         for line in auto_verdicts(rows, temperature):
             print(line, flush=True)
         if args.ar_again:         # order effects (clocks, allocator, caches) show as a drift between the two AR rows

@@ -213,20 +213,20 @@ methods q35_auto_t1 240 --model $M/demo-qwen3_5 --drafter $M/demo-qwen3_5-dflash
   --temperatures 1 --budgets 15,31,63,auto
 # Qwen3.6-27B widths, the full head and a 32k one side by side: with the switches as committed (q27b_vocab), with the
 # GDN tree solve on (q27b_fast; q27b_powers in its powers form), and with the split GEMMs on too (q27b_split)
-# (no DFlash rows: the goals are DDTree's against AR, and the 32k rows come last, where a slow step is cut)
+# (no DFlash rows: the goals are DDTree's against AR, and the 32k rows come first, before a slow step is cut)
 Q27_VOCAB=(--dataset builtin --num-prompts 2 --max-new-tokens 48 --budgets 32,64 --temperatures 0 --floor
   --methods ar,ddtree)
 # (q27b_vocab: the random 27B build, AR and the full head's two rows took 206 s on one H100, 2026-12-07; the 32k rows
 # take about as long again)
-methods q27b_vocab 360 --random "$Q27" "${Q27_VOCAB[@]}" --random-drafter "$RANDOM_DRAFTER" --draft-vocabs 0,32768
-methods q27b_fast 240 --random "$Q27" "${Q27_VOCAB[@]}" --random-drafter "$RANDOM_DRAFTER" --draft-vocabs 0,32768 \
+methods q27b_vocab 360 --random "$Q27" "${Q27_VOCAB[@]}" --random-drafter "$RANDOM_DRAFTER" --draft-vocabs 32768,0
+methods q27b_fast 240 --random "$Q27" "${Q27_VOCAB[@]}" --random-drafter "$RANDOM_DRAFTER" --draft-vocabs 32768,0 \
   --set remote.kernels.gdn_solve.ENABLED=true
-methods q27b_powers 240 --random "$Q27" "${Q27_VOCAB[@]}" --random-drafter "$RANDOM_DRAFTER" --draft-vocabs 0,32768 \
+methods q27b_powers 240 --random "$Q27" "${Q27_VOCAB[@]}" --random-drafter "$RANDOM_DRAFTER" --draft-vocabs 32768,0 \
   --set remote.kernels.gdn_solve.ENABLED=true --set 'remote.kernels.gdn_solve.FORM="powers"'
 methods q27b_split 240 --random "$Q27" "${Q27_VOCAB[@]}" --random-drafter "$RANDOM_DRAFTER" --draft-vocabs 32768 \
   --set remote.kernels.gdn_solve.ENABLED=true --set remote.kernels.gemm_split.ENABLED=true
 methods q8b_vocab 150 --random "$Q8" --dataset builtin --num-prompts 2 --max-new-tokens 48 --budgets 64 \
-  --temperatures 0 --random-drafter "$RANDOM_DRAFTER" --floor --draft-vocabs 0,32768 --methods ar,ddtree
+  --temperatures 0 --random-drafter "$RANDOM_DRAFTER" --floor --draft-vocabs 32768,0 --methods ar,ddtree
 step hybrid_tests 200 python3 -m pytest -q -p no:cacheprovider --durations=5 \
   tests/test_graph_decode.py::test_hybrid_graph_replays_equal_eager_steps tests/test_hybrid_target.py \
   tests/test_gdn_tree_kernel.py tests/test_conv_gates_kernel.py -k "cuda or hybrid_graph"
