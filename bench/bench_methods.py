@@ -174,7 +174,7 @@ def measure_interleaved(run: Run, configs: list[tuple[str, int, int]],
     d.tree_budget = widest[1]
     run.reset_auto()
     if run.graphed:
-        run.graphed.reserve(max(ids.shape[1] for ids in run.inputs), d.max_new_tokens, *widest, exact=True)
+        run.graphed.reserve(max(ids.shape[1] for ids in run.inputs), d.max_new_tokens, *widest[:2], exact=True)
     warmup_s = {}
     for config in configs:
         d.tree_budget, started = config[1], time.perf_counter()

@@ -59,7 +59,7 @@ step() {  # name seconds command... (ONLY: the name STEPS selects it by, if not 
   case " ${STEPS:-all} " in *" all "* | *" ${ONLY:-$name} "*) ;; *) return ;; esac
   timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
   echo "$name rc=$? $(date +%T)"
-  grep -E -e 'decode_path|^floor|^set |^ +[a-z_0-9-]+-T[01] +tau|^auto[0-9]+-T|^\||^kernel|passed|failed' \
+  grep -E -e 'decode_path|^floor|^set |^ *[a-z_0-9-]+-T[01] +tau|^auto[0-9]+-T|^\||^kernel|passed|failed' \
     -e 'PASSED|FAILED|ERROR|Timeout' "$OUT/$name.log" | head -40
 }
 methods() {  # name seconds args...: bench_methods here and, with BASE, in the old tree as <name>_base

@@ -352,24 +352,28 @@ def test_tree_scoring_at_the_plain_surrogate_is_plain_ddtree(tmp_path):
 
 
 def test_methods_measures_each_draft_head_and_sets_a_switch(tmp_path):
-    """--draft-vocabs 0,300: DFlash and DDTree once with the drafter's own head and once with the 300 tokens most
-    frequent in the calibration text (rows `-v300`), AR once, each row with its head and AR's tokens outside it;
-    --set turns a module's switch on before anything loads (and a name it lacks is refused)."""
+    """--draft-vocabs 300,0: DFlash and DDTree once with the 300 tokens most frequent in the calibration text (rows
+    `-v300`, marked draft_vocab_cut, here first) and once with the drafter's own head, AR once, each row with its
+    head and AR's tokens outside it, the methods taking turns (--interleave); --set turns a module's switch on before
+    anything loads (and a name it lacks is refused)."""
     from remote.kernels import gdn_solve
 
     try:
         _in_process("bench_methods", [
             "--random", json.dumps(TINY_QWEN3), "--random-drafter", json.dumps(TINY_DRAFTER), "--num-prompts", "1",
-            "--max-new-tokens", "6", "--budgets", "4", "--draft-vocabs", "0,300", "--dtype", "float32", "--device",
-            "cpu", "--out", str(tmp_path), "--set", "remote.kernels.gdn_solve.BLOCK_V=16"], tmp_path / "v.stdout")
+            "--max-new-tokens", "6", "--budgets", "4", "--draft-vocabs", "300,0", "--interleave", "--dtype", "float32",
+            "--device", "cpu", "--out", str(tmp_path), "--set", "remote.kernels.gdn_solve.BLOCK_V=16"],
+            tmp_path / "v.stdout")
         assert gdn_solve.BLOCK_V == 16
     finally:
         gdn_solve.BLOCK_V = 32
     rows = json.loads((tmp_path / "rows.json").read_text())
-    assert [r["run"] for r in rows] == ["ar-T0", "dflash-T0", "ddtree-4-T0", "dflash-v300-T0", "ddtree-4-v300-T0"]
-    assert [r.get("draft_vocab") for r in rows[1:]] == [1024, 1024, 300, 300]
-    assert rows[1]["ar_outside_draft_vocab"] == 0 and 0 <= rows[3]["ar_outside_draft_vocab"] <= 1
-    assert all(r["exact_match_vs_ar"] == 1.0 for r in rows[1:])
+    assert [r["run"] for r in rows] == ["ar-T0", "dflash-v300-T0", "ddtree-4-v300-T0", "dflash-T0", "ddtree-4-T0"]
+    assert [(r.get("draft_vocab"), r.get("draft_vocab_cut")) for r in rows[1:]] == \
+        [(300, True), (300, True), (1024, None), (1024, None)]
+    assert rows[3]["ar_outside_draft_vocab"] == 0 and 0 <= rows[1]["ar_outside_draft_vocab"] <= 1
+    assert all(r["exact_match_vs_ar"] == 1.0 and r["interleaved"] is True for r in rows[1:])
+    by = {r["run"].removesuffix("-T0"): r for r in rows}
     # bench/cheaper_draft_table.py: these rows as a demo pair's and a deployed width's step, with their goals
     for step in ("q3_vocab", "q8b_vocab"):
         (tmp_path / "out" / step).mkdir(parents=True)
@@ -377,9 +381,9 @@ def test_methods_measures_each_draft_head_and_sets_a_switch(tmp_path):
     with open(tmp_path / "table.md", "w") as f, contextlib.redirect_stdout(f):
         _bench("cheaper_draft_table").main([str(tmp_path / "nothing"), str(tmp_path / "out")])
     table = (tmp_path / "table.md").read_text()
-    kept = rows[3]["tau"] / rows[1]["tau"]
-    assert f"| q3_vocab | dflash-v300 | 300 | {rows[3]['tau']:.3f} ({kept:.1%}: " in table
-    assert f"DDTree / AR {rows[2]['speedup_vs_ar']:.2f}x (>= 2.0: " in table
-    assert f"| q8b_vocab | ddtree-4-v300 | 300 | {rows[4]['step_ms']:.2f} | " in table
+    kept = by["dflash-v300"]["tau"] / by["dflash"]["tau"]     # the cut head's rows come first here
+    assert f"| q3_vocab | dflash-v300 | 300 | {by['dflash-v300']['tau']:.3f} ({kept:.1%}: " in table
+    assert f"DDTree / AR {by['ddtree-4']['speedup_vs_ar']:.2f}x (>= 2.0: " in table
+    assert f"| q8b_vocab | ddtree-4-v300 | 300 | {by['ddtree-4-v300']['step_ms']:.2f} | " in table
     with pytest.raises(SystemExit, match="has no NOPE"):
         _bench("bench_methods").main(["--random", json.dumps(TINY_QWEN3), "--set", "remote.kernels.gdn_solve.NOPE=1"])
