@@ -107,7 +107,7 @@ def _table(shown: list[dict], title: str) -> Table:
     same = [k for k in ("model", "host") if len(shown) > 1 and len({fmt(e[k]) for e in shown}) == 1]
     said = "; ".join(f"{k} {fmt(shown[0][k])}" for k in same)
     table = Table(title=f"{title}{'; ' + said if said else ''}", box=box.SIMPLE_HEAD, header_style="bold",
-                  show_edge=False, pad_edge=False, collapse_padding=True)
+                  show_edge=False, pad_edge=False, padding=(0, 0))
     columns = [k for k in ("id", "date", "status", "model", "arm", "host", "tau", "vs AR", "tok/s") if k not in same]
     for name in columns:
         number = name in ("tau", "vs AR", "tok/s")      # never cut, nor an id (it is copied whole); the words wrap
