@@ -153,7 +153,7 @@ def metrics_of(run: Run, method: str, gens: list, peak, waited_s: float) -> dict
     waited for their steps' reads; the phase split replays the state the last generation left."""
     depth = run.drafter.block_size - 1 if method != "ar" else 0
     # ms a speculative step the host waited for the GPU's read of it: near zero where the host sets the pace
-    steps = sum(len(g.committed) for g in gens)
+    steps = decode_steps(gens)
     wait = {"read_wait_ms": 1000 * waited_s / steps} \
         if run.graphed and run.device.type == "cuda" and method != "ar" and steps else {}
     return {**aggregate(gens, peak, depth), **step_figures(run, method, gens, print), **figures(run.auto), **wait}
@@ -342,6 +342,13 @@ def timelines(run: Run, configs: list[tuple[str, int]], directory: Path, gens: i
     return found
 
 
+def decode_steps(gens: list) -> int:
+    """A speculative run's steps: its verify steps and, under tree_budget=auto, the AR steps it chose (each one
+    step's time: counting verify steps alone put auto's AR-step time on its 24 tree steps, 13.7 ms a "step" for
+    a 0.2 ms one, one H100, 2026-12-07)."""
+    return sum(len(g.committed) + g.plain_steps for g in gens)
+
+
 def row(method, budget, temperature, metrics, ar_metrics, gens, ar_gens, vocab: int = 0) -> dict:
     """vocab: the draft head's tokens where --draft-vocabs gave several (0: the drafter's own)."""
     name = f"{method}{'' if budget is None else f'-{budget}'}{f'-v{vocab}' if vocab else ''}-T{temperature:g}"
@@ -351,7 +358,7 @@ def row(method, budget, temperature, metrics, ar_metrics, gens, ar_gens, vocab: 
         r["speedup_vs_ar"] = ar_metrics["tpot_ms"] / metrics["tpot_ms"]
         if temperature == 0:
             r.update(compare(gens, ar_gens))
-    steps = sum(len(g.committed) for g in gens)
+    steps = decode_steps(gens)
     r["step_ms"] = sum(g.times_ms["decode"] for g in gens) / steps if steps else metrics.get("tpot_ms")
     r["accept_by_depth"] = [metrics[k] for k in sorted(
         (k for k in metrics if k.startswith("accept_rate_depth_")), key=lambda k: int(k.rsplit("_", 1)[1]))]

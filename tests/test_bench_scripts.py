@@ -227,6 +227,19 @@ def test_methods_judges_auto_against_the_fixed_budgets_of_its_temperature():
     assert verdicts(rows, 1.0) == []
 
 
+def test_an_auto_rows_step_counts_the_ar_steps_it_chose():
+    """bench_methods' step_ms: a run's decode time over all its steps, auto's AR steps among them (not over its
+    verify steps alone), and AR's own time per token where a run has no verify steps."""
+    from remote.decoding.loop import Generation
+    row = _bench("bench_methods").row
+    gens = [Generation(tokens=list(range(9)), committed=[2, 3], plain_steps=4, times_ms={"decode": 12.0}),
+            Generation(tokens=list(range(4)), committed=[3], plain_steps=0, times_ms={"decode": 3.0})]
+    metrics = {"tpot_ms": 1.5}
+    assert row("ddtree", "auto63", 1.0, metrics, {"tpot_ms": 1.0}, gens, gens)["step_ms"] == 15.0 / 7
+    ar = [Generation(tokens=list(range(4)), times_ms={"decode": 3.0})]
+    assert row("ar", None, 1.0, {"tpot_ms": 1.0}, {"tpot_ms": 1.0}, ar, ar)["step_ms"] == 1.0
+
+
 def test_auto_policy_prices_a_switch_by_its_direction():
     """A step right after another size's costs its extra: from below the first, from above the second; in a row,
     and a generation's first step, nothing."""
