@@ -100,6 +100,9 @@ DEFINITIONS = {
                         "last warm steps in rounds (each budget twice in a row, the second timed; up to 32, warm-up "
                         "included; graphed: a replayed step; eager: the whole step)",
     "auto_cost_ms_ar": "tree_budget=auto: an AR step's cost in the same cost model (timed as the budgets' are)",
+    "auto_host_ms": "tree_budget=auto, graphed steps: the host's own time a pass of the decode loop (launch, read, "
+                    "bookkeeping; its waits for the device left out), the median of its last 64 passes at the run's "
+                    "end; a step whose device time is shorter counts at this, since host and device overlap",
     "draft_vocab": "tokens the drafter's head ranks: the target's vocabulary, or a reduced draft vocabulary (a "
                    "speculators checkpoint's, or drafter.draft_vocab's most frequent in drafter.calibration; the "
                    "draft_vocab_source tag says which)",
@@ -279,6 +282,8 @@ def auto_budget_metrics(gens: list[Generation], auto) -> dict[str, float]:
     """tree_budget=auto's choices (gens' budgets and predictions) and cost model (`auto`: an AutoBudget)."""
     budgets = [b for g in gens for b in g.budgets]
     out = {f"auto_cost_ms_{'ar' if b == PLAIN else b}": ms for b, ms in (auto.costs or {}).items()}
+    if auto.host_ms is not None:
+        out["auto_host_ms"] = auto.host_ms
     if not budgets:
         return out
     trees = [p for g in gens for p in g.predicted]             # verify steps only: AR steps have no tree

@@ -68,13 +68,16 @@ def sampled_path(logits: torch.Tensor, budget: int, g: torch.Generator) -> list[
     return path
 
 
-def _settle(costs: dict[int, float], logits: torch.Tensor, steps: int = 80) -> list[int]:
+def _settle(costs: dict[int, float], logits: torch.Tensor, steps: int = 80, host: float | None = None) -> list[int]:
     """The budgets auto picks, step after step, for drafts that are always `logits`, the cost model `costs`, and
     a target that agrees with the drafter as often as its probabilities say. With PLAIN among `costs`, AR steps
-    are among the choices (each commits one token), from a running rate of one token an AR step."""
+    are among the choices (each commits one token), from a running rate of one token an AR step. `host`: the
+    decode loop's own ms a pass, as the graphed loop reports it."""
     plain = PLAIN in costs
     auto = AutoBudget(sorted(b for b in costs if b != PLAIN), cuda=False, plain=plain)
     auto.costs, g, chosen = dict(costs), torch.Generator().manual_seed(0), []
+    if host is not None:
+        auto.host(host)
     if plain:
         auto._tokens, auto._time = 1.0, costs[PLAIN]
     for _ in range(steps):
@@ -207,7 +210,8 @@ def test_auto_is_lossless_through_both_decoders():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
 def test_cuda_graphed_auto_replays_the_eager_tokens():
-    """On CUDA every bucket is captured as its own step, timed by events, and replayed: the tokens stay AR's."""
+    """On CUDA every bucket is captured as its own step, timed by events, and replayed: the tokens stay AR's; the
+    loop reports the host's own time a pass (its reads come asynchronously)."""
     model, drafter, _ = tiny_pair("narrow", block_size=8)
     model, drafter = model.cuda(), drafter.cuda()
     decoder = GraphDecoder(model, drafter, drafter.target_layer_ids)
@@ -220,7 +224,7 @@ def test_cuda_graphed_auto_replays_the_eager_tokens():
         ar = decoder.generate_ar(ids, 40, set(), timer).tokens
         assert decoder.generate_spec(ids, 40, set(), timer, "ddtree", 31, auto).tokens == ar
     assert decoder.graphs, decoder.replays.fallback
-    assert not auto.calibrating and all(ms > 0 for ms in auto.costs.values())
+    assert not auto.calibrating and all(ms > 0 for ms in auto.costs.values()) and auto.host_ms > 0
     assert {("spec", "ddtree", b, (7, 15, 31), 0.0, 0) for b in (7, 15, 31)} <= set(decoder.replays.captured)
 
 
@@ -245,6 +249,7 @@ def test_a_run_reports_its_choices_and_its_cost_model(tmp_path):
     m = results["metrics"]
     assert m["exact_match_vs_ar"] == 1.0
     assert set(m) >= {"auto_cost_ms_7", "auto_cost_ms_15", "auto_cost_ms_ar", "auto_budget_mean", "auto_ar_share"}
+    assert "auto_host_ms" not in m      # an eager step runs whole on the host: its timed span is all of it
     assert 0 <= m["auto_budget_mean"] <= 15
     assert m["auto_ar_share"] + m["auto_budget_share_7"] + m["auto_budget_share_15"] == pytest.approx(1.0)
     if m["auto_ar_share"] < 1:     # (on a busy CPU the tiny pair's trees may never pay: every step AR's)
@@ -330,3 +335,23 @@ def test_auto_takes_ar_steps_where_no_tree_pays_and_trees_where_they_do():
     sure = _settle(costs, drafts(0.9, seed=4), steps=120)
     assert unsure.count(PLAIN) >= 0.9 * len(unsure), unsure
     assert sure.count(PLAIN) == 0, sure
+
+
+def test_a_step_the_host_sets_the_pace_of_costs_the_hosts_time():
+    """Trees at ~2x an AR step's device time and drafts that accept ~1.5 tokens a step: by device time AR steps
+    pay; once the loop reports 1.5 ms of its own a pass (longer than an AR step's device time, shorter than a
+    tree's: host and device overlap), an AR step costs 1.5 ms and trees pay. The decode loop reports it where its
+    reads come asynchronously (graphed steps), never for an eager step, which runs its whole step on the host."""
+    costs = {PLAIN: 1.0, 7: 1.9, 15: 1.95, 31: 2.0}
+    for confidence in (0.3, 0.4):
+        logits = drafts(confidence, seed=4)
+        device_only = _settle(costs, logits, steps=160)
+        host_bound = _settle(costs, logits, steps=160, host=1.5)
+        assert device_only.count(PLAIN) == len(device_only) and PLAIN not in host_bound, (device_only, host_bound)
+    auto = AutoBudget([7, 15], cuda=False, plain=True)
+    auto.costs = {PLAIN: 1.0, 7: 1.9, 15: 1.95}
+    auto.host(0.5)                          # the first pass's time stands until the median is taken
+    assert (auto.host_ms, auto.cost(PLAIN)) == (0.5, 1.0)
+    for ms in [0.2, 1.4, 1.4] * 5:          # the 16th pass: the median of all 16
+        auto.host(ms)
+    assert (auto.host_ms, auto.cost(PLAIN), auto.cost(15)) == (1.4, 1.4, 1.95)

@@ -58,6 +58,14 @@ import torch
 # the newest tree the host knows is two steps old and tells the next step's little on its own (on one H200, choosing
 # from it alone accepted no more than a fixed mixture of the same sizes, at more cost: 2026-12-01, `gpu_suite.sh
 # q35_auto q3_auto`); the mean follows the text as it changes.
+#
+# (c) Where the host sets the pace: the device's time of a step is what it costs only while the device is the slower
+# of the two. The host's loop (launch, read, bookkeeping, this choice) overlaps the device's work, so a step costs
+# about max(device, host); with reads that come asynchronously (graphed steps) the decode loop reports the host's own
+# time a step, its waits for the device left out (`host`), and every cost is at least its running median. On one
+# H100 at T=1 on demo-qwen3 an AR step took 0.186 ms of device time and 0.212 ms a token whole, DDTree 63's 0.352 and
+# 0.359 (tau 1.74): by device time alone auto chose AR steps 98.4% of the time, at 94.3% of DDTree 63's speed
+# (2026-12-07, `gpu_suite.sh q3_auto_t1`). At deployed widths (an AR step of 6-19 ms) the host never sets the pace.
 TIMED_STEPS = 4          # timed steps per bucket before the first choice (after its capture and first replay)
 COST_WINDOW = 32         # a bucket's cost: the median of its newest warm steps in rounds
 ROUND_EVERY = 192        # chosen steps before the first round (a round: each bucket twice in a row) ...
@@ -68,6 +76,8 @@ SMOOTHING = 0.15         # of the newest step in the running mean of E
 PRIOR = 8.0              # predicted tokens' weight of the next smaller increment's factor in a size's own
 FIT_PRIOR = 20.0         # steps' weight of the factor-scaled increment against an increment's affine fit
 EVENTS = 16              # CUDA events in turn: two a step, at most two steps queued and one being read
+HOST_WINDOW = 64         # the host's time a step: the median of its newest steps ...
+HOST_EVERY = 16          # ... taken anew every this many (a median of 64 each step is ~5 us of a 0.2 ms step)
 MAX_BUCKETS = 17         # buckets() of any budget below 2^20: what a step's read has room for
 PLAIN = -1               # the budget of an AR step: the target alone on the last token (`plain`; DFlash's is 0)
 
@@ -88,6 +98,9 @@ class AutoBudget:
         self._events: list = []          # CUDA: timing events, reused in turn (a step's span is read within 3 steps)
         self._marked = 0
         self.costs: dict[int, float] | None = None         # ms a step, per budget, once every budget is timed
+        self._host: deque = deque(maxlen=HOST_WINDOW)      # the host's own ms a step (`host`), newest last
+        self.host_ms: float | None = None                  # their median, once the loop reports them
+        self._host_seen = 0
         self._launched = dict.fromkeys(self.options, 0)
         self._timed: dict[int, deque] = {b: deque(maxlen=COST_WINDOW) for b in self.options}
         self._mean: list[float] | None = None              # running mean of E per bucket (past a tree: by ratio)
@@ -128,14 +141,25 @@ class AutoBudget:
         if self._mean is None:
             return self.sizes[-1]
         rate = self._tokens / self._time if self._time > 0 else 0.0
-        gains = [1 + a - rate * self.costs[b] for b, a in zip(self.sizes, self.accepted())]
+        gains = [1 + a - rate * self.cost(b) for b, a in zip(self.sizes, self.accepted())]
         best = max(range(len(gains)), key=lambda i: (gains[i], -i))      # ties: the smaller tree
-        if PLAIN in self.costs and 1 - rate * self.costs[PLAIN] >= gains[best]:
+        if PLAIN in self.costs and 1 - rate * self.cost(PLAIN) >= gains[best]:
             return PLAIN                   # no tree pays for its draft and verify at this rate (ties: AR)
         if best + 1 < len(self.sizes) and self._stale[best + 1] >= EXPLORE_AFTER:
             best += 1                      # one size up now and then, so that its ratio follows the text
             self._stale[best] = 0
         return self.sizes[best]
+
+    def cost(self, budget: int) -> float:
+        """ms a step of `budget` takes: its device time, or the host's time a step where that is longer (c)."""
+        return max(self.costs[budget], self.host_ms or 0.0)
+
+    def host(self, ms: float) -> None:
+        """One pass of the decode loop's own time on the host, its waits for the device's reads left out (c)."""
+        self._host.append(ms)
+        self._host_seen += 1
+        if self.host_ms is None or self._host_seen % HOST_EVERY == 0:
+            self.host_ms = statistics.median(self._host)
 
     def accepted(self) -> list[float]:
         """Drafted tokens a tree of each bucket's size is expected to accept next, increment by increment over the
@@ -235,7 +259,7 @@ class AutoBudget:
                 self.costs = {b: statistics.median(t) for b, t in self._timed.items()}
         if self.costs is not None:
             self._tokens += committed
-            self._time += self.costs[budget] if ms is None else ms
+            self._time += self.cost(budget) if ms is None else max(ms, self.host_ms or 0.0)
 
     def _elapsed(self, budget: int, span) -> float | None:
         if not span or span[0] is None:

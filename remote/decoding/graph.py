@@ -479,6 +479,7 @@ class GraphedAR:
     """AR's steps on a `GraphDecoder`: one forward and a token choice each, the token going to `history`, read one
     step late (once the next step is queued)."""
     method, budget, height, ahead = Method.AR, 0, 1, 2
+    waited_s = None
 
     def __init__(self, decoder: GraphDecoder):
         self.decoder, self.taken = decoder, 0            # taken: steps read, the index of the next one's token
@@ -518,6 +519,10 @@ class GraphedSpec:
         self.kinds: deque = deque()                     # per step launched and not read: an AR step's (PLAIN)?
 
     listen = GraphedAR.listen
+
+    @property
+    def waited_s(self) -> float:
+        return self.decoder._reads.waited
 
     def prefill(self, input_ids: torch.Tensor) -> list[int]:
         decoder = self.decoder

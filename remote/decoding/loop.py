@@ -12,6 +12,7 @@ drafts are never sampled. A speculative step reads the device once (its tokens a
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections import deque
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -241,6 +242,7 @@ class Steps(Protocol):
     budget: int     # the step's node budget without tree_budget=auto (AR, DFlash: unused)
     height: int     # most tokens a step emits
     ahead: int      # most steps launched and not yet read
+    waited_s: float | None   # seconds the host waited for reads so far, where they come asynchronously; else None
 
     def prefill(self, input_ids: torch.Tensor) -> list[int]:
         """Run the prompt [1, P]; its next token, read."""
@@ -269,8 +271,10 @@ def decode(steps: Steps, input_ids: torch.Tensor, max_new: int, stop_ids: set[in
         done = gen.extend(steps.prefill(input_ids), max_new, stop_ids)
     queued: deque = deque()     # (budget, auto's span, held) per step launched and not read, oldest first
     seen = None                 # auto: the step read last, observed once the next one is launched
+    host = auto is not None and steps.waited_s is not None      # auto learns the host's own time a pass
     with timer.phase("decode") as span:
         while not done:
+            began, waited = (time.perf_counter(), steps.waited_s) if host else (0.0, 0.0)
             # Up to `ahead` steps are launched before the oldest is read, so that the device works through the
             # host's read and bookkeeping (a step's inputs are all on the device); none that max_new rules out.
             while len(queued) < steps.ahead and len(gen.tokens) + steps.height * len(queued) < max_new:
@@ -291,6 +295,8 @@ def decode(steps: Steps, input_ids: torch.Tensor, max_new: int, stop_ids: set[in
             if seen and steps.ahead == 1:       # no step launched ahead to overlap with: observed at once
                 gen.chose(auto, *seen)
                 seen = None
+            if host:
+                auto.host(1000.0 * (time.perf_counter() - began - (steps.waited_s - waited)))
     if seen:
         gen.chose(auto, *seen)
     return gen
@@ -308,6 +314,7 @@ class EagerAR:
     """AR through the model's own forward and transformers' cache. A token is read one step late, once the next
     forward is queued: the stop check then costs the device no wait."""
     method, budget, height, ahead = Method.AR, 0, 1, 2
+    waited_s = None
 
     def __init__(self, model, temperature: float, generator):
         self.model, self.temperature, self.generator = model, temperature, generator
@@ -354,7 +361,7 @@ class EagerSpec:
         walk    : acceptance (`accept`), the step's one read
         commit  : keep the accepted path's KV; its features become the drafter's next context
     """
-    ahead = 1
+    ahead, waited_s = 1, None
 
     def __init__(self, target: Target, drafter: DFlashDrafter, model, method: Method, budget: int,
                  temperature: float, generator, sizes: tuple[int, ...] = ()):
