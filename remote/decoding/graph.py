@@ -522,7 +522,7 @@ class GraphedSpec:
 
     @property
     def waited_s(self) -> float:
-        return self.decoder._reads.waited
+        return self.decoder.read_wait_s
 
     def prefill(self, input_ids: torch.Tensor) -> list[int]:
         decoder = self.decoder
