@@ -41,7 +41,8 @@ class Acceptance:
 
     @property
     def tau(self) -> float | None:
-        """Mean acceptance length, the bonus token included (vLLM's and our runner's definition)."""
+        """Mean acceptance length, the bonus token included; accepted tokens a request's max_tokens then trims count
+        (vLLM's counters: remote.engines.checks.as_engines_count counts our runner's steps the same way)."""
         return 1.0 + self.accepted / self.drafts if self.drafts else None
 
 

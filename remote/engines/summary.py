@@ -37,7 +37,9 @@ ENGINE_DEFINITIONS = {
                                  "nvidia-smi answers, else peak resident set size summed over its processes (GiB)",
     "<metric>_c<N>": "the metric at concurrency N (N streams at once); tokens_per_s_c<N> is all streams' tokens / "
                      "the level's wall time",
-    "ours_tau": "our runner's DFlash tau on the same prompts with the same drafter (the engine's reference)",
+    "ours_tau": "our runner's DFlash tau on the same prompts with the same drafter, counted as the engine counts "
+                "it: 1 + drafted tokens accepted / verify steps, those past max_new_tokens included (the engine's "
+                "reference; the runner's own `tau` counts the tokens kept)",
     "ours_tau_ci_low": "95% interval of ours_tau, lower end (as tau_ci_low)",
     "ours_tau_ci_high": "upper end of the interval of ours_tau_ci_low",
     "ours_accept_rate_depth_<i>": "our runner's unconditional acceptance at depth i, same prompts and drafter",
