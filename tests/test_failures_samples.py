@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.failures import Detector, scan_file
+from orchestrator.failures.catalog import load_catalog
 
 DATA = Path(__file__).parent / "data" / "failures"
 SAMPLES = sorted(DATA.glob("*.log"))
@@ -122,4 +123,12 @@ def test_an_engine_runs_findings_are_warnings_on_a_finished_run():
     assert report.primary is None and report.ok
     found = {w.finding.id: w.finding for w in report.warnings}
     assert found["engine_low_acceptance"].details["ratio"] == "0.52"
+    entry = load_catalog().by_id["engine_low_acceptance"]      # each detail said once: the ratio, the depth if any
+    assert entry.render_detail(found["engine_low_acceptance"].details) == \
+        "vllm-dflash: tau 1.127 against ours 2.172 (ratio 0.52) with the same drafter and prompts"
+    line = "ENGINE LOW ACCEPTANCE: method=vllm-dflash tau=2.338 ours=2.784 ratio=0.84 from_depth=2 per_depth(e" \
+           "ngine/ours)=1:0.53/0.53 2:0.33/0.38"     # remote.engines.checks.low_acceptance's line today
+    _, details, _ = load_catalog().match(line, lambda n: [])
+    assert entry.render_detail(details) == "vllm-dflash: tau 2.338 against ours 2.784 (ratio 0.84) with the same " \
+                                           "drafter and prompts; behind from depth 2"
     assert found["engine_not_lossless"].details["prompts"] == "2/8"
