@@ -33,14 +33,15 @@ def reference(spec: RunSpec, engine_tokens: list[list[int]], emit) -> dict[str, 
     ours = dataclasses.replace(spec, engine=None, decoding=dataclasses.replace(
         spec.decoding, method=Method.DFLASH.value, baseline="none", warmup=0, repeats=1))
     run = Run(ours)
-    gens = []
+    gens, counts = [], []
     for index in range(len(run.inputs)):     # each prompt said as it ends: the stall watch hears a slow reference
         gens.append(run.generate(Method.DFLASH, index))
-        kept, steps = as_engines_count(gens[-1])
+        counts.append(as_engines_count(gens[-1]))
+        kept, steps = counts[-1]
         emit(index, kept / steps if steps else None)
     metrics = aggregate(gens, None, run.drafter.block_size - 1, spec.seed)
     out = {f"ours_{k}": v for k, v in metrics.items() if k.startswith("accept_rate_depth_")}
-    prompts = [p for p in map(as_engines_count, gens) if p[1]]
+    prompts = [p for p in counts if p[1]]
     if prompts:
         out["ours_tau"] = sum(k for k, _ in prompts) / sum(s for _, s in prompts)
         interval = ratio_interval(*map(list, zip(*prompts)), spec.seed)
