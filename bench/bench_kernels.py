@@ -368,18 +368,24 @@ def glue_fns(preset: str, q: int) -> dict:
     return fns
 
 
-def proj_fns(preset: str, q: int) -> dict:
-    """{variant: (fn, weight bytes)} for each distinct projection group of `preset` (bench_verify.PRESETS)."""
+def preset_model(preset: str):
+    """`preset`'s first four layers (a hybrid's: three GDN layers and one attention layer) at random, bf16, on CUDA."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from bench_verify import model_config
+
+    fields = model_config(preset, 4, {})
+    with torch.device("cuda"):
+        return AutoModelForCausalLM.from_config(AutoConfig.for_model(fields.pop("model_type"), **fields),
+                                                torch_dtype=torch.bfloat16)
+
+
+def proj_fns(preset: str, q: int) -> dict:
+    """{variant: (fn, weight bytes)} for each distinct projection group of `preset` (bench_verify.PRESETS)."""
     from remote.kernels import gemm_split
     from remote.kernels.fused_linear import fuse
 
-    fields = model_config(preset, 4, {})       # a hybrid's first four: three GDN layers and one attention layer
-    with torch.device("cuda"):
-        model = AutoModelForCausalLM.from_config(AutoConfig.for_model(fields.pop("model_type"), **fields),
-                                                 torch_dtype=torch.bfloat16)
+    model = preset_model(preset)
     x = torch.randn(1, q, model.config.hidden_size, device="cuda", dtype=torch.bfloat16)
     fns = {}
     for group in fuse(model):
