@@ -16,6 +16,7 @@ import argparse
 import itertools
 import json
 import sys
+from fnmatch import fnmatch
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -23,6 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
 import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
 from bench_kernels import graph_us, preset_model  # noqa: E402
@@ -54,6 +57,19 @@ def split_configs(bm: int):
             yield {"BN": bn, "BK": bk, "SPLIT": split, "num_warps": 4 if bn < 256 else 8, "num_stages": 4}
 
 
+@triton.jit
+def _rows_tma(xd, wd, out, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    """The few-row product with both operands read by the tensor memory accelerator (host-made descriptors: rows
+    past x's and columns past w's read as zeros, no masks), pipelined over stages like the cp.async kernel."""
+    first = tl.program_id(0) * BN
+    acc = tl.zeros([BM, BN], tl.float32)
+    for start in range(0, K, BK):
+        acc = tl.dot(xd.load([0, start]), tl.trans(wd.load([first, start])), acc)
+    cols, ms = first + tl.arange(0, BN), tl.arange(0, BM)
+    tl.store(out + ms[:, None] * N + cols[None, :], acc.to(out.dtype.element_ty),
+             mask=(ms < M)[:, None] & (cols < N)[None, :])
+
+
 def variants(w: torch.Tensor, q: int):
     """(kernel, configuration, fn) for every way to multiply q rows by w."""
     from remote.kernels import gemm_split, gemv
@@ -70,6 +86,12 @@ def variants(w: torch.Tensor, q: int):
     bm = gemv.bucket(q)
     if bm > 64:
         return
+    for config in row_configs(bm):
+        xd = TensorDescriptor.from_tensor(x, [bm, config["BK"]])
+        wd = TensorDescriptor.from_tensor(w, [config["BN"], config["BK"]])
+        grid = (triton.cdiv(n, config["BN"]),)
+        yield f"tma-{bm}", config, lambda g=grid, c=config, xd=xd, wd=wd: _rows_tma[g](
+            xd, wd, out, q, n, k, BM=bm, **c)
     gemm_split.MAX_SPLIT = 8
     part, count = gemm_split._workspace(n, bm, x.device)
     for config in split_configs(bm):
@@ -82,6 +104,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", default="qwen3.6-27b", help="widths (bench_verify.PRESETS)")
     p.add_argument("--queries", default="33,65", help="row counts")
+    p.add_argument("--kernels", default="*", help="comma-separated patterns of the kernels to time (fnmatch)")
     p.add_argument("--calls", type=int, default=20)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--out", help="write the rows (JSON) here too")
@@ -96,6 +119,8 @@ def main() -> None:
         for q in map(int, args.queries.split(",")):
             found = {}
             for kernel, config, fn in variants(w, q):
+                if not any(fnmatch(kernel, pattern) for pattern in args.kernels.split(",")):
+                    continue
                 us = graph_us(fn, args.calls, args.repeats)
                 row = {"weight": name, "q": q, "kernel": kernel, **config, "us": us,
                        "gbps": us and round(size / us / 1e3), "one_row_us": one}
