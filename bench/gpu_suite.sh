@@ -204,9 +204,9 @@ step gdn_solve 90 python3 bench/bench_kernels.py --kinds gdn --gdn-preset qwen3.
 step gemm_split 240 sh -c "python3 bench/bench_kernels.py --kinds proj --queries 1,33,65 --proj-preset qwen3.6-27b \
   --out $OUT/gemm_split_27b.json && python3 bench/bench_kernels.py --kinds proj --queries 1,33,65 \
   --out $OUT/gemm_split_8b.json"
-# the few-row kernel's and the split kernel's configurations one by one at 27B widths (33 rows: 32 on tensor cores
-# and one more, or padded to 64; 65: 64 and one more), beside cuBLAS and the one-row kernel (bench/sweep_rows.py)
-step rows_sweep 240 python3 bench/sweep_rows.py --preset qwen3.6-27b --queries 33,65 --out "$OUT/rows_27b.json"
+# the few-row kernel's, its TMA form's and the split kernel's configurations one by one at 27B widths and 33 rows,
+# beside cuBLAS and the one-row kernel (bench/sweep_rows.py; tma_sweep: the TMA form against the few-row kernel alone)
+step rows_sweep 240 python3 bench/sweep_rows.py --preset qwen3.6-27b --queries 33 --out "$OUT/rows_27b.json"
 step tma_sweep 240 python3 bench/sweep_rows.py --preset qwen3.6-27b --queries 33 --kernels "cublas,rows-64,tma-*" \
   --out "$OUT/tma_27b.json"
 methods q3_vocab 170 $Q3 --temperatures 0 --num-prompts 24 --budgets 31,63 --interleave --draft-vocabs 0,2048

@@ -1,12 +1,12 @@
 """The verify's few-row projections, configuration by configuration: where remote.kernels.gemv's few-row kernel and
 remote.kernels.gemm_split's split kernel lose bandwidth against the one-row kernel reading the same weight.
 
-    python bench/sweep_rows.py --preset qwen3.6-27b --queries 33,65 --out rows.json
+    python bench/sweep_rows.py --preset qwen3.6-27b --queries 33,64 --out rows.json
 
 For each weight of --preset's first layers (the fused groups, o_proj, down_proj) and each row count of --queries,
-every configuration of the few-row kernel (columns a program BN, K block BK, warps, pipeline stages; at a tree's
-2^k + 1 rows both tiles: 2^k rows on tensor cores and one more (`tile`), and the padded power of two) and of the
-split kernel (SPLIT parts over K), beside cuBLAS and the one-row kernel's time for the same bytes: microseconds a
+every configuration of the few-row kernel (columns a program BN, K block BK, warps, pipeline stages; rows padded
+to a power of two), of the same product read through TMA descriptors (`tma-<rows>`) and of the split kernel (SPLIT
+parts over K), beside cuBLAS and the one-row kernel's time for the same bytes: microseconds a
 call in a CUDA graph (bench_kernels.graph_us), a JSON line a timing as it is taken (so a run cut short keeps what
 it took), then per weight and row count the best of each against the one-row kernel (the goal: within 5%).
 """
@@ -78,18 +78,15 @@ def variants(w: torch.Tensor, q: int):
     x = torch.randn(q, k, device="cuda", dtype=w.dtype)
     out = torch.empty(q, n, device="cuda", dtype=w.dtype)
     yield "cublas", {}, lambda: F.linear(x, w)
-    tiles = sorted(t for t in {gemv.tile(q), (gemv.bucket(q), False)} if t[0] <= 64)   # 128 padded rows lost
-    for (bm, extra), config in ((t, c) for t in tiles for c in row_configs(t[0])):
-        grid = (triton.cdiv(n, config["BN"]),)
-        yield f"rows-{bm}{'+1' if extra else ''}", config, lambda g=grid, c=config, bm=bm, e=extra: gemv._rows_fixed[g](
-            x, w, x, out, q, n, k, w.stride(0), HAS_BIAS=False, BM=bm, EXTRA=e, **c)
     bm = gemv.bucket(q)
-    if bm > 64:
+    if bm > gemv.MAX_ROWS:
         return
     for config in row_configs(bm):
+        grid = (triton.cdiv(n, config["BN"]),)
+        yield f"rows-{bm}", config, lambda g=grid, c=config: gemv._rows_fixed[g](
+            x, w, x, out, q, n, k, w.stride(0), HAS_BIAS=False, BM=bm, **c)
         xd = TensorDescriptor.from_tensor(x, [bm, config["BK"]])
         wd = TensorDescriptor.from_tensor(w, [config["BN"], config["BK"]])
-        grid = (triton.cdiv(n, config["BN"]),)
         yield f"tma-{bm}", config, lambda g=grid, c=config, xd=xd, wd=wd: _rows_tma[g](
             xd, wd, out, q, n, k, BM=bm, **c)
     gemm_split.MAX_SPLIT = 8
@@ -103,7 +100,7 @@ def variants(w: torch.Tensor, q: int):
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", default="qwen3.6-27b", help="widths (bench_verify.PRESETS)")
-    p.add_argument("--queries", default="33,65", help="row counts")
+    p.add_argument("--queries", default="33,64", help="row counts (past remote.kernels.gemv.MAX_ROWS: cuBLAS only)")
     p.add_argument("--kernels", default="*", help="comma-separated patterns of the kernels to time (fnmatch)")
     p.add_argument("--calls", type=int, default=20)
     p.add_argument("--repeats", type=int, default=5)

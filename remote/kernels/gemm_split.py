@@ -31,12 +31,10 @@ MAX_SPLIT = 4
 if triton is not None:
     @triton.jit
     def _rows_product(x, w, cols, ms, live, used, K, stride_n, first, last, BM: tl.constexpr, BN: tl.constexpr,
-                      BK: tl.constexpr, EXTRA: tl.constexpr = False):
-        """([BM, BN], [BN]) float32: rows `ms` of x times columns `cols` of w over the input entries first..last - 1
-        (a tensor-core product per block of BK, the weight streamed once, evict-first) and, with EXTRA, row BM of x
-        times the same columns (products on the CUDA cores from the same weight tile; zeros without)."""
+                      BK: tl.constexpr):
+        """[BM, BN] float32: rows `ms` of x times columns `cols` of w over the input entries first..last - 1 (a
+        tensor-core product per block of BK, the weight streamed once, evict-first)."""
         acc = tl.zeros([BM, BN], tl.float32)
-        more = tl.zeros([BN], tl.float32)
         for start in range(first, last, BK):
             ks = start + tl.arange(0, BK)
             inside = ks < K
@@ -44,10 +42,7 @@ if triton is not None:
             ws = tl.load(w + cols[:, None] * stride_n + ks[None, :], mask=live[:, None] & inside[None, :],
                          other=0.0, eviction_policy="evict_first")
             acc = tl.dot(xs, tl.trans(ws), acc)
-            if EXTRA:
-                last_row = tl.load(x + BM * K + ks, mask=inside, other=0.0).to(tl.float32)
-                more += tl.sum(ws.to(tl.float32) * last_row[None, :], 1)
-        return acc, more
+        return acc
 
     @triton.jit
     def _split_kernel(x, w, b, out, part, count, M, N, K, stride_n, HAS_BIAS: tl.constexpr, BM: tl.constexpr,
@@ -57,8 +52,8 @@ if triton is not None:
         ms = tl.arange(0, BM)
         live, used = cols < N, ms < M
         chunk = tl.cdiv(tl.cdiv(K, SPLIT), BK) * BK
-        acc, _ = _rows_product(x, w, cols, ms, live, used, K, stride_n, split * chunk,
-                               tl.minimum(split * chunk + chunk, K), BM, BN, BK)
+        acc = _rows_product(x, w, cols, ms, live, used, K, stride_n, split * chunk,
+                            tl.minimum(split * chunk + chunk, K), BM, BN, BK)
         keep = used[:, None] & live[None, :]
         tl.store(part + (split * BM + ms)[:, None] * N + cols[None, :], acc, mask=keep)
         tl.debug_barrier()                  # every thread's part stored before the program says it is done

@@ -2,8 +2,8 @@
 once, in place of cuBLAS.
 
 Contract: `linear(x, weight, bias)` equals `F.linear` up to float32 summation order for x of any leading shape; the
-kernels run only where they were built for (CUDA, Triton, 1-65 rows of x, x and weight of one 16-bit dtype,
-weight rows contiguous) and measured faster (`_fastest`, per weight shape and row tile, on first use; also
+kernels run only where they were built for (CUDA, Triton, 1-64 rows of x, x and weight of one 16-bit dtype,
+weight rows contiguous) and measured faster (`_fastest`, per weight shape and row bucket, on first use; also
 remote.kernels.gemm_split's split kernel where it is on); everything else goes to `F.linear`. `gemv_interpreted`
 runs them under Triton's interpreter (TRITON_INTERPRET=1, CPU tensors) for tests. Under torch.compile they are an
 opaque op.
@@ -31,10 +31,9 @@ except ImportError:          # CPU-only installs: F.linear only
 # verify (one H200, 2026-12-03, `python bench/bench_kernels.py --kinds proj --queries 1,33,65 [--proj-preset
 # qwen3.6-27b]`).
 HALF = (torch.bfloat16, torch.float16)
-# At 65 rows padded to 128 the few-row kernel lost to cuBLAS at every weight of Qwen3-8B and Qwen3.6-27B widths
-# (1.1-1.9x its time; the same command and day); 65 rows are now 64 and one more (`tile`), and past them nothing is
-# tuned or timed
-MAX_ROWS = 65
+# At 65 rows (padded to 128) the few-row kernel lost to cuBLAS at every weight of Qwen3-8B and Qwen3.6-27B widths
+# (1.1-1.9x its time; the same command and day), so past 64 rows nothing is tuned or timed
+MAX_ROWS = 64
 
 
 def rows(x: torch.Tensor, weight: torch.Tensor) -> int:
@@ -44,17 +43,8 @@ def rows(x: torch.Tensor, weight: torch.Tensor) -> int:
 
 def bucket(m: int) -> int:
     """The rows the few-row kernel computes for m (a power of two, at least the 16 a tensor-core product needs):
-    what it is compiled, tuned and chosen for, so a verify's 40 and 50 rows share one tuning."""
+    what it is compiled, tuned and chosen for, so a verify's 33 and 40 rows share one tuning."""
     return 1 if m == 1 else max(16, 1 << (m - 1).bit_length())
-
-
-def tile(m: int) -> tuple[int, bool]:
-    """(rows of the tensor-core product, one more row beside it): a tree's budget is a power of two and its verify
-    one more (the root), so 33 rows are 32 on tensor cores and the last on the CUDA cores from the same weight tile,
-    not 64 with 31 of them zeros; other counts pad to their bucket."""
-    if m >= 17 and (m - 1) & (m - 2) == 0:
-        return m - 1, True
-    return bucket(m), False
 
 
 def eligible(x: torch.Tensor, weight: torch.Tensor) -> bool:
@@ -97,24 +87,19 @@ if triton is not None:
 
     @triton.jit
     def _rows_fixed(x, w, b, out, M, N, K, stride_n, HAS_BIAS: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-                    BK: tl.constexpr, EXTRA: tl.constexpr):
+                    BK: tl.constexpr):
         cols = tl.program_id(0) * BN + tl.arange(0, BN)
         ms = tl.arange(0, BM)
         live, used = cols < N, ms < M
-        acc, more = _rows_product(x, w, cols, ms, live, used, K, stride_n, 0, K, BM, BN, BK, EXTRA)
+        acc = _rows_product(x, w, cols, ms, live, used, K, stride_n, 0, K, BM, BN, BK)
         if HAS_BIAS:
-            bias = tl.load(b + cols, mask=live, other=0.0).to(tl.float32)
-            acc += bias[None, :]
-            more += bias
+            acc += tl.load(b + cols, mask=live, other=0.0).to(tl.float32)[None, :]
         tl.store(out + ms[:, None] * N + cols[None, :], acc.to(out.dtype.element_ty),
                  mask=used[:, None] & live[None, :])
-        if EXTRA:
-            tl.store(out + BM * N + cols, more.to(out.dtype.element_ty), mask=live)
 
     # wrapped, leaving the fixed kernels as they are
     _gemv_tuned = triton.autotune(configs=_CONFIGS, key=["N", "K"], do_bench=_graph_bench)(_gemv_fixed)
-    _rows_tuned = triton.autotune(configs=_ROW_CONFIGS, key=["N", "K", "BM", "EXTRA"], do_bench=_graph_bench)(
-        _rows_fixed)
+    _rows_tuned = triton.autotune(configs=_ROW_CONFIGS, key=["N", "K", "BM"], do_bench=_graph_bench)(_rows_fixed)
 
 
 def _launch(wrap, one, few, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, **fixed):
@@ -127,8 +112,7 @@ def _launch(wrap, one, few, x: torch.Tensor, weight: torch.Tensor, bias: torch.T
     if m == 1:
         wrap(one)[grid](x, weight, b, out, n, k, weight.stride(0), HAS_BIAS=bias is not None, **fixed)
     else:
-        bm, extra = tile(m)
-        wrap(few)[grid](x, weight, b, out, m, n, k, weight.stride(0), HAS_BIAS=bias is not None, BM=bm, EXTRA=extra,
+        wrap(few)[grid](x, weight, b, out, m, n, k, weight.stride(0), HAS_BIAS=bias is not None, BM=bucket(m),
                         **fixed)
     return out
 
@@ -139,7 +123,7 @@ if triton is not None:
         return _launch(torch.library.wrap_triton, _gemv_tuned, _rows_tuned, x, weight, bias)
 
 
-# (weight shape, dtype, bias, device, row tile) -> what runs there: "kernel" (ours), "split" (remote.kernels.
+# (weight shape, dtype, bias, device, row bucket) -> what runs there: "kernel" (ours), "split" (remote.kernels.
 # gemm_split, where on) or "cublas"
 FASTER: dict[tuple, str] = {}
 
@@ -147,7 +131,7 @@ FASTER: dict[tuple, str] = {}
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """See the module docstring."""
     if eligible(x, weight) and not torch.compiler.is_compiling():     # traced whole (compile_steps): cuBLAS
-        key = (tuple(weight.shape), weight.dtype, bias is not None, x.device, tile(rows(x, weight)))
+        key = (tuple(weight.shape), weight.dtype, bias is not None, x.device, bucket(rows(x, weight)))
         if key not in FASTER and not torch.cuda.is_current_stream_capturing():
             FASTER[key] = _fastest(x, weight, bias)
         if FASTER.get(key) == "kernel":
