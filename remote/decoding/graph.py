@@ -111,15 +111,13 @@ class DeviceState:
         as_long = dict(dtype=torch.long, device=device)
         self.start = torch.zeros((), **as_long)          # committed length: the position of `root`
         self.root = torch.zeros(1, **as_long)            # the last committed token, not yet run through the target
-        self.count = torch.zeros((), **as_long)          # AR: tokens decoded after the first
         self.context_rows = torch.zeros((), **as_long)   # speculative: real rows of `context`
         self.context: torch.Tensor | None = None         # [1, B, F] the drafter's next context (`reserve`)
-        self.history: torch.Tensor | None = None         # [capacity] AR: history[i], the token after the i-th new one
 
     def committed(self) -> list[torch.Tensor]:
         """The committed state a step starts from (remote.decoding.phase_split puts it back after each replay)."""
         drafter = [self.context] if self.context is not None else []
-        return [self.start, self.root, self.count, self.context_rows] + drafter
+        return [self.start, self.root, self.context_rows] + drafter
 
 
 class Sampling:
@@ -247,7 +245,6 @@ class GraphDecoder:
         self.sampling.hear = None
         self.reserve(prompt_len, max_new, method, budget)
         if not method.uses_drafter:
-            self.state.count.zero_()
             return GraphedAR(self)
         self._reads.clear()
         return GraphedSpec(self, method, budget, sizes, prompt_len)
@@ -274,7 +271,6 @@ class GraphDecoder:
         grown = self._grow("capacity", prompt_len + max_new + self._width(Method.parse(method), budget), exact)
         if grown:
             self._cols = torch.arange(self.capacity, device=self.device)
-            self.state.history = torch.zeros(self.capacity, dtype=torch.long, device=self.device)
             self._allocate()
         # drafter context rows end before the block's start + block_size
         if self.drafter is not None and self._grow("context_capacity", prompt_len + max_new + self.drafter.block_size,
@@ -378,11 +374,9 @@ class GraphDecoder:
         return self._advance(out.logits[0, -1:])
 
     def _advance(self, logits: torch.Tensor) -> torch.Tensor:
-        """AR bookkeeping after a token's logits [1, V]: the token chosen is the next root and goes into `history`."""
+        """AR bookkeeping after a token's logits [1, V]: the token chosen is the next root."""
         state = self.state
         state.root.copy_(self.sampling.choose(logits))
-        state.history.index_copy_(0, state.count.view(1), state.root)
-        state.count.add_(1)
         state.start.add_(1)
         return state.root
 
@@ -476,13 +470,18 @@ class GraphDecoder:
 
 
 class GraphedAR:
-    """AR's steps on a `GraphDecoder`: one forward and a token choice each, the token going to `history`, read one
-    step late (once the next step is queued)."""
+    """AR's steps on a `GraphDecoder`: one forward and a token choice each, the token copied out behind its step
+    (`_Reads`) and read one step late, so the device works through the host's read and the next launch."""
     method, budget, height, ahead = Method.AR, 0, 1, 2
     waited_s = None
 
+    # Why: reading the token from a device tensor (a `history` of them, once) synchronised the whole stream, the
+    # step queued behind it included, so each token cost the device's step plus the host's: demo-qwen3's AR took
+    # 0.236 ms a token for a 0.178 ms forward, while tree_budget=auto's AR steps, read through `_Reads` in the
+    # speculative loop, took ~0.20 (one H100, 2026-12-07, `gpu_suite.sh q3_auto_t1`).
     def __init__(self, decoder: GraphDecoder):
-        self.decoder, self.taken = decoder, 0            # taken: steps read, the index of the next one's token
+        self.decoder = decoder
+        self.reads = _Reads(1, decoder.state.root.device)
 
     def listen(self, hear) -> None:
         self.decoder.sampling.hear = hear
@@ -495,12 +494,12 @@ class GraphedAR:
         decoder = self.decoder
         return decoder._replay((Method.AR, decoder.sampling.temperature), lambda: decoder._ar_step())
 
-    def hold(self, launched: torch.Tensor, timer: PhaseTimer):
-        return timer.mark()        # the output is the state's root, which the next step overwrites: read `history`
+    def hold(self, launched: torch.Tensor, timer: PhaseTimer) -> None:
+        self.reads.put(launched.view(1), timer)      # the state's root, which the next step overwrites
 
-    def read(self, held) -> Step:
-        index, self.taken = self.taken, self.taken + 1
-        return Step(to_host(self.decoder.state.history[index:index + 1]), mark=held)
+    def read(self, held: None) -> Step:
+        token, ended = self.reads.take()
+        return Step(token, mark=ended)
 
 
 class GraphedSpec:

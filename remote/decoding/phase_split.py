@@ -4,7 +4,7 @@ commit: remote.timing.PHASES; AR has one phase, its forward).
 Contract: `split_step(decoder, method, budget)` -> {phase_ms: float} (draft_ms, tree_build_ms, verify_ms,
 commit_ms; AR: forward_ms) for a `GraphDecoder` that has just decoded with graphs on (its caches hold a real
 committed state); `split_kernels(decoder, method, budget)` -> the kernels of each phase, from torch.profiler. The
-committed state (length, root, drafter context, AR count) is put back after every replay (`measured_state`, which
+committed state (length, root, drafter context) is put back after every replay (`measured_state`, which
 also picks where the step starts; `prefix_steps` are the functions captured, eager-runnable on the CPU); cache rows
 past the measured length are scratch anyway, but a hybrid target's GDN states are advanced in place by every replayed
 commit, so call it between prompts (the next prefill overwrites them), as the runner and bench_methods do. A
@@ -57,15 +57,11 @@ def measured_state(decoder: GraphDecoder, method: Method, budget: int):
 def _room(decoder: GraphDecoder, method: Method, budget: int) -> int:
     """The committed length to measure from: the decoder's, or the last one at which every row one step indexes is
     reserved (target rows start .. start + width - 1; the drafter's context rows start - context_rows .. + block -
-    1; AR's `history[count]`). Host values only, read before any kernel of the step runs."""
+    1). Host values only, read before any kernel of the step runs."""
     state = decoder.state
     start, width = int(state.start), decoder._width(method, budget)
     last, first = decoder.capacity - width, 0
-    if not method.uses_drafter:
-        if not 0 <= int(state.count) < decoder.capacity:
-            raise ValueError(f"phase split: AR count {int(state.count)} is outside the {decoder.capacity} "
-                             f"reserved history rows")
-    else:
+    if method.uses_drafter:
         rows, block, held = int(state.context_rows), decoder.drafter.block_size, state.context.shape[1]
         if not 0 <= rows <= held:     # past a block after tree_budget=auto's AR steps: a step then drafts from a block
             raise ValueError(f"phase split: context_rows {rows} is outside 0..{held} (the drafter's pending context)")
