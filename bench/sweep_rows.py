@@ -6,9 +6,9 @@ remote.kernels.gemm_split's split kernel lose bandwidth against the one-row kern
 For each weight of --preset's first layers (the fused groups, o_proj, down_proj) and each row count of --queries,
 every configuration of the few-row kernel (columns a program BN, K block BK, warps, pipeline stages; rows padded
 to a power of two), of the same product read through TMA descriptors (`tma-<rows>`) and of the split kernel (SPLIT
-parts over K), beside cuBLAS and the one-row kernel's time for the same bytes: microseconds a
-call in a CUDA graph (bench_kernels.graph_us), a JSON line a timing as it is taken (so a run cut short keeps what
-it took), then per weight and row count the best of each against the one-row kernel (the goal: within 5%).
+parts over K), beside cuBLAS and the one-row kernel's time for the same bytes: microseconds a call in a CUDA graph
+(bench_kernels.graph_us), a JSON line a timing as it is taken (so a run cut short keeps what it took), then per
+weight and row count the best of each against the one-row kernel (the goal: within 5%).
 """
 from __future__ import annotations
 

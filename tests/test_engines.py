@@ -23,7 +23,10 @@ from tests.test_ssh_e2e import alive, group_alive
 from tests.test_sweep import parent_and_children
 
 PYTHON = os.environ.get("SPECBENCH_VLLM_PYTHON", "")
-pytestmark = pytest.mark.skipif(not Path(PYTHON).is_file(), reason="SPECBENCH_VLLM_PYTHON (vLLM's CPU build) unset")
+# one xdist worker runs them all, one after another (tests/ray_cluster.py makes -n's scheduling `loadgroup`): spread
+# over workers, one worker idled on ONE_SERVER while the other's server ran (2026-12-07)
+pytestmark = [pytest.mark.skipif(not Path(PYTHON).is_file(), reason="SPECBENCH_VLLM_PYTHON (vLLM's CPU build) unset"),
+              pytest.mark.xdist_group("vllm-server")]
 ONE_SERVER = FileLock(str(Path(os.environ.get("TMPDIR", "/tmp")) / "specbench-engine-tests.lock"))
 # demo-qwen3 (float32: exact) through vLLM with no compile; a small KV cache; few prompts and tokens
 ENGINE = [f"host.engine_python={PYTHON}", "+host.env.VLLM_CPU_KVCACHE_SPACE=1", "engine.enforce_eager=true",

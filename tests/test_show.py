@@ -20,6 +20,10 @@ from orchestrator.tracking.show import MARK, printable
 SMALL = ["method=ddtree", "model=tiny-qwen3", "dataset=code", "num_prompts=3", "max_new_tokens=8", "host=local"]
 
 
+# one xdist worker for the module, so its two real runs (`runs`, module-scoped) are made once, not once a worker
+pytestmark = pytest.mark.xdist_group("show-runs")
+
+
 def env_for(runs: Path) -> dict[str, str]:
     return {**os.environ, "SPECBENCH_RUNS_DIR": str(runs), "COLUMNS": "200"}
 
