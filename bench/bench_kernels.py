@@ -380,6 +380,11 @@ def preset_model(preset: str):
                                                 torch_dtype=torch.bfloat16)
 
 
+def group_name(group) -> str:
+    """A fused projection group's name: its members' without `_proj`, joined by "+" (q+k+v, gate+up)."""
+    return "+".join(n.removesuffix("_proj") for n in group.names)
+
+
 def proj_fns(preset: str, q: int) -> dict:
     """{variant: (fn, weight bytes)} for each distinct projection group of `preset` (bench_verify.PRESETS)."""
     from remote.kernels import gemm_split
@@ -389,7 +394,7 @@ def proj_fns(preset: str, q: int) -> dict:
     x = torch.randn(1, q, model.config.hidden_size, device="cuda", dtype=torch.bfloat16)
     fns = {}
     for group in fuse(model):
-        name = "+".join(n.removesuffix("_proj") for n in group.names)
+        name = group_name(group)
         if f"{name}-fused" in fns:
             continue
         size = group.weight.numel() * group.weight.element_size()

@@ -28,7 +28,7 @@ import triton.language as tl  # noqa: E402
 from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
-from bench_kernels import graph_us, preset_model  # noqa: E402
+from bench_kernels import graph_us, group_name, preset_model  # noqa: E402
 
 SMEM = 220 * 1024       # bytes of shared memory a program may hold (an H100's 227 KB less the compiler's own)
 
@@ -37,7 +37,7 @@ def weights(preset: str) -> dict[str, torch.Tensor]:
     from remote.kernels.fused_linear import fuse
 
     model = preset_model(preset)
-    found = {"+".join(n.removesuffix("_proj") for n in g.names): g.weight for g in fuse(model)}
+    found = {group_name(g): g.weight for g in fuse(model)}
     layer = model.model.layers[-1]
     found["down"] = layer.mlp.down_proj.weight
     if getattr(layer.self_attn, "o_proj", None) is not None:
