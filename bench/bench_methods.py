@@ -22,7 +22,7 @@ dflash, ddtree at the budget with the best speedup, stock `generate`), with the 
 verify, commit) as named ranges. Graphed runs report the GPU split of one replayed step (remote.decoding.phase_split:
 each prefix of the step captured and timed; AR: forward_ms) in the draft/tree_build/verify/commit columns;
 `--phase-kernels` prints, after every timed run, the slowest kernels of each phase (torch.profiler over the prefix
-graphs' replays). A split replays one committed state (where the last generation ended, or the last length before it
+graphs' replays; with tree_budget=auto among --budgets, also auto's AR step, `ddtree-auto<max>-ar-step`). A split replays one committed state (where the last generation ended, or the last length before it
 whose step the exactly sized caches hold: remote.decoding.phase_split), so a data-dependent phase shows that state's
 cost, not the mean: the tree search stops early on a bushy tree and runs every level on a spine. A split that fails
 is reported and skipped; the run goes on. `--timeline DIR` (CUDA) traces --profile-gens generations of every method
@@ -53,6 +53,7 @@ from bench_verify import save_profile  # noqa: E402
 from step_timeline import render, step_timeline  # noqa: E402
 from orchestrator.tracking.compare_plots import summarize  # noqa: E402
 from orchestrator.tracking.compare_table import render_table  # noqa: E402
+from remote.decoding.auto_budget import PLAIN  # noqa: E402
 from remote.decoding.phase_split import split_kernels  # noqa: E402
 from remote.errors import first_line  # noqa: E402
 from remote.kernels import gemv  # noqa: E402
@@ -249,6 +250,8 @@ def phase_kernels(run: Run, method: str, budget: int, out: Path, top: int = 12) 
         return
     prepare(run, method, budget)
     name = method if method != "ddtree" else f"ddtree-{budget}"
+    if isinstance(budget, str):                 # tree_budget=auto: its AR step, the one step auto adds
+        name, budget = f"{name}-ar-step", PLAIN
     try:
         split = split_kernels(run.graphed, method, budget)
     except Exception as exc:                        # noqa: BLE001 - a measurement, not the run
@@ -508,8 +511,9 @@ def main(argv: list[str] | None = None) -> None:
                     "speedup_vs_ar": ar_metrics["tpot_ms"] / metrics["tpot_ms"]})
             bracket(rows, temperature, out)
         if args.phase_kernels:
+            autos = [b for b in budgets if isinstance(b, str)][:1]
             for method, budget in [("ar", 1), *([("dflash", 1)] if "dflash" in methods else []),
-                                   *(("ddtree", b) for b in fixed)]:
+                                   *(("ddtree", b) for b in fixed + autos)]:
                 phase_kernels(run, method, budget, out)
         if args.profile and temperature == temperatures[0]:
             best = max((r for r in rows if r["method"] == "ddtree" and r["temperature"] == temperature

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from remote.assets import ASSETS
+from remote.decoding.auto_budget import PLAIN
 from remote.decoding.graph import GraphDecoder, HybridGraphDecoder
 from remote.decoding.phase_split import measured_state, prefix_steps, split_step
 from remote.kernels.gdn_paths import torch_gdn_path
@@ -100,6 +101,22 @@ def test_ar_measures_where_the_last_generation_ended():
         (_, step), = prefix_steps(decoder, Method.AR, 1)
         restore()
         step()
+    assert all(torch.equal(a, b) for a, b in zip(committed(decoder), before))
+
+
+def test_autos_ar_step_is_split_from_a_full_pending_context():
+    """tree_budget=auto's AR step (PLAIN) appends one drafter context row: measured from a state whose pending
+    context is full, one row is made free for it, and the decoder's own state is back afterwards."""
+    decoder = tiny_generation("ddtree", 16, 12)
+    decoder.state.context_rows.fill_(decoder.state.context.shape[1])      # as after three blocks of AR steps
+    before = committed(decoder)
+    with measured_state(decoder, Method.DDTREE, PLAIN) as restore:
+        (phase, step), = prefix_steps(decoder, Method.DDTREE, PLAIN)
+        restore()
+        start, rows = int(decoder.state.start), int(decoder.state.context_rows)
+        step()
+        assert phase == "forward" and int(decoder.state.start) == start + 1
+        assert int(decoder.state.context_rows) == rows + 1 == decoder.state.context.shape[1]
     assert all(torch.equal(a, b) for a, b in zip(committed(decoder), before))
 
 

@@ -2,7 +2,8 @@
 commit: remote.timing.PHASES; AR has one phase, its forward).
 
 Contract: `split_step(decoder, method, budget)` -> {phase_ms: float} (draft_ms, tree_build_ms, verify_ms,
-commit_ms; AR: forward_ms) for a `GraphDecoder` that has just decoded with graphs on (its caches hold a real
+commit_ms; AR, and a speculative method at budget PLAIN (tree_budget=auto's AR step): forward_ms) for a
+`GraphDecoder` that has just decoded with graphs on (its caches hold a real
 committed state); `split_kernels(decoder, method, budget)` -> the kernels of each phase, from torch.profiler. The
 committed state (length, root, drafter context) is put back after every replay (`measured_state`, which
 also picks where the step starts; `prefix_steps` are the functions captured, eager-runnable on the CPU); cache rows
@@ -21,6 +22,7 @@ import torch
 
 from ..spec import Method
 from ..timing import PHASES
+from .auto_budget import PLAIN
 from .graph import GraphDecoder
 
 
@@ -47,6 +49,8 @@ def measured_state(decoder: GraphDecoder, method: Method, budget: int):
     with torch.inference_mode():
         own = [t.clone() for t in state]
         decoder.state.start.fill_(_room(decoder, method, budget))
+        if budget == PLAIN and method.uses_drafter:     # an AR step appends a context row: one must be free
+            decoder.state.context_rows.clamp_(max=decoder.state.context.shape[1] - 1)
         saved = [t.clone() for t in state]
         try:
             yield lambda: put(saved)
@@ -57,11 +61,12 @@ def measured_state(decoder: GraphDecoder, method: Method, budget: int):
 def _room(decoder: GraphDecoder, method: Method, budget: int) -> int:
     """The committed length to measure from: the decoder's, or the last one at which every row one step indexes is
     reserved (target rows start .. start + width - 1; the drafter's context rows start - context_rows .. + block -
-    1). Host values only, read before any kernel of the step runs."""
+    1; an AR step's one target row). Host values only, read before any kernel of the step runs."""
     state = decoder.state
-    start, width = int(state.start), decoder._width(method, budget)
+    plain = budget == PLAIN or not method.uses_drafter      # one target row; no drafter context read
+    start, width = int(state.start), 1 if plain else decoder._width(method, budget)
     last, first = decoder.capacity - width, 0
-    if method.uses_drafter:
+    if not plain:
         rows, block, held = int(state.context_rows), decoder.drafter.block_size, state.context.shape[1]
         if not 0 <= rows <= held:     # past a block after tree_budget=auto's AR steps: a step then drafts from a block
             raise ValueError(f"phase split: context_rows {rows} is outside 0..{held} (the drafter's pending context)")
@@ -77,6 +82,8 @@ def prefix_steps(decoder: GraphDecoder, method: Method, budget: int):
     """(phase, step) per phase, in step order: `step()` runs the step's prefix up to and including that phase."""
     if not method.uses_drafter:
         return [("forward", lambda: decoder._ar_step())]
+    if budget == PLAIN:                 # tree_budget=auto's AR step: the target alone, its features kept
+        return [("forward", lambda: decoder._plain_step())]
     state = decoder.state
     return [(phase, lambda until=until: decoder._spec_step(decoder.draft_context(), state.context_rows,
                                                            method.builds_tree, budget, until=until))
