@@ -216,6 +216,10 @@ methods q3_auto_t1 150 --model $M/demo-qwen3 --drafter $M/demo-qwen3-dflash $HEL
   --temperatures 1 --budgets 15,31,63,auto
 methods q35_auto_t1 240 --model $M/demo-qwen3_5 --drafter $M/demo-qwen3_5-dflash $HELDOUT --num-prompts 12 \
   --temperatures 1 --budgets 15,31,63,auto
+# what tree_budget=auto's AR step runs beside AR's own (at T=1 on the demo pairs its tokens cost ~9% more than AR's:
+# 2026-12-07, one H200): the kernels of each, `ddtree-auto63-ar-step` against `ar`
+methods q3_auto_kernels 150 --model $M/demo-qwen3 --drafter $M/demo-qwen3-dflash $HELDOUT --num-prompts 4 \
+  --temperatures 1 --methods ar,ddtree --budgets auto --phase-kernels
 # Qwen3.6-27B widths, the full head and a 32k one side by side: with the switches as committed (q27b_vocab), with the
 # GDN tree solve on (q27b_fast; q27b_powers in its powers form), and with the split GEMMs on too (q27b_split)
 # (no DFlash rows: the goals are DDTree's against AR, and the 32k rows come first, before a slow step is cut)
