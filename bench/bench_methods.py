@@ -22,10 +22,11 @@ dflash, ddtree at the budget with the best speedup, stock `generate`), with the 
 verify, commit) as named ranges. Graphed runs report the GPU split of one replayed step (remote.decoding.phase_split:
 each prefix of the step captured and timed; AR: forward_ms) in the draft/tree_build/verify/commit columns;
 `--phase-kernels` prints, after every timed run, the slowest kernels of each phase (torch.profiler over the prefix
-graphs' replays; with tree_budget=auto among --budgets, also auto's AR step, `ddtree-auto<max>-ar-step`). A split replays one committed state (where the last generation ended, or the last length before it
-whose step the exactly sized caches hold: remote.decoding.phase_split), so a data-dependent phase shows that state's
-cost, not the mean: the tree search stops early on a bushy tree and runs every level on a spine. A split that fails
-is reported and skipped; the run goes on. `--timeline DIR` (CUDA) traces --profile-gens generations of every method
+graphs' replays; with tree_budget=auto among --budgets, also auto's AR step, `ddtree-auto<max>-ar-step`). A split
+replays one committed state (where the last generation ended, or the last length before it whose step the exactly
+sized caches hold: remote.decoding.phase_split), so a data-dependent phase shows that state's cost, not the mean:
+the tree search stops early on a bushy tree and runs every level on a spine. A split that fails is reported and
+skipped; the run goes on. `--timeline DIR` (CUDA) traces --profile-gens generations of every method
 and fixed budget after the timed runs and prints where their replayed steps leave the device idle
 (bench/step_timeline.py), to DIR/timeline.json beside the traces.
 """

@@ -3,15 +3,15 @@ commit: remote.timing.PHASES; AR has one phase, its forward).
 
 Contract: `split_step(decoder, method, budget)` -> {phase_ms: float} (draft_ms, tree_build_ms, verify_ms,
 commit_ms; AR, and a speculative method at budget PLAIN (tree_budget=auto's AR step): forward_ms) for a
-`GraphDecoder` that has just decoded with graphs on (its caches hold a real
-committed state); `split_kernels(decoder, method, budget)` -> the kernels of each phase, from torch.profiler. The
-committed state (length, root, drafter context) is put back after every replay (`measured_state`, which
-also picks where the step starts; `prefix_steps` are the functions captured, eager-runnable on the CPU); cache rows
-past the measured length are scratch anyway, but a hybrid target's GDN states are advanced in place by every replayed
-commit, so call it between prompts (the next prefill overwrites them), as the runner and bench_methods do. A
-phase whose cost depends on the data shows this state's cost, not a generation's mean (the tree search stops after
-a few levels on a bushy tree and runs all of them on a confident spine: remote.kernels.tree_search). A state no
-length can hold raises a ValueError on the host, before any kernel runs.
+`GraphDecoder` that has just decoded with graphs on (its caches hold a real committed state); `split_kernels(decoder,
+method, budget)` -> the kernels of each phase, from torch.profiler. The committed state (length, root, drafter
+context) is put back after every replay (`measured_state`, which also picks where the step starts; `prefix_steps`
+are the functions captured, eager-runnable on the CPU); cache rows past the measured length are scratch anyway, but a
+hybrid target's GDN states are advanced in place by every replayed commit, so call it between prompts (the next
+prefill overwrites them), as the runner and bench_methods do. A phase whose cost depends on the data shows this
+state's cost, not a generation's mean (the tree search stops after a few levels on a bushy tree and runs all of them
+on a confident spine: remote.kernels.tree_search). A state no length can hold raises a ValueError on the host,
+before any kernel runs.
 """
 from __future__ import annotations
 

@@ -67,8 +67,8 @@ def _run(spec: RunSpec, files: RunFiles, events: EventWriter) -> dict:
     ids = [t[0].tolist() for t in encode(tokenizer, prompts, spec.dataset)]
     speculative, method = speculative_config(spec), spec.decoding.method
     # the arm itself first: a speculative configuration the engine refuses ends the run at its first server start,
-    # not after a whole AR baseline (vLLM CPU, tests/test_engines.py's failing start: 117 s in the full suite with the
-    # baseline first, 22 s alone with the arm first; 2026-12-07)
+    # not after a whole AR baseline (vLLM CPU, tests/test_engines.py's failing start in the full suite: 117 s with the
+    # baseline first, 54 with the arm first, 22 alone; 2026-12-07)
     turns = [(method, speculative)] + ([(AR, None)] if speculative and spec.decoding.baseline == AR else [])
     events.emit("start", run_id=spec.run_id, method=method, num_prompts=len(ids), **_environment(engine, spec))
     events.stage(RunnerStage.DECODING, detail=", ".join(m for m, _ in turns))
