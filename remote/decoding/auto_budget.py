@@ -62,10 +62,12 @@ import torch
 # (c) Where the host sets the pace: the device's time of a step is what it costs only while the device is the slower
 # of the two. The host's loop (launch, read, bookkeeping, this choice) overlaps the device's work, so a step costs
 # about max(device, host); with reads that come asynchronously (graphed steps) the decode loop reports the host's own
-# time a step, its waits for the device left out (`host`), and every cost is at least its running median. On one
-# H100 at T=1 on demo-qwen3 an AR step took 0.186 ms of device time and 0.212 ms a token whole, DDTree 63's 0.352 and
-# 0.359 (tau 1.74): by device time alone auto chose AR steps 98.4% of the time, at 94.3% of DDTree 63's speed
-# (2026-12-07, `gpu_suite.sh q3_auto_t1`). At deployed widths (an AR step of 6-19 ms) the host never sets the pace.
+# time a step, its waits for the device left out (`host`), and every cost is at least its running median. Where
+# it binds: a small pair on a fast GPU with a slow host. On one H200 at T=1 on demo-qwen3 the host's own time was
+# 0.104 ms a pass against an AR step's 0.172 ms of device time, so there device times decided (2026-12-07,
+# `gpu_suite.sh q3_auto_t1`; an earlier H100 figure of a 0.212 ms AR token against 0.186 of device time included a
+# wait of AR's own token read, since fixed: remote.decoding.graph.GraphedAR). At deployed widths (an AR step of 6-19
+# ms) the host never sets the pace.
 TIMED_STEPS = 4          # timed steps per bucket before the first choice (after its capture and first replay)
 COST_WINDOW = 32         # a bucket's cost: the median of its newest warm steps in rounds
 ROUND_EVERY = 192        # chosen steps before the first round (a round: each bucket twice in a row) ...
