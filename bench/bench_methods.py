@@ -524,7 +524,7 @@ def main(argv: list[str] | None = None) -> None:
             print("--timeline skipped: it reads graph replays, which run on CUDA only", flush=True)
         elif args.timeline and temperature == temperatures[0]:
             timelines(run, [("ar", 1), *([("dflash", 1)] if "dflash" in methods else []),
-                            *(("ddtree", b) for b in fixed)], Path(args.timeline), args.profile_gens)
+                            *(("ddtree", b) for b in budgets)], Path(args.timeline), args.profile_gens)
         del run
     if gemv.FASTER:            # which projection shapes and row buckets the kernels serve (remote.kernels.gemv)
         print("gemv: " + ", ".join(f"{'x'.join(map(str, key[0]))}/{key[-1]} {chosen}"

@@ -216,6 +216,10 @@ methods q3_auto_t1 150 --model $M/demo-qwen3 --drafter $M/demo-qwen3-dflash $HEL
   --temperatures 1 --budgets 15,31,63,auto
 methods q35_auto_t1 240 --model $M/demo-qwen3_5 --drafter $M/demo-qwen3_5-dflash $HELDOUT --num-prompts 12 \
   --temperatures 1 --budgets 15,31,63,auto
+# where auto's steps at T=1 leave the device idle (bench/step_timeline.py), its replays against AR's
+methods q3_auto_timeline 150 --model $M/demo-qwen3 --drafter $M/demo-qwen3-dflash $HELDOUT --num-prompts 12 \
+  --temperatures 1 --methods ar,ddtree --budgets auto --profile-gens 4 \
+  --timeline "$OUT/q3_auto_timeline/traces"
 # what tree_budget=auto's AR step runs beside AR's own (at T=1 on the demo pairs its tokens cost ~9% more than AR's:
 # 2026-12-07, one H200): the kernels of each, `ddtree-auto63-ar-step` against `ar`
 methods q3_auto_kernels 150 --model $M/demo-qwen3 --drafter $M/demo-qwen3-dflash $HELDOUT --num-prompts 4 \

@@ -8,7 +8,7 @@ import torch
 
 from remote.decoding.loop import generate_ar, generate_spec
 from remote.kernels.step import step_kernels
-from remote.decoding.graph import GraphDecoder, HybridGraphDecoder, graph_support
+from remote.decoding.graph import GraphDecoder, GraphedSpec, HybridGraphDecoder, graph_support
 from remote.timing import PhaseTimer
 from tests.runner_fixtures import prompts, tiny_drafter, tiny_model, tiny_pair
 
@@ -84,17 +84,22 @@ def test_exactly_sized_caches_hold_every_step():
         assert len(contexts) == 1, contexts
 
 
-def test_queued_steps_stop_with_the_generation():
-    """The next speculative step is queued before the host reads the current one: at a stop token one step runs
-    unread (and the next generation starts clean), at max_new_tokens none does."""
+def test_queued_steps_run_to_the_end_of_the_generation(monkeypatch):
+    """The next speculative step is queued before the host reads the current one, up to the generation's last step
+    (each step commits a token at least: one more is launched unless those queued surely reach max_new_tokens), so
+    every step but the last is read with another behind it; at a stop token or at max_new_tokens at most one step
+    runs unread, and the next generation starts clean."""
     model, drafter, target = tiny_pair("narrow", block_size=8)
     decoder = GraphDecoder(model, drafter, drafter.target_layer_ids, graphs=False)
     ids = prompts(model, 1, seed=3)[0]
-    steps = []
+    steps, behind = [], []
     plain = decoder._spec_step
     decoder._spec_step = lambda *args, **kwargs: steps.append(1) or plain(*args, **kwargs)
+    read = GraphedSpec.read
+    monkeypatch.setattr(GraphedSpec, "read", lambda self, held: behind.append(self.unread - 1) or read(self, held))
     full = _both(decoder, target, drafter, model, ids, 30, set(), "ddtree", 16)
-    assert full[1].tokens == full[0].tokens and len(steps) == len(full[1].accepted)
+    assert full[1].tokens == full[0].tokens and len(steps) - len(full[1].accepted) in (0, 1)
+    assert len(behind) == len(full[1].accepted) > 8 and behind[:-1] == [1] * (len(behind) - 1), behind
     steps.clear()
     stopped = _both(decoder, target, drafter, model, ids, 30, {full[0].tokens[9]}, "ddtree", 16)[1]
     assert stopped.tokens == full[0].tokens[:full[0].tokens.index(full[0].tokens[9]) + 1]
@@ -117,7 +122,7 @@ class _Clock(PhaseTimer):
 @pytest.mark.parametrize("method", ["ar", "ddtree", "eager-ar"])
 def test_decode_time_ends_with_the_last_token_step(method):
     """The step queued after a stop token (before the host knew) is not decode time: the phase ends at the mark
-    of the step that produced the last token; generations that end at max_new_tokens queue no such step."""
+    of the step that produced the last token, also where one more was queued before max_new_tokens was reached."""
     model, drafter, _ = tiny_pair("narrow", block_size=8)
     decoder = GraphDecoder(model, drafter, drafter.target_layer_ids, graphs=False)
     ids = prompts(model, 1, seed=3)[0]

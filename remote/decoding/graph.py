@@ -267,14 +267,18 @@ class GraphDecoder:
         a smaller one down; bench/bench_methods.py sizes them per budget). The drafter's context cache does not
         depend on the method: a tree's width would otherwise make DDTree's draft attend over more rows than
         DFlash's (on the demo pair cuDNN's drafter attention took 6 us a step more for budget 31's 32 rows)."""
-        # A step starts at most at prompt_len + max_new - 2 (the loop's launch rule) and writes `width` rows
-        grown = self._grow("capacity", prompt_len + max_new + self._width(Method.parse(method), budget), exact)
+        # A step starts at most at prompt_len + max_new - 2 (AR) and writes `width` rows; a speculative one at most
+        # `block_size` - 1 rows later (the loop's launch rule counts a token for a step launched and unread, which
+        # may commit a block)
+        method = Method.parse(method)
+        unread = self.drafter.block_size if method.uses_drafter else 0
+        grown = self._grow("capacity", prompt_len + max_new + unread + self._width(method, budget), exact)
         if grown:
             self._cols = torch.arange(self.capacity, device=self.device)
             self._allocate()
         # drafter context rows end before the block's start + block_size
-        if self.drafter is not None and self._grow("context_capacity", prompt_len + max_new + self.drafter.block_size,
-                                                   exact):
+        if self.drafter is not None and self._grow("context_capacity",
+                                                   prompt_len + max_new + 2 * self.drafter.block_size, exact):
             self._allocate_drafter()
             grown = True
         if grown:

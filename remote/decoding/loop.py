@@ -276,8 +276,10 @@ def decode(steps: Steps, input_ids: torch.Tensor, max_new: int, stop_ids: set[in
         while not done:
             began, waited = (time.perf_counter(), steps.waited_s) if host else (0.0, 0.0)
             # Up to `ahead` steps are launched before the oldest is read, so that the device works through the
-            # host's read and bookkeeping (a step's inputs are all on the device); none that max_new rules out.
-            while len(queued) < steps.ahead and len(gen.tokens) + steps.height * len(queued) < max_new:
+            # host's read and bookkeeping (a step's inputs are all on the device); none that max_new rules out:
+            # every step commits a token at least, so one more is ruled out only once those queued surely reach
+            # max_new (one that turns out unneeded runs out unread, as past a stop token: not decode time).
+            while len(queued) < steps.ahead and len(gen.tokens) + len(queued) < max_new:
                 queued.append(_launch(steps, auto, timer))
             if seen:
                 gen.chose(auto, *seen)
