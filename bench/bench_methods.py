@@ -161,34 +161,37 @@ def metrics_of(run: Run, method: str, gens: list, peak, waited_s: float) -> dict
     return {**aggregate(gens, peak, depth), **step_figures(run, method, gens, print), **figures(run.auto), **wait}
 
 
-def measure_interleaved(run: Run, configs: list[tuple[str, int, int]],
-                        heads: dict[int, object]) -> dict[tuple[str, int, int], tuple[list, dict]]:
-    """`measure` for every (method, budget) of `configs` at once: the methods take turns prompt by prompt, in
-    reverse order on every other prompt (as remote.runner.run_methods), so that a drift of the GPU over the run
-    (clocks, heat: the two AR rows of one `--ar-again` run differed by up to 5% on an H200, 2026-12-04; see
+def measure_interleaved(run: Run, configs: list[tuple[str, int | str, int]],
+                        heads: dict[int, object]) -> dict[tuple[str, int | str, int], tuple[list, dict]]:
+    """`measure` for every (method, budget, draft head) of `configs` at once: the methods take turns prompt by
+    prompt, in reverse order on every other prompt (as remote.runner.run_methods), so that a drift of the GPU over
+    the run (clocks, heat: the two AR rows of one `--ar-again` run differed by up to 5% on an H200, 2026-12-04; see
     docs/PERFORMANCE.md, "Order drift") falls on each alike.
     The static caches have one size, the widest config's: a method that writes fewer rows a step attends over a
-    few rows more than when `measure` sizes them for it alone. Each config (method, budget, draft head: `heads`) is
-    warmed up first, and decodes one more prompt after the timed ones (untimed), so that its phase split replays a
-    state of its own."""
-    d, cuda = run.spec.decoding, run.device.type == "cuda"
-    widest = max(configs, key=lambda c: (c[0] != "ar", c[0] == "ddtree", c[1]))
-    d.tree_budget = widest[1]
-    run.reset_auto()
+    few rows more than when `measure` sizes them for it alone. Each config is warmed up first (tree_budget=auto:
+    with a policy of its own, calibrated then and kept across its turns: `select`), and decodes one more prompt
+    after the timed ones (untimed), so that its phase split replays a state of its own."""
+    d, cuda, autos = run.spec.decoding, run.device.type == "cuda", {}
+    wide = max(configs, key=lambda c: (c[0] != "ar", c[0] == "ddtree", widest(c[1])))
+    select(run, wide, heads, autos)
     if run.graphed:
-        run.graphed.reserve(max(ids.shape[1] for ids in run.inputs), d.max_new_tokens, *widest[:2], exact=True)
+        run.graphed.reserve(max(ids.shape[1] for ids in run.inputs), d.max_new_tokens, wide[0], d.widest_budget,
+                            exact=True)
     warmup_s = {}
     for config in configs:
-        d.tree_budget, started = config[1], time.perf_counter()
-        use_head(run, heads, config[2])
+        started = time.perf_counter()
+        select(run, config, heads, autos)
+        if isinstance(config[1], str):
+            run.reset_auto()
+            autos[config] = run.auto
         run.generate(config[0], 0)
+        run.calibrate(d.max_new_tokens)
         warmup_s[config] = time.perf_counter() - started
     gens = {c: [] for c in configs}
     peaks, waits = dict.fromkeys(configs), dict.fromkeys(configs, 0.0)
     for index in range(len(run.inputs)):
         for config in configs if index % 2 == 0 else configs[::-1]:
-            d.tree_budget = config[1]
-            use_head(run, heads, config[2])
+            select(run, config, heads, autos)
             reset_peak_memory(run.device)
             waited = run.graphed.read_wait_s if run.graphed else 0.0
             gens[config].append(run.generate(config[0], index))
@@ -198,12 +201,29 @@ def measure_interleaved(run: Run, configs: list[tuple[str, int, int]],
                 peaks[config] = [max(a, b) for a, b in zip(now, peaks[config] or now)]
     measured = {}
     for config in configs:
-        d.tree_budget = config[1]
-        use_head(run, heads, config[2])
+        select(run, config, heads, autos)
         run.generate(config[0], len(run.inputs) - 1)
         measured[config] = gens[config], {**metrics_of(run, config[0], gens[config], peaks[config], waits[config]),
                                           "interleaved": True, "warmup_s": warmup_s[config]}
     return measured
+
+
+def widest(budget: int | str) -> int:
+    """The most nodes a step of `budget` (an int, or "auto<max>") verifies."""
+    return int(budget.removeprefix("auto")) if isinstance(budget, str) else budget
+
+
+def select(run: Run, config: tuple[str, int | str, int], heads: dict[int, object], autos: dict) -> None:
+    """`run` set up for a generation of `config` (method, budget, draft head) among configs taking turns: its budget
+    (an int, or "auto<max>"), its draft head, and its own tree_budget=auto policy from `autos` (None for the others:
+    a fixed budget's steps must not be chosen by an auto's policy), so that an auto keeps what it learnt."""
+    d, budget = run.spec.decoding, config[1]
+    if isinstance(budget, str):
+        d.tree_budget, d.tree_budget_max = "auto", widest(budget)
+    else:
+        d.tree_budget = budget
+    use_head(run, heads, config[2])
+    run.auto = autos.get(config)
 
 
 def auto_verdicts(rows: list[dict], temperature: float) -> list[str]:
@@ -451,8 +471,9 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"--methods: one or more of ar, dflash, ddtree; got {args.methods!r}")
     budgets = parse_budgets(args.budgets, args.auto_max) if "ddtree" in methods else []
     fixed = [b for b in budgets if isinstance(b, int)]      # what the phase kernels and the profile take
-    if args.interleave and len(fixed) < len(budgets):
-        raise SystemExit(f"--interleave: fixed budgets only (tree_budget=auto learns as it goes); got {args.budgets!r}")
+    if args.interleave and any(isinstance(b, str) and not b.startswith("auto") for b in budgets):
+        raise SystemExit(f"--interleave: fixed budgets and auto<max> only (the diagnostic policies are timed alone); "
+                         f"got {args.budgets!r}")
     if args.profile and not fixed:
         raise SystemExit("--profile traces ddtree at a fixed budget: give one in --budgets (and ddtree in --methods)")
     if args.no_cudnn_sdpa:

@@ -216,6 +216,12 @@ methods q3_auto_t1 150 --model $M/demo-qwen3 --drafter $M/demo-qwen3-dflash $HEL
   --temperatures 1 --budgets 15,31,63,auto
 methods q35_auto_t1 240 --model $M/demo-qwen3_5 --drafter $M/demo-qwen3_5-dflash $HELDOUT --num-prompts 12 \
   --temperatures 1 --budgets 15,31,63,auto
+# the same with the methods taking turns prompt by prompt (one cache size; auto with a policy of its own): auto's AR
+# steps against AR's without the drift between rows timed one after another
+methods q3_auto_turns 150 --model $M/demo-qwen3 --drafter $M/demo-qwen3-dflash $HELDOUT --num-prompts 12 \
+  --temperatures 1 --methods ar,ddtree --budgets 15,31,63,auto --interleave
+methods q35_auto_turns 240 --model $M/demo-qwen3_5 --drafter $M/demo-qwen3_5-dflash $HELDOUT --num-prompts 12 \
+  --temperatures 1 --methods ar,ddtree --budgets 15,31,63,auto --interleave
 # where auto's steps at T=1 leave the device idle (bench/step_timeline.py), its replays against AR's
 methods q3_auto_timeline 150 --model $M/demo-qwen3 --drafter $M/demo-qwen3-dflash $HELDOUT --num-prompts 12 \
   --temperatures 1 --methods ar,ddtree --budgets auto --profile-gens 4 \

@@ -279,28 +279,35 @@ def test_ar_again_gives_speedups_against_both_ar_rows(tmp_path):
 
 def test_interleave_takes_turns_prompt_by_prompt(tmp_path):
     """--interleave: each method warmed up, then the methods take turns on prompt 0, in reverse order on prompt 1,
-    each at its own budget; then each decodes once more (the state its phase split replays). Every row says so."""
+    each at its own budget; then each decodes once more (the state its phase split replays). Every row says so.
+    tree_budget=auto takes turns too, with a policy of its own kept across its turns (calibrated in its warm-up)
+    and never handed to a fixed budget's steps."""
     from remote.runner import Run
 
     calls, generate = [], Run.generate
 
     def recorded(run, method, index, *args, **kwargs):     # the real generate, its calls written down
-        calls.append((method, run.spec.decoding.tree_budget, index))
+        calls.append((method, run.spec.decoding.tree_budget, index, run.auto))
         return generate(run, method, index, *args, **kwargs)
 
     with mock.patch.object(Run, "generate", recorded):
         _in_process("bench_methods", [
             "--random", json.dumps(TINY_QWEN3), "--random-drafter", json.dumps(TINY_DRAFTER), "--num-prompts", "2",
-            "--max-new-tokens", "4", "--budgets", "4,2", "--interleave", "--dtype", "float32", "--device", "cpu",
-            "--out", str(tmp_path)], tmp_path / "interleaved.stdout")
-    order = [("ar", 1), ("dflash", 1), ("ddtree", 4), ("ddtree", 2)]
-    assert calls == [(m, b, 0) for m, b in order] + [(m, b, 0) for m, b in order] + \
-        [(m, b, 1) for m, b in order[::-1]] + [(m, b, 1) for m, b in order]
+            "--max-new-tokens", "4", "--budgets", "4,2,auto", "--auto-max", "8", "--interleave", "--dtype", "float32",
+            "--device", "cpu", "--out", str(tmp_path)], tmp_path / "interleaved.stdout")
+    order = [("ar", 1), ("dflash", 1), ("ddtree", 4), ("ddtree", 2), ("ddtree", "auto")]
+    policies = {id(policy) for *_, policy in calls if policy is not None}
+    assert len(policies) == 1 and all((policy is not None) == (b == "auto") for _, b, _, policy in calls)
+    timed = [(m, b, 0) for m, b in order] + [(m, b, 1) for m, b in order[::-1]] + [(m, b, 1) for m, b in order]
+    warm = [c[:3] for c in calls[:-len(timed)]]         # auto's calibration generations follow its warm-up
+    assert [c[:3] for c in calls[-len(timed):]] == timed
+    assert warm[:len(order)] == [(m, b, 0) for m, b in order] and all(b == "auto" for _, b, _ in warm[len(order):])
     rows = json.loads((tmp_path / "rows.json").read_text())
-    assert [r["run"] for r in rows] == ["ar-T0", "dflash-T0", "ddtree-4-T0", "ddtree-2-T0"]
+    assert [r["run"] for r in rows] == ["ar-T0", "dflash-T0", "ddtree-4-T0", "ddtree-2-T0", "ddtree-auto8-T0"]
     assert all(r["interleaved"] is True and r["tpot_ms"] > 0 and r["warmup_s"] > 0 for r in rows)
-    with pytest.raises(SystemExit, match="--interleave: fixed budgets only"):
-        _bench("bench_methods").main(["--random", json.dumps(TINY_QWEN3), "--budgets", "4,auto", "--interleave"])
+    assert rows[-1]["auto_cost_ms_7"] > 0            # its policy measured its costs in its warm-up and kept them
+    with pytest.raises(SystemExit, match="--interleave: fixed budgets and auto<max> only"):
+        _bench("bench_methods").main(["--random", json.dumps(TINY_QWEN3), "--budgets", "4,trace7", "--interleave"])
 
 
 def test_ab_base_writes_a_commit_beside_the_tree(tmp_path):
