@@ -118,6 +118,26 @@ def test_calibration_times_each_bucket_in_a_row_of_its_own_before_choosing():
     assert sorted(auto.costs) == [7, 15, 31] and all(ms >= 0 for ms in auto.costs.values())
 
 
+def test_a_timed_step_never_read_is_timed_again_so_calibration_ends():
+    """A generation can end with a step launched and unread (at max_new_tokens or a stop token): a calibration step
+    lost so is launched again, warm behind the one dropped, and calibration still ends with every bucket timed."""
+    auto = AutoBudget([7, 15], cuda=False, timed_steps=2)
+    launched, dropped = [], False
+    while auto.calibrating and len(launched) < 20:
+        budget = auto.pick()
+        with auto.timing(budget) as span:
+            pass
+        launched.append((budget, span[2]))
+        if budget == 7 and span[2] and not dropped:
+            auto.dropped(budget, span)            # its generation ended before it was read
+            dropped = True
+            continue
+        auto.observe(budget, [1000, 1500], [1], 2, span)
+    assert launched == [(7, False), (7, False), (7, True), (7, True), (7, True), (15, False), (15, False),
+                        (15, True), (15, True)]
+    assert not auto.calibrating
+
+
 def _calibrated(sizes: list[int], ms: float) -> tuple[AutoBudget, object]:
     """An AutoBudget calibrated with every step taking `ms`, and a `read(budget, span)` that observes a step."""
     auto = AutoBudget(sizes, cuda=False, timed_steps=1)

@@ -2,15 +2,15 @@
 
 Contract: `buckets(max_budget)` -> the candidate budgets, 2^k - 1 from 7 up to `max_budget`; a step's tree built with
 them (remote.decoding.tree_build, `best_first_tree(logits, budget, buckets).expected`) predicts [K] long: E(c) in
-thousandths per bucket, -1 where c is larger than the step's tree. `AutoBudget(buckets, cuda)`: `pick()` the next
-step's budget; `with timing(budget) as span:` around its launch; `observe(budget, predicted, nodes, committed, span)`
-once it is read (`nodes`: the accepted path's node indices below the root); `costs` (ms a step per bucket) once
-measured, `calibrating` until then. The choice is the budget b maximising 1 + A(b) - rate * T(b): A what a tree of b
-nodes is expected to accept (`accepted`), T its measured step cost, rate the running tokens per ms. With `plain`
-(the runner's) PLAIN is a candidate too: a step of the target alone, no draft, no tree (A = 0, T measured as the
-trees' are), for texts where no tree pays for its draft and verify. Lossless by construction: every step verifies
-a best-first tree of some size, as a fixed budget does, or is AR's. No host read is added: each step's predictions
-ride in the read it has anyway.
+thousandths per bucket, -1 where c is larger than the step's tree. `AutoBudget(buckets, cuda)`: `pick()` the next step's
+budget; `with timing(budget) as span:` around its launch; `observe(budget, predicted, nodes, committed, span)` once it
+is read (`nodes`: the accepted path's node indices below the root), or `dropped(budget, span)` if it never is; `costs`
+(ms a step per bucket) once measured, `calibrating` until then. The choice is the budget b maximising 1 + A(b) - rate *
+T(b): A what a tree of b nodes is expected to accept (`accepted`), T its measured step cost, rate the running tokens per
+ms. With `plain` (the runner's) PLAIN is a candidate too: a step of the target alone, no draft, no tree (A = 0, T
+measured as the trees' are), for texts where no tree pays for its draft and verify. Lossless by construction: every step
+verifies a best-first tree of some size, as a fixed budget does, or is AR's. No host read is added: each step's
+predictions ride in the read it has anyway.
 """
 from __future__ import annotations
 
@@ -151,6 +151,14 @@ class AutoBudget:
             best += 1                      # one size up now and then, so that its ratio follows the text
             self._stale[best] = 0
         return self.sizes[best]
+
+    def dropped(self, budget: int, span) -> None:
+        """A step launched and never read (its generation ended first, at max_new_tokens or a stop token): one that
+        was to time its bucket goes back to the front of the round, so that calibration still times every bucket
+        (short of one timed step it would wait for it forever, choosing the largest). It follows a step of its own
+        bucket, the one dropped, so it times."""
+        if span and span[0] is not None:
+            self._round.insert(0, budget)
 
     def cost(self, budget: int) -> float:
         """ms a step of `budget` takes: its device time, or the host's time a step where that is longer (c)."""

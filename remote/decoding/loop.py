@@ -301,6 +301,8 @@ def decode(steps: Steps, input_ids: torch.Tensor, max_new: int, stop_ids: set[in
                 auto.host(1000.0 * (time.perf_counter() - began - (steps.waited_s - waited)))
     if seen:
         gen.chose(auto, *seen)
+    for budget, launched, _ in queued if auto else ():     # launched, never read: the generation ended first
+        auto.dropped(budget, launched)
     return gen
 
 
