@@ -92,6 +92,8 @@ class _Budgets:
     def observe(self, *args) -> None:
         pass
 
+    host = dropped = observe        # the decode loop's other reports to a policy: nothing to learn from either
+
 
 class Kept:
     """An executor whose reads are kept (`reads`: each step's tokens and accepted nodes): which verify row chose which

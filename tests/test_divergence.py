@@ -18,10 +18,13 @@ import pytest
 
 from orchestrator.failures import scan_text
 from orchestrator.tracking import show
-from remote.divergence import NEAR_TIE_ULPS, Divergence, divergence_metrics, ulp
+from remote.decoding.auto_budget import AutoBudget, buckets
+from remote.decoding.graph import GraphDecoder
+from remote.divergence import NEAR_TIE_ULPS, Divergence, _Budgets, divergence_metrics, ulp
 from remote.models.attention_target import AttentionTarget
 from remote.runner import run
-from tests.runner_fixtures import tiny_spec
+from remote.timing import PhaseTimer
+from tests.runner_fixtures import prompts, tiny_pair, tiny_spec
 
 PERTURBED_STEP = 2     # the second verify of every generation
 BUMP = 100.0           # far beyond any rounding: the verify's lowest logit made its highest
@@ -111,3 +114,16 @@ def test_the_gpu_figures_script_reports_its_broken_verify_on_the_cpu(tmp_path):
     budget = subprocess.run([sys.executable, str(bench / "noise_budget.py"), str(tmp_path / found["run"])],
                             capture_output=True, text=True, timeout=120)
     assert budget.returncode == 0 and json.loads(budget.stdout.splitlines()[-1])[0]["prompts"] == 2
+
+
+def test_a_replay_of_an_auto_generation_takes_its_budgets_again():
+    """A divergence's replay of a tree_budget=auto generation steps through the budgets it chose, on the graph
+    decoder's executor (whose loop also reports the host's time a pass and, at the end, a step launched unread)."""
+    model, drafter, _ = tiny_pair("narrow", block_size=8)
+    decoder = GraphDecoder(model, drafter, drafter.target_layer_ids, graphs=False)
+    ids = prompts(model, 1, seed=3)[0]
+    auto = AutoBudget(buckets(15), cuda=False, timed_steps=1)
+    first = decoder.generate_spec(ids, 30, set(), PhaseTimer(ids.device), "ddtree", 15, auto)
+    replayed = _Budgets(auto.sizes, first.budgets)
+    again = decoder.generate_spec(ids, 30, set(), PhaseTimer(ids.device), "ddtree", 15, replayed)
+    assert again.tokens == first.tokens and again.budgets == first.budgets and len(set(first.budgets)) == 2
