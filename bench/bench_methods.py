@@ -9,8 +9,8 @@ warm-up per method and budget (each budget is a new shape). `--ar-again` times A
 methods and gives every speculative row's speedup against the mean of both AR rows too (`speedup_vs_ar_both`, the
 `vs_both_ar` column). `--interleave` has the methods take turns prompt by prompt instead (`measure_interleaved`: a
 drift of the GPU falls on each alike; one cache size for all; tree_budget=auto with a policy of its own; rows say
-`interleaved`). `--stock-generate` adds
-transformers' own `generate` as a row, to keep our AR honest; `--methods` measures fewer (AR always); `--floor`
+`interleaved`). `--stock-generate` adds transformers' own `generate` as a row, to keep our AR honest; `--methods`
+measures fewer (AR always); `--floor`
 gives every row's step against the floor (the target's weight bytes / a device copy's bandwidth, measured in the
 run). `--draft-vocabs 0,2048` measures DFlash and DDTree once per draft head (0: the drafter's own; N: the N tokens
 most frequent in --calibration, remote.calibration), rows named `-v<N>`, AR once. Writes summary.csv and the sweep

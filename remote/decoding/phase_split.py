@@ -27,13 +27,13 @@ from .graph import GraphDecoder
 
 
 # Where the measured step starts: a generation launches a step only at a length its reserved caches hold
-# (GraphDecoder.reserve: up to prompt + max_new - 2, a block more for a speculative step launched behind an unread
-# one, plus the step's width), but its last steps may commit up to a block each past that, so the state it ends in may
-# have no room for one more step (the demo hybrid pair, 128 tokens, as reserved before the block for the unread step:
-# DFlash ended at 193 of 208 rows and its step writes 16). There the measured step starts at the last length that has room
-# (the committed rows before it are the same generation's); the cost of a step hardly depends on it (attention runs
-# over every reserved row, masked). The rows a step would index are checked on the host first: a device-side index
-# error would poison the CUDA context, and with it the run.
+# (GraphDecoder.reserve: up to prompt + max_new - 2, a block more for a speculative step launched behind an unread one,
+# plus the step's width), but its last steps may commit up to a block each past that, so the state it ends in may have
+# no room for one more step (the demo hybrid pair, 128 tokens, as reserved before the block for the unread step: DFlash
+# ended at 193 of 208 rows and its step writes 16). There the measured step starts at the last length that has room (the
+# committed rows before it are the same generation's); the cost of a step hardly depends on it (attention runs over
+# every reserved row, masked). The rows a step would index are checked on the host first: a device-side index error
+# would poison the CUDA context, and with it the run.
 @contextmanager
 def measured_state(decoder: GraphDecoder, method: Method, budget: int):
     """The committed state the measured step starts from, inside the reserved caches (see the comment above);
