@@ -10,13 +10,12 @@ methods and gives every speculative row's speedup against the mean of both AR ro
 `vs_both_ar` column). `--interleave` has the methods take turns prompt by prompt instead (`measure_interleaved`: a
 drift of the GPU falls on each alike; one cache size for all; tree_budget=auto with a policy of its own; rows say
 `interleaved`). `--stock-generate` adds transformers' own `generate` as a row, to keep our AR honest; `--methods`
-measures fewer (AR always); `--floor`
-gives every row's step against the floor (the target's weight bytes / a device copy's bandwidth, measured in the
-run). `--draft-vocabs 0,2048` measures DFlash and DDTree once per draft head (0: the drafter's own; N: the N tokens
-most frequent in --calibration, remote.calibration), rows named `-v<N>`, AR once. Writes summary.csv and the sweep
-plots (same functions as the orchestrator's sweep summary) to --out; every row is printed as one JSON line and
-saved to rows.json as soon as it is measured (a run stopped at a time limit keeps them), and the last stdout line
-is compact JSON.
+measures fewer (AR always); `--floor` gives every row's step against the floor (the target's weight bytes / a device
+copy's bandwidth, measured in the run). `--draft-vocabs 0,2048` measures DFlash and DDTree once per draft head (0:
+the drafter's own; N: the N tokens most frequent in --calibration, remote.calibration), rows named `-v<N>`, AR once.
+Writes summary.csv and the sweep plots (same functions as the orchestrator's sweep summary) to --out; every row is
+printed as one JSON line and saved to rows.json as soon as it is measured (a run stopped at a time limit keeps them),
+and the last stdout line is compact JSON.
 `--profile DIR` adds, after the timed runs of the first temperature (so no reported time is taken under the
 profiler), a torch.profiler chrome trace and a key_averages table of --profile-gens generations per method (ar,
 dflash, ddtree at the budget with the best speedup, stock `generate`), with the decode phases (draft, tree_build,
