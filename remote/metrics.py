@@ -100,6 +100,10 @@ DEFINITIONS = {
                         "last warm steps in rounds (each budget twice in a row, the second timed; up to 32, warm-up "
                         "included; graphed: a replayed step; eager: the whole step)",
     "auto_cost_ms_ar": "tree_budget=auto: an AR step's cost in the same cost model (timed as the budgets' are)",
+    "auto_cost_explained": "tree_budget=auto: the steps read, each at its budget's cost in the model at the run's "
+                           "end, over the decode time they took (1: the model accounts for all of it; below 1: time "
+                           "outside its steps' costs, as the drafter's passes over AR steps' features, an idle "
+                           "device, or steps slower than their median)",
     "auto_host_ms": "tree_budget=auto, graphed steps: the host's own time a pass of the decode loop (launch, read, "
                     "bookkeeping; its waits for the device left out), the median of its last 64 passes at the run's "
                     "end; a step whose device time is shorter counts at this, since host and device overlap",
@@ -286,6 +290,9 @@ def auto_budget_metrics(gens: list[Generation], auto) -> dict[str, float]:
         out["auto_host_ms"] = auto.host_ms
     if not budgets:
         return out
+    decode = sum(g.times_ms.get("decode", 0.0) for g in gens)
+    if auto.costs and decode > 0:
+        out["auto_cost_explained"] = sum(auto.cost(b) for b in budgets) / decode
     trees = [p for g in gens for p in g.predicted]             # verify steps only: AR steps have no tree
     predicted = mean(trees) if trees else None
     accepted = mean(a for g in gens for a in g.accepted) if trees else None

@@ -271,6 +271,8 @@ def test_a_run_reports_its_choices_and_its_cost_model(tmp_path):
     assert set(m) >= {"auto_cost_ms_7", "auto_cost_ms_15", "auto_cost_ms_ar", "auto_budget_mean", "auto_ar_share"}
     assert "auto_host_ms" not in m      # an eager step runs whole on the host: its timed span is all of it
     assert 0 <= m["auto_budget_mean"] <= 15
+    # eager steps run whole inside their timed launch: the model's step costs are most of the decode time
+    assert 0.5 < m["auto_cost_explained"] < 1.2
     assert m["auto_ar_share"] + m["auto_budget_share_7"] + m["auto_budget_share_15"] == pytest.approx(1.0)
     if m["auto_ar_share"] < 1:     # (on a busy CPU the tiny pair's trees may never pay: every step AR's)
         assert set(m) >= {"auto_predicted_accept_mean", "auto_accepted_mean", "auto_calibration"}
