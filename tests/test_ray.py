@@ -66,7 +66,9 @@ def hold_pid(run_dir: Path) -> int:
 
 
 def local_run(runs_dir: Path) -> Path:
-    (job,) = runs_dir.glob("*/*/job.json")
+    """The run dir here, once its job.json is: the orchestrator writes it once it knows the runner started, which
+    may be after the runner's own start event on the node."""
+    (job,) = wait_for(lambda: list(runs_dir.glob("*/*/job.json")), "the run's job.json")
     return job.parent
 
 
