@@ -112,10 +112,8 @@ def prepare(run: Run, method: str, budget: int | str) -> None:
     special = diagnostic(budget, run.device.type == "cuda")
     if special:
         d.tree_budget, d.tree_budget_max = "auto", special[0]
-    elif isinstance(budget, str):
-        d.tree_budget, d.tree_budget_max = "auto", int(budget.removeprefix("auto"))
     else:
-        d.tree_budget = budget
+        set_budget(d, budget)
     run.reset_auto()
     if special:
         run.auto = special[1]
@@ -213,15 +211,19 @@ def widest(budget: int | str) -> int:
     return int(budget.removeprefix("auto")) if isinstance(budget, str) else budget
 
 
-def select(run: Run, config: tuple[str, int | str, int], heads: dict[int, object], autos: dict) -> None:
-    """`run` set up for a generation of `config` (method, budget, draft head) among configs taking turns: its budget
-    (an int, or "auto<max>"), its draft head, and its own tree_budget=auto policy from `autos` (None for the others:
-    a fixed budget's steps must not be chosen by an auto's policy), so that an auto keeps what it learnt."""
-    d, budget = run.spec.decoding, config[1]
+def set_budget(d, budget: int | str) -> None:
+    """The decoding spec `d` at `budget`: a fixed one (an int), or "auto<max>" (tree_budget=auto up to max)."""
     if isinstance(budget, str):
         d.tree_budget, d.tree_budget_max = "auto", widest(budget)
     else:
         d.tree_budget = budget
+
+
+def select(run: Run, config: tuple[str, int | str, int], heads: dict[int, object], autos: dict) -> None:
+    """`run` set up for a generation of `config` (method, budget, draft head) among configs taking turns: its budget
+    (`set_budget`), its draft head, and its own tree_budget=auto policy from `autos` (None for the others: a fixed
+    budget's steps must not be chosen by an auto's policy), so that an auto keeps what it learnt."""
+    set_budget(run.spec.decoding, config[1])
     use_head(run, heads, config[2])
     run.auto = autos.get(config)
 
