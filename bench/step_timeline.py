@@ -20,7 +20,8 @@ two generations is no replay's) and host_late (the fraction of replays launched 
 had ended: then the device waited for the host), and `gaps`: the replays' modal event sequence position by position,
 as (position, event, previous event, mean gap before it us, mean duration us), largest gap first, and `kernels`:
 [name, us a step, launches a step] over every replay, the slowest first (real generations' means, where
-remote.decoding.phase_split profiles one replayed state). `render(name, timeline, top)` is its text.
+remote.decoding.phase_split profiles one replayed state). `kinds`: the replays grouped by captured step (`_kinds`), where
+a run replays several (tree_budget=auto's AR steps, trees and absorbs). `render(name, timeline, top)` is its text.
 """
 from __future__ import annotations
 
@@ -76,12 +77,32 @@ def step_timeline(trace: dict, min_events: int = 10) -> dict:
         before = [float(s[i]["ts"]) - max(float(e["ts"]) + float(e["dur"]) for e in s[:i]) for s in same]
         gaps.append((i, name, modal[i - 1], mean(before), mean(float(s[i]["dur"]) for s in same)))
     return {
+        "kinds": _kinds(steps, spans),
         "steps": len(steps), "events": mean(len(s) for s in steps), "span_us": mean(spans), "busy_us": mean(busies),
         "gap_us": mean(spans) - mean(busies), "idle_before_us": median(idles) if idles else 0.0,
         "host_late": late / max(1, len(steps) - 1), "modal_steps": len(same),
         "gaps": sorted(gaps, key=lambda g: -g[3]),
         "kernels": sorted(([name, us, n] for name, (us, n) in kernels.items()), key=lambda k: -k[1]),
     }
+
+
+def _kinds(steps: list[list[dict]], spans: list[float]) -> list[dict]:
+    """The replays grouped by kind (the same kernels at the same grids: one captured step, e.g. tree_budget=auto's
+    AR step, a tree of one bucket, the drafter's absorb), most frequent first: replays, events, mean span, its share
+    of all replays' spans, and the mean span of those that follow a replay of their own kind and of another (a
+    kind's step can cost more right after another's: caches and clocks warm for the other)."""
+    keys = [tuple((e["name"], str((e.get("args") or {}).get("grid"))) for e in events) for events in steps]
+    total = sum(spans)
+    kinds = []
+    for key, n in Counter(keys).most_common():
+        mine = [i for i, k in enumerate(keys) if k == key]
+        after_own = [spans[i] for i in mine if i and keys[i - 1] == key]
+        after_other = [spans[i] for i in mine if i and keys[i - 1] != key]
+        kinds.append({"replays": n, "events": len(key), "span_us": mean(spans[i] for i in mine),
+                      "share": sum(spans[i] for i in mine) / total,
+                      "after_own_us": mean(after_own) if after_own else None,
+                      "after_other_us": mean(after_other) if after_other else None})
+    return kinds
 
 
 def render(name: str, timeline: dict, top: int = 15) -> str:
@@ -91,6 +112,11 @@ def render(name: str, timeline: dict, top: int = 15) -> str:
     lines = [f"{name}: {t['steps']} replays, {t['events']:.0f} events each; span {t['span_us']:.1f} us = busy "
              f"{t['busy_us']:.1f} + gaps {t['gap_us']:.1f}; idle before a replay (median) {t['idle_before_us']:.1f} us "
              f"(host late {100 * t['host_late']:.0f}%)"]
+    kinds = t.get("kinds", [])
+    for i, kind in enumerate(kinds[:top] if len(kinds) > 1 else []):
+        own, other = (f"{kind[k]:.1f}" if kind[k] is not None else "-" for k in ("after_own_us", "after_other_us"))
+        lines.append(f"  kind {i + 1}: {kind['replays']} replays of {kind['events']} events, span {kind['span_us']:.1f} "
+                     f"us ({100 * kind['share']:.1f}% of all); after its own kind {own} us, after another {other}")
     for name, us, launches in t["kernels"][:top]:
         lines.append(f"    {us:7.2f} us {launches:5.1f}x  {name[:100]}")
     lines.append("  largest gaps:")

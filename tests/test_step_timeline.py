@@ -51,3 +51,21 @@ def test_timeline_finds_the_idle_time_and_where_it_is():
 def test_timeline_of_a_trace_without_replays():
     assert step_timeline({"traceEvents": []}) == {"steps": 0}
     assert "no graph replays" in render("ar", {"steps": 0})
+
+
+def test_timeline_splits_the_replays_by_kind_and_what_came_before():
+    plain = [("gemv", 0.5, 1.0)] * 10
+    tree = [("gemv", 0.5, 3.0)] * 12
+    # plain, plain, tree, plain (after a tree: slower), plain
+    slow = [("gemv", 0.5, 2.0)] * 10
+    replays = [(0.0, 0.0, plain), (1.0, 100.0, plain), (2.0, 200.0, tree), (3.0, 300.0, slow), (4.0, 400.0, plain)]
+    t = step_timeline(_trace(replays))
+    plain_kind, tree_kind = t["kinds"][0], t["kinds"][1]      # the same names: plain and slow are one kind
+    assert (plain_kind["replays"], plain_kind["events"], tree_kind["replays"], tree_kind["events"]) == (4, 10, 1, 12)
+    span = lambda k: sum(d for _, _, d in k) + sum(g for _, g, _ in k[1:])     # noqa: E731
+    assert abs(plain_kind["after_own_us"] - span(plain)) < 1e-9           # the 2nd and the 5th replay
+    assert abs(plain_kind["after_other_us"] - span(slow)) < 1e-9          # the 4th, after the tree
+    assert tree_kind["after_own_us"] is None
+    total = 3 * span(plain) + span(slow) + span(tree)
+    assert abs(tree_kind["share"] - span(tree) / total) < 1e-9
+    assert "kind 2: 1 replays of 12 events" in render("auto", t)
