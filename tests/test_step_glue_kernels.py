@@ -69,8 +69,14 @@ for seed in range(16):
     want_ctx = context.clone()
     rows.torch_gather_rows(features, 0, path, want_ctx[0], 0)
     rows.gather_rows_interpreted(features, 0, path, context[0], 0)
+    # taps: a verify's per-layer features [N, D] each, moved as their concatenation's rows, from a device start
+    taps = tuple(features * (j + 1) for j in range(1 + seed % 5))
+    wide = torch.zeros(1, 20, len(taps) * cache.shape[-1], dtype=cache.dtype)
+    want_wide = wide.clone()
+    want_wide[0, 3: 3 + path.shape[0]] = torch.cat(taps, dim=-1)[path]
+    rows.gather_rows_interpreted(taps, 0, path, wide[0], torch.tensor(3))
     out["moves"].append({"seed": seed, "equal": torch.equal(got, want), "moved": not torch.equal(want, cache),
-                         "context": torch.equal(context, want_ctx)})
+                         "context": torch.equal(context, want_ctx), "taps": torch.equal(wide, want_wide)})
 # a step's K/V [2, Hkv, n, D] into a layer's pair of a store [2L, Hkv, cap, D] at consecutive rows from a device
 # start (StaticKV.write), and embedding rows (remote.models.layer_loop.embed)
 g = torch.Generator().manual_seed(0)
@@ -96,7 +102,7 @@ print(json.dumps(out))
 def test_interpreted_kernels_equal_their_definitions():
     results = run_interpreted(CHECK)
     for r in results["moves"]:
-        assert r["equal"] and r["context"], r
+        assert r["equal"] and r["context"] and r["taps"], r
     assert any(r["moved"] for r in results["moves"])          # some paths really move rows
     assert results["writes"] and all(r["kv"] and r["embed"] for r in results["writes"]), results["writes"]
     for r in results["argmax"]:
@@ -128,6 +134,11 @@ def test_cuda_kernels_equal_their_definitions():
         got = cache.cuda()
         rows.gather_rows(got, start, path.cuda(), got, start)
         assert torch.equal(got.cpu(), want), seed
+        slabs = cache.reshape(-1, *cache.shape[-2:]).cuda()
+        taps = tuple(slabs[j] for j in range(min(slabs.shape[0], rows.MAX_TAPS)))
+        wide = torch.zeros(cache.shape[-2] + 4, len(taps) * cache.shape[-1], dtype=cache.dtype, device="cuda")
+        rows.gather_rows(taps, 0, path.cuda(), wide, torch.tensor(2, device="cuda"))
+        assert torch.equal(wide[2: 2 + path.shape[0]].cpu(), torch.cat(taps, dim=-1)[path.cuda()].cpu()), seed
     for seed in range(30):
         logits = argmax_case(seed)
         assert torch.equal(argmax.argmax_rows(logits.cuda()).cpu(), logits.argmax(dim=-1)), seed
@@ -152,11 +163,12 @@ def test_kernels_compile_for_hopper():
     from remote.kernels import argmax, rows
     from tests.test_tree_kernel import hopper_ptx
 
-    move = {"src": "*bf16", "dst": "*bf16", "path": "*i64", "src_base": "*i64", "dst_base": "*i64",
+    move = {"src": "*bf16", **{f"tap{j}": "*bf16" for j in range(1, rows.MAX_TAPS)}, "dst": "*bf16", "path": "*i64",
+            "src_base": "*i64", "dst_base": "*i64",
             **{name: "i32" for name in ("src_off", "dst_off", "H", "D", "src_slab", "src_row", "dst_slab",
                                         "dst_row")}}
-    for pointers in (True, False):
-        constants = {"HP": 16, "BD": 256, "SRC_PTR": pointers, "DST_PTR": pointers}
+    for pointers, taps in ((True, 1), (False, 1), (True, 3), (False, rows.MAX_TAPS)):
+        constants = {"HP": 16, "BD": 256, "SRC_PTR": pointers, "DST_PTR": pointers, "TAPS": taps}
         assert ".entry" in hopper_ptx(rows._gather_rows_kernel, move, constants)
     chunk = {"logits": "*bf16", "stride": "i32", "best": "*fp32", "where": "*i32", "out": "*i64", "V": "i32",
              "chunks": "i32"}

@@ -109,9 +109,11 @@ class DeviceState:
 
     def __init__(self, device: torch.device):
         as_long = dict(dtype=torch.long, device=device)
-        self.start = torch.zeros((), **as_long)          # committed length: the position of `root`
+        # side by side, so that tree_budget=auto's AR step advances both in one launch (`_plain_step`)
+        self.counters = torch.zeros(2, **as_long)
+        self.start = self.counters[0]                    # committed length: the position of `root`
+        self.context_rows = self.counters[1]             # speculative: real rows of `context`
         self.root = torch.zeros(1, **as_long)            # the last committed token, not yet run through the target
-        self.context_rows = torch.zeros((), **as_long)   # speculative: real rows of `context`
         self.context: torch.Tensor | None = None         # [1, B, F] the drafter's next context (`reserve`)
 
     def committed(self) -> list[torch.Tensor]:
@@ -408,7 +410,7 @@ class GraphDecoder:
         path, bonus, length, read = active(accept)(tree, nodes, samples, logits, built.expected,
                                                    self.drafter.draft_tokens(samples))
         commit(path, length)
-        gather_rows(verified.features, 0, path, state.context[0], 0)
+        gather_rows(verified.taps, 0, path, state.context[0], 0)
         state.context_rows.copy_(length)
         state.start.add_(length)
         state.root.copy_(bonus)
@@ -425,9 +427,8 @@ class GraphDecoder:
         state = self.state
         verified = self._plain_forward()
         token = self.sampling.choose(verified.logits)                                          # [1]
-        gather_rows(verified.features, 0, self._first, state.context[0], state.context_rows)
-        state.context_rows.add_(1)
-        state.start.add_(1)
+        gather_rows(verified.taps, 0, self._first, state.context[0], state.context_rows)
+        state.counters.add_(1)                                                                 # start, context_rows
         state.root.copy_(token)
         return token
 

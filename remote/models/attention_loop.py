@@ -76,9 +76,9 @@ class AttentionLoop:
         def mix(i: int, layer, h: torch.Tensor, rope) -> torch.Tensor:
             return self._attention(i, layer.self_attn, h, rope, kv, mask)
 
-        hidden, features = run_layers(self.decoder, self.layers, ids, positions, mix,
-                                      self.target_layer_ids if featured else [], self.lm_head.weight.device)
-        return Verified(self.lm_head(hidden).float(), features)
+        hidden, taps = run_layers(self.decoder, self.layers, ids, positions, mix,
+                                  self.target_layer_ids if featured else [], self.lm_head.weight.device)
+        return Verified(self.lm_head(hidden).float(), taps)
 
     def _attention(self, i: int, attn: torch.nn.Module, h: torch.Tensor, rope, kv: StaticKV,
                    mask: torch.Tensor) -> torch.Tensor:

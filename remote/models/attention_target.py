@@ -62,11 +62,7 @@ class AttentionTarget(Target):
                          output_hidden_states=bool(self.layer_ids), logits_to_keep=1 if last_only else 0,
                          **{self.cache_kw: self.cache})
         logits = out.logits[0].float()                                          # [N, V] ([1, V] if last_only)
-        if self.layer_ids:
-            feats = torch.cat([out.hidden_states[i + 1][0].to(self._out) for i in self.layer_ids], dim=-1)
-        else:
-            feats = logits.new_zeros(ids.shape[1], 0)
-        return Verified(logits=logits, features=feats)                         # features [N, len(ids) * H]
+        return Verified(logits, tuple(out.hidden_states[i + 1][0].to(self._out) for i in self.layer_ids))
 
     def prefill(self, input_ids: torch.Tensor) -> Verified:
         self.cache = make_cache(self.model)

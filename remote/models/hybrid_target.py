@@ -308,8 +308,8 @@ class HybridTarget(Target):
         """Logits [1, V] of one token ([1], on the device) at `step.start`, advancing the committed state in place
         without a host value (capture-safe); `featured`: a `Verified`, its drafter features too. Needs `reserve`;
         the caller keeps its own length."""
-        hidden, features = self._forward(token.view(1, 1), step.start.view(1), tree=self._static(step, 1))
-        return Verified(self._logits(hidden), features) if featured else self._logits(hidden)
+        hidden, taps = self._forward(token.view(1, 1), step.start.view(1), tree=self._static(step, 1))
+        return Verified(self._logits(hidden), taps) if featured else self._logits(hidden)
 
     @torch.inference_mode()
     def verify_static(self, tokens: torch.Tensor, step: Static) -> Verified:
@@ -354,7 +354,7 @@ class HybridTarget(Target):
         return self.config.linear_conv_kernel_dim
 
     def _forward(self, input_ids: torch.Tensor, positions: torch.Tensor, tree):
-        """Every decoder layer (remote.models.layer_loop). Returns (normed hidden [T, H], features [T, F])."""
+        """Every decoder layer (remote.models.layer_loop). Returns (normed hidden [T, H], the drafter's taps)."""
         def mix(i: int, layer, h: torch.Tensor, rope) -> torch.Tensor:
             if self.layer_types[i] == "linear_attention":
                 return self._gdn(i, layer.linear_attn, h, tree)

@@ -1,9 +1,10 @@
 """A decoder's layers run by a loop of our own: embed, every layer's norm / token mixer / norm / MLP, final norm.
 
 Contract: `run_layers(decoder, layers, input_ids, positions, mix, feature_ids)` with `decoder` a transformers
-text model (embed_tokens, layers, norm, rotary_emb) returns (the final-normed hidden states [T, H], features
-[T, len(feature_ids) * H]): the outputs of decoder layers `feature_ids` (0-based; HF's `hidden_states[i + 1]`, for
-the last layer the final-norm output, as in HF), concatenated on `features_device`. `mix(i, layer, h, rope)` is
+text model (embed_tokens, layers, norm, rotary_emb) returns (the final-normed hidden states [T, H], taps): the
+outputs [T, H] of decoder layers `feature_ids` (0-based; HF's `hidden_states[i + 1]`, for the last layer the
+final-norm output, as in HF) on `features_device`, one a layer (`Verified.taps`: the drafter's features once
+concatenated). `mix(i, layer, h, rope)` is
 layer i's token mixer (attention or recurrence) on its normed input h [1, T, H], with `rope` the (cos, sin) of
 `positions` on h's device. `on(device)` is entered around each layer's work (a target split over GPUs makes the
 layer's device current there). `mrope`: the rotary takes [3, 1, T] positions (Qwen3.5's multimodal rotary; text
@@ -48,6 +49,4 @@ def run_layers(decoder, layers: int, input_ids: torch.Tensor, positions: torch.T
     with on(dev):
         _, x = residual_norm(decoder.norm, x.to(dev), late.to(dev))
     feats[layers - 1] = x                                                             # HF ties the last hidden state
-    features = torch.cat([feats[i][0].to(features_device) for i in feature_ids], dim=-1) \
-        if feature_ids else x.new_zeros(x.shape[1], 0)
-    return x[0], features
+    return x[0], tuple(feats[i][0].to(features_device) for i in feature_ids)

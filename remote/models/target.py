@@ -15,6 +15,7 @@ tools) and are converted.
 from __future__ import annotations
 
 import abc
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -24,8 +25,16 @@ from ..tree import Ancestry
 
 @dataclass
 class Verified:
-    logits: torch.Tensor      # [N, vocab] float32, node i's next-token logits
-    features: torch.Tensor    # [N, F] drafter context features of node i (target_layer_ids hidden states, concatenated)
+    logits: torch.Tensor                  # [N, vocab] float32, node i's next-token logits
+    taps: tuple[torch.Tensor, ...] = ()   # [N, H] each: node i's hidden states at the drafter's target_layer_ids
+
+    @functools.cached_property
+    def features(self) -> torch.Tensor:
+        """[N, F]: the taps concatenated, the drafter's context features of node i (captured steps move the taps'
+        rows to where the drafter reads them without this copy: remote.kernels.rows)."""
+        if not self.taps:
+            return self.logits.new_zeros(self.logits.shape[0], 0)
+        return torch.cat(self.taps, dim=-1)
 
 
 class Target(abc.ABC):
