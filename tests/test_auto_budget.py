@@ -326,8 +326,8 @@ class Scripted(AutoBudget):
         return self.pattern[(self._step - 1) % len(self.pattern)]
 
 
-# AR steps in runs longer than the drafter's pending context holds (block 8: 32 rows), so that it is absorbed, then
-# trees after them; and AR steps between trees
+# AR steps in runs longer than the drafter's pending context holds (block 8, 4 blocks: 32 rows), so that it is
+# absorbed, then trees after them; and AR steps between trees
 PATTERN = [PLAIN] * 40 + [7, 15, PLAIN, 7, PLAIN, PLAIN, 15]
 
 
@@ -346,6 +346,10 @@ def test_ar_steps_among_trees_are_lossless_and_keep_the_drafter_in_step(kind):
         model, drafter, target = tiny_hybrid_pair("3to1")
         decoder = HybridGraphDecoder(model, drafter, drafter.target_layer_ids, graphs=False)
         inputs = prompts(model, 2, seed=5)
+    decoder.context_blocks = 4
+    absorbed = []           # the pending rows at each absorb: all of the context's where AR steps filled it
+    absorb = decoder._absorb_step
+    decoder._absorb_step = lambda: absorbed.append(int(decoder.state.context_rows)) or absorb()
     trees = 0
     for ids in inputs:
         timer = PhaseTimer(ids.device)
@@ -358,7 +362,7 @@ def test_ar_steps_among_trees_are_lossless_and_keep_the_drafter_in_step(kind):
         assert static.budgets == eager.budgets and static.plain_steps == eager.plain_steps >= 40
         assert len(eager.accepted) == len(eager.predicted) == len(eager.budgets) - eager.plain_steps
         trees += sum(a > 0 for a in static.accepted[1:])     # trees after the long AR run accepted drafts
-    assert trees
+    assert trees and 4 * drafter.block_size in absorbed, absorbed
 
 
 def test_auto_takes_ar_steps_where_no_tree_pays_and_trees_where_they_do():

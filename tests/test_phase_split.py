@@ -108,7 +108,7 @@ def test_autos_ar_step_is_split_from_a_full_pending_context():
     """tree_budget=auto's AR step (PLAIN) appends one drafter context row: measured from a state whose pending
     context is full, one row is made free for it, and the decoder's own state is back afterwards."""
     decoder = tiny_generation("ddtree", 16, 12)
-    decoder.state.context_rows.fill_(decoder.state.context.shape[1])      # as after three blocks of AR steps
+    decoder.state.context_rows.fill_(decoder.state.context.shape[1])      # as after a streak of AR steps
     before = committed(decoder)
     with measured_state(decoder, Method.DDTREE, PLAIN) as restore:
         (phase, step), = prefix_steps(decoder, Method.DDTREE, PLAIN)

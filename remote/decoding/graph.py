@@ -41,9 +41,12 @@ from .loop import STATS_SIZE, Generation, Step, Steps, accept, accepted_nodes, b
 
 # The drafter's pending context, in blocks: a speculative step's draft reads the first block (what one step commits at
 # most); tree_budget=auto's AR steps append a row each to what is pending, and the rest is room for them: once it is
-# full the whole buffer goes through the drafter at once (`_absorb_step`, a draft's cost once per 3 blocks of AR
-# steps: an AR step's cost otherwise, plus appending one row).
-CONTEXT_BLOCKS = 4
+# full the whole buffer goes through the drafter at once (`_absorb_step`: an AR step's cost otherwise, plus appending
+# one row). Why 16: with 4 blocks on demo-qwen3 an absorb (then uncompiled) took 270 us once per 48 AR steps of 186
+# us, 3% of auto's time at T=1, where AR steps are nearly all it chooses (one H100, 2026-12-07, `gpu_suite.sh
+# q3_auto_timeline`, bench/step_timeline.py's kinds); the buffer is 256 rows of features (13 MB for 5 taps of a
+# 5120-wide target).
+CONTEXT_BLOCKS = 16
 from .sampling import sample
 
 
@@ -197,6 +200,8 @@ class Compiled:
 # sharing an input). The prompt's drafter context is absorbed during the prefill (`_absorb`), so every step has the
 # captured shape. Caches grow (and captured graphs are dropped) when a generation needs more rows.
 class GraphDecoder:
+    context_blocks = CONTEXT_BLOCKS
+
     def __init__(self, model, drafter: DFlashDrafter | None, target_layer_ids: list[int] | None,
                  graphs: bool = True, compiled: bool = False, compiled_drafter: bool = False):
         self.model, self.drafter = model, drafter
@@ -211,6 +216,7 @@ class GraphDecoder:
         if compiled:
             _compile_steps(self)
         self._draft = torch.compile(draft, dynamic=False) if self.compile.drafter else draft
+        self._draft_hidden = torch.compile(draft_hidden, dynamic=False) if self.compile.drafter else draft_hidden
         self.state, self.sampling = DeviceState(self.device), Sampling(self.device)
         self._first = torch.zeros(1, dtype=torch.long, device=self.device)     # the one row an AR step appends
 
@@ -303,7 +309,7 @@ class GraphDecoder:
         attn, weight = self.drafter.layers[0].self_attn, self.drafter.fc.weight
         self.dkv = StaticDrafterKV(len(self.drafter.layers), attn.num_kv, attn.head_dim, self.context_capacity,
                                    weight.dtype, weight.device)
-        self.state.context = torch.zeros(1, CONTEXT_BLOCKS * self.drafter.block_size, weight.shape[1],
+        self.state.context = torch.zeros(1, self.context_blocks * self.drafter.block_size, weight.shape[1],
                                          dtype=weight.dtype, device=weight.device)
         # `accept`'s read, then tree_budget=auto's predictions (one per bucket)
         self._reads = _Reads(2 * self.drafter.block_size + 1 + STATS_SIZE + MAX_BUCKETS, weight.device)
@@ -348,7 +354,7 @@ class GraphDecoder:
         if self.compile.steps:
             del self._ar_step, self._spec_step       # the class's own, uncompiled
         self.compile.steps = self.compile.drafter = False
-        self.compile.failed, self._draft = first_line(exc), draft
+        self.compile.failed, self._draft, self._draft_hidden = first_line(exc), draft, draft_hidden
 
     def kernels(self):
         """The kernels of the captured steps (remote.kernels.step)."""
@@ -437,8 +443,8 @@ class GraphDecoder:
         overwritten by later context), leaving none pending: room for AR steps, or a speculative step's context
         within one block."""
         state = self.state
-        hidden = draft_hidden(self.drafter, self.model, self.dkv, state.context, state.root, state.start,
-                              state.context_rows)
+        hidden = self._draft_hidden(self.drafter, self.model, self.dkv, state.context, state.root, state.start,
+                                    state.context_rows)
         state.context_rows.zero_()
         return hidden
 
