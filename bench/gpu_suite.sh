@@ -62,11 +62,14 @@ step() {  # name seconds command... (ONLY: the name STEPS selects it by, if not 
   grep -E -e 'decode_path|^floor|^set |^ *[a-z_0-9-]+-T[01] +tau|^auto[0-9]+-T|^\||^kernel|passed|failed' \
     -e 'PASSED|FAILED|ERROR|Timeout' "$OUT/$name.log" | head -40
 }
-methods() {  # name seconds args...: bench_methods here and, with BASE, in the old tree as <name>_base
+methods() {  # name seconds args...: bench_methods here and, with BASE, in the old tree as <name>_base (whose
+  # arguments' paths under $OUT/<name>/, e.g. --timeline's, go under $OUT/<name>_base/: the old run's traces would
+  # otherwise replace the new run's)
   local name=$1 limit=$2; shift 2
   step "$name" "$limit" python3 bench/bench_methods.py --dtype bfloat16 --out "$OUT/$name" ${SDPA_FLAGS:-} "$@"
   [ -z "${BASE:-}" ] || ONLY=$name step "${name}_base" "$limit" sh -c 'cd /tmp/suite-base && exec "$@"' base \
-    python3 bench/bench_methods.py --dtype bfloat16 --out "$OUT/${name}_base" ${SDPA_FLAGS:-} "$@"
+    python3 bench/bench_methods.py --dtype bfloat16 --out "$OUT/${name}_base" ${SDPA_FLAGS:-} \
+    "${@//"$OUT/$name/"/"$OUT/${name}_base/"}"
 }
 
 date +%T

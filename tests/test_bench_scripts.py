@@ -346,6 +346,32 @@ def test_gpu_suite_hands_its_kernel_caches_on(tmp_path):
     assert "./triton/kernel.json" in listed.split()
 
 
+def test_gpu_suite_keeps_the_old_trees_traces_apart(tmp_path):
+    """With BASE, a step's run in the old tree writes what its arguments put under OUT/<step>/ (--timeline's traces)
+    under OUT/<step>_base/ instead: it ran second and replaced the new run's traces. bench_methods is a stand-in
+    here that records where it ran and with what."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    calls = tmp_path / "calls.txt"
+    (fake / "python3").write_text(f"""#!/usr/bin/env bash
+if [ "$1" = bench/bench_methods.py ]; then echo "$PWD $*" >> {calls}; exit 0; fi
+exec {sys.executable} "$@"
+""")
+    (fake / "python3").chmod(0o755)
+    base = tmp_path / "base"
+    (base / "remote").mkdir(parents=True)
+    (base / "REV").write_text("old\n")
+    out = tmp_path / "out"
+    env = {**os.environ, "OUT": str(out), "STEPS": "q3_auto_timeline", "BASE": str(base),
+           "KERNELS": str(tmp_path / "kernels"), "PATH": f"{fake}:{os.environ['PATH']}"}
+    done = subprocess.run(["bash", str(REPO / "bench" / "gpu_suite.sh")], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    new, old = calls.read_text().splitlines()
+    assert new.startswith(f"{REPO} ") and f"--timeline {out}/q3_auto_timeline/traces" in new
+    assert old.startswith("/tmp/suite-base ") and f"--timeline {out}/q3_auto_timeline_base/traces" in old
+    assert f"--out {out}/q3_auto_timeline_base " in old
+
+
 def test_tree_scoring_at_the_plain_surrogate_is_plain_ddtree(tmp_path):
     """bench_tree_scoring's untempered, unpenalised variant builds the runner's own trees (the same tau as a plain
     DDTree run), a tempered one builds others, and the torch top-k is put back afterwards."""
