@@ -112,8 +112,9 @@ class DeviceState:
 
     def __init__(self, device: torch.device):
         as_long = dict(dtype=torch.long, device=device)
-        # side by side, so that tree_budget=auto's AR step advances both in one launch (`_plain_step`)
-        self.counters = torch.zeros(2, **as_long)
+        # side by side, so that tree_budget=auto's AR step advances both in one launch (`_plain_step`); each on 16
+        # bytes of its own, as a tensor of its own is: Triton and inductor specialise a pointer on 16-byte alignment
+        self.counters = torch.zeros(2, 2, **as_long)[:, 0]
         self.start = self.counters[0]                    # committed length: the position of `root`
         self.context_rows = self.counters[1]             # speculative: real rows of `context`
         self.root = torch.zeros(1, **as_long)            # the last committed token, not yet run through the target
