@@ -46,8 +46,8 @@ def torch_gather_rows(src: torch.Tensor | tuple, src_start, path: torch.Tensor, 
 # (source rows after the destination rows, overlapping) is safe in place. The demo's commit 53 -> 16 us, the two moves
 # 2.7 us together (the same day, `python3 bench/bench_methods.py $Q3 --num-prompts 4 --budgets 31 --phase-kernels`).
 # Taps: the drafter's features were the taps concatenated (a copy kernel) and then moved; tree_budget=auto's AR step
-# on demo-qwen3 spent 1.4 us of its 185.6 on that concatenation, a step's 7 us over AR's in three such small kernels
-# (one H100, 2026-12-07, `gpu_suite.sh q3_auto_timeline`, bench/step_timeline.py's kinds).
+# on demo-qwen3 spent 1.4 us of its 185.6 on that concatenation, against AR's whole step of 179.4 (one H100,
+# 2026-12-07, `gpu_suite.sh q3_auto_timeline`, bench/step_timeline.py's kinds).
 if triton is not None:
     @triton.jit(do_not_specialize=["src_off", "dst_off"])    # host starts change every step: one compile
     def _gather_rows_kernel(src, tap1, tap2, tap3, tap4, tap5, tap6, tap7, dst, path, src_base, dst_base, src_off,

@@ -4,11 +4,10 @@ Contract: `run_layers(decoder, layers, input_ids, positions, mix, feature_ids)` 
 text model (embed_tokens, layers, norm, rotary_emb) returns (the final-normed hidden states [T, H], taps): the
 outputs [T, H] of decoder layers `feature_ids` (0-based; HF's `hidden_states[i + 1]`, for the last layer the
 final-norm output, as in HF) on `features_device`, one a layer (`Verified.taps`: the drafter's features once
-concatenated). `mix(i, layer, h, rope)` is
-layer i's token mixer (attention or recurrence) on its normed input h [1, T, H], with `rope` the (cos, sin) of
-`positions` on h's device. `on(device)` is entered around each layer's work (a target split over GPUs makes the
-layer's device current there). `mrope`: the rotary takes [3, 1, T] positions (Qwen3.5's multimodal rotary; text
-positions are the same in all three).
+concatenated). `mix(i, layer, h, rope)` is layer i's token mixer (attention or recurrence) on its normed input h
+[1, T, H], with `rope` the (cos, sin) of `positions` on h's device. `on(device)` is entered around each layer's work
+(a target split over GPUs makes the layer's device current there). `mrope`: the rotary takes [3, 1, T] positions
+(Qwen3.5's multimodal rotary; text positions are the same in all three).
 """
 from __future__ import annotations
 
