@@ -158,6 +158,13 @@ def _one_line_error(proc: subprocess.CompletedProcess) -> str:
     return line
 
 
+def test_a_sweep_stopped_before_any_job_recorded_is_summarised_without_plots(tmp_path):
+    """Ctrl-C as a parallel sweep's workers start can leave its parent with no job records: the summary is the CSV's
+    header alone, no plot (it divided by the number of setups, zero)."""
+    assert compare_plots.summarize([], tmp_path / "out") == [tmp_path / "out" / "summary.csv"]
+    assert (tmp_path / "out" / "summary.csv").read_text().startswith("run,status")
+
+
 def test_no_runs_yet_is_one_line_and_creates_nothing(tmp_path):
     runs_dir = tmp_path / "empty"
     line = _one_line_error(_compare_cli(runs_dir=runs_dir))

@@ -222,7 +222,9 @@ def depth_figure(rows: list[dict]):
 
 def plot(rows: list[dict], out_dir: Path) -> list[Path]:
     """speedup_vs_budget.png, tau_vs_budget.png, pareto.png, accept_by_depth.png; Incomparable where the rows are
-    more setups than MAX_PANELS."""
+    more setups than MAX_PANELS; none without rows (a sweep stopped before any job recorded a start)."""
+    if not rows:
+        return []
     plt = _pyplot()
     figures = {"speedup_vs_budget.png": lambda: budget_figure(rows, "speedup_vs_ar", "speedup vs AR"),
                "tau_vs_budget.png": lambda: budget_figure(rows, "tau", "tau (tokens per verify step)"),
