@@ -38,15 +38,6 @@ from ..tree import Ancestry
 from .auto_budget import MAX_BUCKETS, PLAIN, AutoBudget
 from .loop import STATS_SIZE, Generation, Step, Steps, accept, accepted_nodes, build, decode, draft, draft_hidden, \
     read_step, to_host
-
-# The drafter's pending context, in blocks: a speculative step's draft reads the first block (what one step commits at
-# most); tree_budget=auto's AR steps append a row each to what is pending, and the rest is room for them: once it is
-# full the whole buffer goes through the drafter at once (`_absorb_step`: an AR step's cost otherwise, plus appending
-# one row). Why 16: with 4 blocks on demo-qwen3 an absorb (then uncompiled) took 270 us once per 48 AR steps of 186
-# us, 3% of auto's time at T=1, where AR steps are nearly all it chooses (one H100, 2026-12-07, `gpu_suite.sh
-# q3_auto_timeline`, bench/step_timeline.py's kinds); the buffer is 256 rows of features (13 MB for 5 taps of a
-# 5120-wide target).
-CONTEXT_BLOCKS = 16
 from .sampling import sample
 
 
@@ -201,7 +192,14 @@ class Compiled:
 # sharing an input). The prompt's drafter context is absorbed during the prefill (`_absorb`), so every step has the
 # captured shape. Caches grow (and captured graphs are dropped) when a generation needs more rows.
 class GraphDecoder:
-    context_blocks = CONTEXT_BLOCKS
+    # The drafter's pending context, in blocks: a speculative step's draft reads the first block (what one step commits
+    # at most); tree_budget=auto's AR steps append a row each to what is pending, and the rest is room for them: once it
+    # is full the whole buffer goes through the drafter at once (`_absorb_step`: an AR step's cost otherwise, plus
+    # appending one row). Why 16: with 4 blocks on demo-qwen3 an absorb (then uncompiled) took 270 us once per 48 AR
+    # steps of 186 us, 3% of auto's time at T=1, where AR steps are nearly all it chooses (one H100, 2026-12-07,
+    # `gpu_suite.sh q3_auto_timeline`, bench/step_timeline.py's kinds); the buffer is 256 rows of features (13 MB for 5
+    # taps of a 5120-wide target).
+    context_blocks = 16
 
     def __init__(self, model, drafter: DFlashDrafter | None, target_layer_ids: list[int] | None,
                  graphs: bool = True, compiled: bool = False, compiled_drafter: bool = False):
